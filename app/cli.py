@@ -1,0 +1,187 @@
+"""The `whale` command line: serve, demo, eval."""
+import asyncio
+import json
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import uvicorn
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from app.config import Settings
+from app.domains import get_domain
+
+cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+err = Console(stderr=True)
+
+
+def _workbench(say=None):
+    from app.workbench import Workbench
+
+    return Workbench(Settings(), say=say or (lambda m: err.print(f"[dim]{m}[/dim]")))
+
+
+def _web_server(workbench, host: str, port: int) -> uvicorn.Server:
+    from app.server import create_app
+
+    config = uvicorn.Config(create_app(workbench), host=host, port=port, log_level="warning")
+    return uvicorn.Server(config)
+
+
+async def _start_web(server: uvicorn.Server) -> asyncio.Task:
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():  # e.g. the port is taken: uvicorn exits instead of raising
+            raise typer.Exit(f"could not start the web server on port {server.config.port}")
+        await asyncio.sleep(0.05)
+    return task
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn(), console=err,
+    )  # fmt: skip
+
+
+async def _evaluate(workbench, harness: Path, domain: str, split: str, k: int,
+                    limit: Optional[int], quiet: bool, on_start=None):  # fmt: skip
+    """Run one evaluation with a progress bar; returns (run, evaluation, status counts)."""
+    statuses: Counter = Counter()
+    reasons: Counter = Counter()
+    with _progress() as progress:
+        bar = progress.add_task(f"{harness.name} on {domain}/{split}", total=None, passed=0,
+                                visible=not quiet)  # fmt: skip
+
+        def started(run, total):
+            progress.update(bar, total=total)
+            if on_start:
+                on_start(run)
+
+        def done(rollout):
+            statuses[rollout.status] += 1
+            if rollout.reason:
+                reasons[rollout.reason] += 1
+            progress.update(bar, advance=1, passed=statuses["pass"])
+
+        run, evaluation = await workbench.evaluate_file(
+            harness, domain, split, k, limit, on_start=started, progress=done
+        )
+    return run, evaluation, statuses, reasons
+
+
+def _summary(evaluation, statuses: Counter, reasons: Counter) -> str:
+    failures = ", ".join(f"{r}: {n}" for r, n in reasons.most_common()) or "none"
+    return (
+        f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f} on {evaluation.split} "
+        f"({evaluation.n_tasks} tasks x k={evaluation.k}; "
+        + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()))
+        + f"; failures by reason: {failures})"
+    )
+
+
+@cli.command()
+def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1")] = None,
+          port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
+    """Serve the UI and API over the store in $WHALE_HOME."""
+    settings = Settings()
+
+    async def main():
+        workbench = _workbench()
+        server = _web_server(workbench, host or settings.host, port or settings.port)
+        err.print(f"serving {settings.db_path} at http://{server.config.host}:{server.config.port}")
+        try:
+            await server.serve()
+        finally:
+            await workbench.stop()
+
+    asyncio.run(main())
+
+
+@cli.command()
+def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] = False,
+         port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
+    """Evaluate the arith seed harness with the embedded model while the UI shows it."""
+    settings = Settings()
+    limit, k = (16, 2) if quick else (None, 4)
+    domain = get_domain("arith")
+
+    async def main():
+        workbench = _workbench()
+        server = _web_server(workbench, settings.host, port or settings.port)
+        web = None
+        try:
+            await workbench.start_model()
+            web = await _start_web(server)
+            base = f"http://{server.config.host}:{server.config.port}"
+            err.print(f"UI: {base}")
+            run, evaluation, statuses, reasons = await _evaluate(
+                workbench, domain.seed_harness, "arith", "test", k, limit, quiet=False,
+                on_start=lambda r: err.print(f"run {r.id}: {base}/runs/{r.id}"),
+            )  # fmt: skip
+            print(_summary(evaluation, statuses, reasons))
+            if not quick:
+                err.print(f"results at {base}/runs/{run.id} - Ctrl-C to stop")
+                await web
+        finally:
+            server.should_exit = True
+            if web:
+                await web
+            await workbench.stop()
+
+    asyncio.run(main())
+
+
+@cli.command("eval")
+def eval_(
+    harness: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="harness .py file")],
+    domain: Annotated[str, typer.Option(help="task domain")] = "arith",
+    split: Annotated[str, typer.Option(help="train | harness | test")] = "test",
+    k: Annotated[int, typer.Option("-k", min=1, help="samples per task")] = 2,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="first N tasks only")] = None,
+    sandbox: Annotated[str, typer.Option(help="process")] = "process",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+):
+    """Evaluate any harness file: progress bar, then mean@k and failures by reason."""
+    try:
+        get_domain(domain).tasks(split)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if sandbox != "process":
+        raise typer.BadParameter(f"sandbox {sandbox!r} is not available; use: process")
+
+    async def main():
+        workbench = _workbench(say=(lambda m: None) if as_json else None)
+        try:
+            await workbench.start_model()
+            run, evaluation, statuses, reasons = await _evaluate(
+                workbench, harness, domain, split, k, limit, quiet=as_json
+            )
+        finally:
+            await workbench.stop()
+        if as_json:
+            print(json.dumps({
+                "run_id": run.id, "evaluation_id": evaluation.id,
+                "mean_at_k": evaluation.mean_at_k, "k": k, "split": split,
+                "n_tasks": evaluation.n_tasks, "n_rollouts": sum(statuses.values()),
+                "statuses": dict(statuses), "reasons": dict(reasons),
+                "mean_turns": evaluation.mean_turns, "total_tokens": evaluation.total_tokens,
+            }))  # fmt: skip
+        else:
+            print(_summary(evaluation, statuses, reasons))
+            print(f"run {run.id} stored in {Settings().db_path}")
+
+    asyncio.run(main())
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    cli()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

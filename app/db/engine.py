@@ -1,0 +1,35 @@
+"""SQLite engine in WAL mode: one writer thread (see writer.py), any number of readers."""
+import sqlite3
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, create_engine
+
+from app.db.migrations import migrate
+
+
+def _pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, fast commits
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def open_engine(path: Path) -> Engine:
+    """Create (or upgrade) the database at `path` and return an engine for it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as conn:
+        migrate(conn)
+    conn.close()
+    engine = create_engine(
+        f"sqlite:///{path}", connect_args={"check_same_thread": False, "timeout": 10}
+    )
+    event.listen(engine, "connect", _pragmas)
+    return engine
+
+
+def read_session(engine: Engine) -> Session:
+    return Session(engine, expire_on_commit=False)

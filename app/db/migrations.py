@@ -1,0 +1,76 @@
+"""Forward-only migrations, applied in order and recorded in the `migration` table.
+
+Never edit a migration that has shipped: append a new one.
+"""
+import sqlite3
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "001_initial",
+        """
+        CREATE TABLE run (
+            id INTEGER PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, domain TEXT NOT NULL,
+            status TEXT NOT NULL, config BLOB, created_at DATETIME NOT NULL, finished_at DATETIME);
+        CREATE TABLE harness (
+            id INTEGER PRIMARY KEY, run_id INTEGER REFERENCES run(id),
+            parent_id INTEGER REFERENCES harness(id), name TEXT NOT NULL, code TEXT NOT NULL,
+            sha TEXT NOT NULL, hypothesis TEXT, proposer TEXT NOT NULL, valid BOOLEAN NOT NULL,
+            error TEXT, created_at DATETIME NOT NULL);
+        CREATE INDEX ix_harness_run_id ON harness(run_id);
+        CREATE INDEX ix_harness_sha ON harness(sha);
+        CREATE TABLE checkpoint (
+            id INTEGER PRIMARY KEY, run_id INTEGER REFERENCES run(id),
+            parent_id INTEGER REFERENCES checkpoint(id), kind TEXT NOT NULL, name TEXT NOT NULL,
+            path TEXT, created_at DATETIME NOT NULL);
+        CREATE TABLE evaluation (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES run(id),
+            harness_id INTEGER NOT NULL REFERENCES harness(id),
+            checkpoint_id INTEGER NOT NULL REFERENCES checkpoint(id),
+            split TEXT NOT NULL, k INTEGER NOT NULL, n_tasks INTEGER NOT NULL, status TEXT NOT NULL,
+            mean_at_k FLOAT, mean_turns FLOAT, total_tokens INTEGER, n_done INTEGER NOT NULL,
+            created_at DATETIME NOT NULL, finished_at DATETIME);
+        CREATE INDEX ix_evaluation_run_id ON evaluation(run_id);
+        CREATE TABLE rollout (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES run(id),
+            evaluation_id INTEGER NOT NULL REFERENCES evaluation(id),
+            harness_id INTEGER NOT NULL REFERENCES harness(id),
+            checkpoint_id INTEGER NOT NULL REFERENCES checkpoint(id),
+            task_id TEXT NOT NULL, sample INTEGER NOT NULL, task BLOB, gold TEXT,
+            status TEXT NOT NULL, reason TEXT, error TEXT, answer TEXT, reward FLOAT,
+            turns INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
+            completion_tokens INTEGER NOT NULL, wall_s FLOAT, stdout_tail TEXT, stderr_tail TEXT,
+            created_at DATETIME NOT NULL, finished_at DATETIME);
+        -- the trace list filters by run and status and pages by id
+        CREATE INDEX ix_rollout_run_status ON rollout(run_id, status, id);
+        CREATE INDEX ix_rollout_evaluation ON rollout(evaluation_id, id);
+        CREATE TABLE step (
+            id INTEGER PRIMARY KEY, rollout_id INTEGER NOT NULL REFERENCES rollout(id),
+            idx INTEGER NOT NULL, kind TEXT NOT NULL, tool TEXT, request BLOB, response BLOB,
+            error TEXT, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+            latency_ms FLOAT NOT NULL, created_at DATETIME NOT NULL);
+        CREATE INDEX ix_step_rollout ON step(rollout_id, idx);
+        CREATE TABLE event (
+            id INTEGER PRIMARY KEY, run_id INTEGER REFERENCES run(id), kind TEXT NOT NULL,
+            detail BLOB, created_at DATETIME NOT NULL);
+        CREATE INDEX ix_event_run ON event(run_id, id);
+        """,
+    ),
+]
+
+
+def migrate(conn: sqlite3.Connection) -> list[str]:
+    """Apply the migrations this database lacks; return their names."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS migration (name TEXT PRIMARY KEY, applied_at DATETIME NOT NULL)"
+    )
+    done = {name for (name,) in conn.execute("SELECT name FROM migration")}
+    applied = []
+    for name, sql in MIGRATIONS:
+        if name in done:
+            continue
+        # executescript commits first; wrap the migration and its record in one transaction
+        conn.executescript(
+            f"BEGIN;\n{sql}\nINSERT INTO migration VALUES ('{name}', datetime('now'));\nCOMMIT;"
+        )
+        applied.append(name)
+    return applied

@@ -1,0 +1,132 @@
+"""Tables. The DDL that creates them lives in migrations.py; tests check the two agree."""
+import json
+import zlib
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import Column, LargeBinary
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class ZJSON(TypeDecorator):
+    """JSON compressed with zlib: messages and stdout dominate the database size."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect) -> bytes | None:
+        if value is None:
+            return None
+        return zlib.compress(json.dumps(value, ensure_ascii=False).encode(), 3)
+
+    def process_result_value(self, value: bytes | None, dialect) -> Any:
+        return None if value is None else json.loads(zlib.decompress(value))
+
+
+def zjson(**kw) -> Any:
+    return Field(default=None, sa_column=Column(ZJSON, **kw))
+
+
+class Run(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    name: str
+    kind: str  # "eval" (one evaluation) now; loop strategies later
+    domain: str
+    status: str = "created"  # created | running | done | failed
+    config: dict | None = zjson()
+    created_at: datetime = Field(default_factory=now)
+    finished_at: datetime | None = None
+
+
+class Harness(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id", index=True)
+    parent_id: int | None = Field(default=None, foreign_key="harness.id")
+    name: str
+    code: str
+    sha: str = Field(index=True)
+    hypothesis: str | None = None
+    proposer: str = "user"  # user | seed | agent | llm | knobs
+    valid: bool = True
+    error: str | None = None
+    created_at: datetime = Field(default_factory=now)
+
+
+class Checkpoint(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id")
+    parent_id: int | None = Field(default=None, foreign_key="checkpoint.id")
+    kind: str = "base"  # base | lora | full
+    name: str  # the model name the backend serves it under
+    path: str | None = None
+    created_at: datetime = Field(default_factory=now)
+
+
+class Evaluation(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id", index=True)
+    harness_id: int = Field(foreign_key="harness.id")
+    checkpoint_id: int = Field(foreign_key="checkpoint.id")
+    split: str
+    k: int
+    n_tasks: int
+    status: str = "running"  # running | done | failed
+    mean_at_k: float | None = None
+    mean_turns: float | None = None
+    total_tokens: int | None = None
+    n_done: int = 0
+    created_at: datetime = Field(default_factory=now)
+    finished_at: datetime | None = None
+
+
+class Rollout(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    evaluation_id: int = Field(foreign_key="evaluation.id")
+    harness_id: int = Field(foreign_key="harness.id")
+    checkpoint_id: int = Field(foreign_key="checkpoint.id")
+    task_id: str
+    sample: int
+    task: dict | None = zjson()  # the public fields the harness saw
+    gold: str | None = None
+    status: str = "pending"  # pending | pass | fail | error | timeout
+    reason: str | None = None  # short failure category, e.g. syntax_error, timeout, output_limit
+    error: str | None = None  # the full message / traceback tail
+    answer: str | None = None
+    reward: float | None = None
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float | None = None
+    stdout_tail: str | None = None
+    stderr_tail: str | None = None
+    created_at: datetime = Field(default_factory=now)
+    finished_at: datetime | None = None
+
+
+class Step(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    rollout_id: int = Field(foreign_key="rollout.id")
+    idx: int
+    kind: str  # model | tool
+    tool: str | None = None
+    request: dict | None = zjson()  # model: messages + sampling; tool: arguments
+    response: dict | None = zjson()  # model: message, finish_reason; tool: result
+    error: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    created_at: datetime = Field(default_factory=now)
+
+
+class Event(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="run.id")
+    kind: str
+    detail: dict | None = zjson()
+    created_at: datetime = Field(default_factory=now)

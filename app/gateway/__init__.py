@@ -1,0 +1,3 @@
+from app.gateway.gateway import Gateway, Grant
+
+__all__ = ["Gateway", "Grant"]

@@ -1,0 +1,172 @@
+"""The gateway: the only door out of a sandbox.
+
+It listens on a Unix socket that is bind-mounted into each sandbox. A rollout gets a token
+(a Grant); every request must carry it. Model calls are forwarded to the backend under the
+grant's checkpoint, tool calls to the domain's tools; each call is checked against the grant's
+budgets and recorded as a step of that rollout.
+"""
+import asyncio
+import inspect
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from app.db.schema import Step
+from app.db.writer import Writer
+from app.llm.client import ChatEndpoint
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Grant:
+    rollout_id: int
+    model: str  # the checkpoint's served model name
+    tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    max_calls: int = 32
+    max_tokens: int = 16384  # prompt + completion over the whole rollout
+    max_tokens_per_call: int = 1024
+    calls: int = 0
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def _refuse(status: int, reason: str, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail, "reason": reason}, status_code=status)
+
+
+async def _json_body(request: Request) -> dict | None:
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+class Gateway:
+    def __init__(self, writer: Writer, backend: ChatEndpoint):
+        self.writer = writer
+        self.backend = backend
+        self.grants: dict[str, Grant] = {}
+        self.app = self._build_app()
+        self._server: uvicorn.Server | None = None
+
+    def grant(self, grant: Grant) -> str:
+        token = secrets.token_urlsafe(24)
+        self.grants[token] = grant
+        return token
+
+    def revoke(self, token: str) -> Grant:
+        return self.grants.pop(token)
+
+    def _record(self, grant: Grant, **step) -> None:
+        grant.steps += 1
+        self.writer.add(Step(rollout_id=grant.rollout_id, idx=grant.steps - 1, **step))
+
+    def _authorize(self, request: Request) -> Grant | None:
+        auth = request.headers.get("authorization", "")
+        return self.grants.get(auth.removeprefix("Bearer ").strip())
+
+    def _build_app(self) -> FastAPI:
+        app = FastAPI(title="whale gateway", docs_url=None, redoc_url=None)
+
+        @app.post("/v1/chat/completions")
+        async def chat(request: Request):
+            grant = self._authorize(request)
+            if grant is None:
+                return _refuse(401, "bad_token", "unknown or expired rollout token")
+            body = await _json_body(request)
+            if body is None:
+                return _refuse(400, "bad_request", "the request body must be a JSON object")
+            messages = body.pop("messages", None)
+            if not isinstance(messages, list):
+                return _refuse(400, "bad_request", "messages must be a list")
+            if grant.calls >= grant.max_calls:
+                return _refuse(429, "budget", f"model-call budget of {grant.max_calls} calls used up")
+            if grant.prompt_tokens + grant.completion_tokens >= grant.max_tokens:
+                return _refuse(429, "budget", f"token budget of {grant.max_tokens} tokens used up")
+            body["max_tokens"] = min(
+                int(body.get("max_tokens") or grant.max_tokens_per_call), grant.max_tokens_per_call
+            )
+            grant.calls += 1
+            start = time.perf_counter()
+            request_record = {"messages": messages, **body}
+            try:
+                response = await self.backend.chat(grant.model, messages, **body)
+            except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
+                latency = (time.perf_counter() - start) * 1000
+                self._record(grant, kind="model", request=request_record, error=str(exc),
+                             latency_ms=latency)  # fmt: skip
+                return _refuse(502, "backend", f"model backend error: {exc}")
+            latency = (time.perf_counter() - start) * 1000
+            usage = response.get("usage") or {}
+            prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+            grant.prompt_tokens += prompt
+            grant.completion_tokens += completion
+            choice = response["choices"][0]
+            self._record(
+                grant, kind="model", request=request_record,
+                response={"message": choice.get("message"), "finish_reason": choice.get("finish_reason")},
+                prompt_tokens=prompt, completion_tokens=completion, latency_ms=latency,
+            )  # fmt: skip
+            return response
+
+        @app.post("/tools/{name}")
+        async def tool(name: str, request: Request):
+            grant = self._authorize(request)
+            if grant is None:
+                return _refuse(401, "bad_token", "unknown or expired rollout token")
+            body = await _json_body(request)
+            if body is None:
+                return _refuse(400, "bad_request", "the request body must be a JSON object")
+            args, kwargs = body.get("args", []), body.get("kwargs", {})
+            fn = grant.tools.get(name)
+            request_record = {"args": args, "kwargs": kwargs}
+            if fn is None:
+                known = ", ".join(sorted(grant.tools)) or "none"
+                detail = f"unknown tool {name!r} (this domain's tools: {known})"
+                self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
+                return _refuse(404, "unknown_tool", detail)
+            start = time.perf_counter()
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    result = await fn(*args, **kwargs)
+                else:  # a blocking tool (e.g. a retriever) must not stall other rollouts
+                    result = await asyncio.to_thread(fn, *args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - reported to the harness as a failed call
+                detail = f"tool {name} failed: {type(exc).__name__}: {exc}"
+                self._record(grant, kind="tool", tool=name, request=request_record, error=detail,
+                             latency_ms=(time.perf_counter() - start) * 1000)  # fmt: skip
+                return _refuse(400, "tool_error", detail)
+            self._record(grant, kind="tool", tool=name, request=request_record,
+                         response={"result": result},
+                         latency_ms=(time.perf_counter() - start) * 1000)  # fmt: skip
+            return {"result": result}
+
+        return app
+
+    async def start(self, socket_path: Path) -> None:
+        """Serve on `socket_path` in the running event loop; returns once it accepts calls."""
+        socket_path.unlink(missing_ok=True)
+        config = uvicorn.Config(self.app, uds=str(socket_path), log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._task = asyncio.create_task(self._server.serve())
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # raises the start-up error
+            await asyncio.sleep(0.01)
+        # The sandbox user (uid 65534) must be able to connect; tokens guard the calls.
+        socket_path.chmod(0o666)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            await self._task

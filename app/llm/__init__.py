@@ -1,0 +1,1 @@
+"""Model backends. Every backend speaks the OpenAI chat-completions protocol to the gateway."""

