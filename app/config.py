@@ -17,7 +17,9 @@ class Settings(BaseSettings):
     sandbox: Literal["process"] = "process"
     host: str = "127.0.0.1"
     port: int = 8000
-    concurrency: int = 32
+    concurrency: int = 32  # rollouts in flight at once
+    rollout_timeout: float = 60.0  # wall-clock seconds one rollout may take
+    rollout_memory_mb: int = 1024
 
     @property
     def db_path(self) -> Path:

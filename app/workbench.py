@@ -19,7 +19,7 @@ from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
 from app.rollout.evaluate import Evaluator, sha_of
-from sandbox.process import ProcessSandbox
+from sandbox.process import Limits, ProcessSandbox
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,8 @@ class Workbench:
         self.engine.dispose()
 
     def sandbox(self):
-        return ProcessSandbox()
+        s = self.settings
+        return ProcessSandbox(Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb))
 
     async def evaluate_file(
         self, harness_path: Path, domain_name: str, split: str = "test", k: int = 2,

@@ -18,7 +18,11 @@ TAIL_CHARS = 4000
 
 
 class GatewayError(Exception):
-    """The gateway refused a call (budget, unknown tool, bad token...)."""
+    """The gateway refused a call; `reason` says why (budget, unknown_tool, bad_token...)."""
+
+    def __init__(self, message, reason="gateway"):
+        super().__init__(message)
+        self.reason = reason
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -49,8 +53,8 @@ def _post(path, body):
     finally:
         conn.close()
     if resp.status != 200:
-        detail = data.get("detail") if isinstance(data, dict) else data
-        raise GatewayError(f"{detail} (gateway HTTP {resp.status})")
+        data = data if isinstance(data, dict) else {"detail": data}
+        raise GatewayError(data.get("detail"), data.get("reason") or "gateway")
     return data
 
 
@@ -134,9 +138,13 @@ def main():
     except SyntaxError:
         pass
     except GatewayError as exc:
-        result["reason"] = "gateway"
+        result["reason"] = exc.reason
         result["error"], tb = _traceback_tail(exc, harness_path)
         err.write(tb)
+    except MemoryError as exc:
+        result["reason"] = "memory_limit"
+        result["error"], tb = _traceback_tail(exc, harness_path)
+        result["error"] += ": the harness ran out of its memory limit"
     except BaseException as exc:  # noqa: BLE001 - anything the harness raises is its failure
         result["reason"] = "exception"
         result["error"], tb = _traceback_tail(exc, harness_path)

@@ -22,6 +22,7 @@ def open_engine(path: Path) -> Engine:
     """Create (or upgrade) the database at `path` and return an engine for it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
         migrate(conn)
     conn.close()
     engine = create_engine(

@@ -1,0 +1,98 @@
+"""Shared fixtures: one real model server per test session, stores in temporary WHALE_HOMEs.
+
+The converted model is cached in WHALE_MODEL_CACHE (default ~/.cache/whale/models) so the
+suite converts it at most once per machine.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.llm.local import LocalModelServer, prepare_model
+
+REPO = Path(__file__).resolve().parent.parent
+WHALE = str(Path(sys.executable).with_name("whale"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def model_cache() -> Path:
+    path = Path(os.environ.get("WHALE_MODEL_CACHE", Path.home() / ".cache" / "whale" / "models"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def model_server(model_cache, tmp_path_factory):
+    """SmolLM2 behind `transformers serve`, shared by every test that needs a model."""
+    server = LocalModelServer(prepare_model(model_cache), tmp_path_factory.mktemp("logs") / "model.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def whale_env(tmp_path, model_server, model_cache) -> dict[str, str]:
+    """Environment for a `whale` subprocess: a fresh store attached to the shared model server."""
+    return {
+        **os.environ,
+        "WHALE_HOME": str(tmp_path / "home"),
+        "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": model_server.base_url,
+        "WHALE_LLM_MODEL": model_server.model,
+    }
+
+
+def whale(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([WHALE, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def whale_eval_json(harness: Path, env: dict[str, str], *args: str) -> dict:
+    """`whale eval HARNESS --json`, parsed; fails the test with stderr if the command failed."""
+    proc = whale("eval", str(harness), "--json", *args, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def evaluated_home(tmp_path_factory, model_server, model_cache) -> Path:
+    """A store holding one real evaluation of the arith seed harness (8 tasks x k=2)."""
+    home = tmp_path_factory.mktemp("evaluated") / "home"
+    env = {
+        **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
+    }  # fmt: skip
+    whale_eval_json(REPO / "harness_archive/seeds/arith/seed.py", env, "--limit", "8", "-k", "2")
+    return home
+
+
+@pytest.fixture(scope="session")
+def server_url(evaluated_home, model_cache):
+    """`whale serve` over the evaluated store, on a free port."""
+    port = free_port()
+    env = {**os.environ, "WHALE_HOME": str(evaluated_home), "WHALE_MODEL_CACHE": str(model_cache)}
+    proc = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/api/runs", timeout=2)
+            break
+        except httpx.HTTPError:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(10)

@@ -1,0 +1,160 @@
+"""The gateway on its Unix socket, in front of the real model server."""
+import asyncio
+
+import httpx
+import pytest
+from sqlmodel import select
+
+from app.db import Writer, open_engine, read_session
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
+from app.gateway import Gateway, Grant
+from app.llm.client import ChatEndpoint
+
+HELLO = [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.fixture
+def store(tmp_path):
+    engine = open_engine(tmp_path / "whale.db")
+    writer = Writer(engine)
+    yield engine, writer
+    writer.close()
+
+
+def make_rollout(writer) -> int:
+    def create(s):
+        run = Run(name="r", kind="eval", domain="arith")
+        s.add(run)
+        s.flush()
+        harness = Harness(run_id=run.id, name="h.py", code="", sha="x")
+        ckpt = Checkpoint(name="m")
+        s.add_all([harness, ckpt])
+        s.flush()
+        ev = Evaluation(run_id=run.id, harness_id=harness.id, checkpoint_id=ckpt.id, split="test",
+                        k=1, n_tasks=1)  # fmt: skip
+        s.add(ev)
+        s.flush()
+        rollout = Rollout(run_id=run.id, evaluation_id=ev.id, harness_id=harness.id,
+                          checkpoint_id=ckpt.id, task_id="t", sample=0)  # fmt: skip
+        s.add(rollout)
+        s.flush()
+        return rollout.id
+
+    return writer.submit(create).result()
+
+
+@pytest.fixture
+def with_gateway(store, model_server, tmp_path):
+    """with_gateway(body) runs `await body(gateway, client, rollout_id)` against a live gateway."""
+    engine, writer = store
+
+    def run(body):
+        async def main():
+            endpoint = ChatEndpoint(model_server.base_url, model_server.model)
+            gateway = Gateway(writer, endpoint)
+            sock = tmp_path / "gw.sock"
+            await gateway.start(sock)
+            transport = httpx.AsyncHTTPTransport(uds=str(sock))
+            try:
+                async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=300) as client:
+                    return await body(gateway, client, make_rollout(writer))
+            finally:
+                await gateway.stop()
+                await endpoint.close()
+
+        result = asyncio.run(main())
+        writer.flush()
+        return result
+
+    return run
+
+
+def steps(engine) -> list[Step]:
+    with read_session(engine) as s:
+        return s.exec(select(Step).order_by(Step.idx)).all()
+
+
+def auth(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_model_call_is_forwarded_and_recorded(with_gateway, store, model_server):
+    async def body(gateway, client, rollout_id):
+        token = gateway.grant(Grant(rollout_id, model_server.model))
+        r = await client.post("/v1/chat/completions", headers=auth(token),
+                              json={"messages": HELLO, "max_tokens": 12, "temperature": 0.7})  # fmt: skip
+        return r, gateway.revoke(token)
+
+    response, grant = with_gateway(body)
+    assert response.status_code == 200
+    data = response.json()
+    assert data["choices"][0]["message"]["content"]
+    assert (grant.calls, grant.completion_tokens) == (1, data["usage"]["completion_tokens"])
+    (step,) = steps(store[0])
+    assert step.kind == "model"
+    assert step.request["messages"] == HELLO
+    assert step.request["temperature"] == 0.7
+    assert step.response["message"]["content"] == data["choices"][0]["message"]["content"]
+    assert step.completion_tokens == data["usage"]["completion_tokens"] > 0
+    assert step.latency_ms > 0
+
+
+def test_forged_and_revoked_tokens_are_refused(with_gateway, store, model_server):
+    async def body(gateway, client, rollout_id):
+        forged = await client.post("/v1/chat/completions", headers=auth("forged"),
+                                   json={"messages": HELLO})  # fmt: skip
+        token = gateway.grant(Grant(rollout_id, model_server.model))
+        gateway.revoke(token)
+        revoked = await client.post("/v1/chat/completions", headers=auth(token),
+                                    json={"messages": HELLO})  # fmt: skip
+        missing = await client.post("/tools/anything", json={})
+        return forged, revoked, missing
+
+    for response in with_gateway(body):
+        assert response.status_code == 401
+        assert response.json()["reason"] == "bad_token"
+    assert steps(store[0]) == []
+
+
+def test_call_and_token_budgets(with_gateway, model_server):
+    async def body(gateway, client, rollout_id):
+        token = gateway.grant(Grant(rollout_id, model_server.model, max_calls=1,
+                                    max_tokens_per_call=4))  # fmt: skip
+        first = await client.post("/v1/chat/completions", headers=auth(token),
+                                  json={"messages": HELLO, "max_tokens": 500})  # fmt: skip
+        second = await client.post("/v1/chat/completions", headers=auth(token),
+                                   json={"messages": HELLO})  # fmt: skip
+        return first, second
+
+    first, second = with_gateway(body)
+    assert first.status_code == 200
+    assert first.json()["usage"]["completion_tokens"] <= 4  # capped per call
+    assert second.status_code == 429
+    assert second.json()["reason"] == "budget"
+
+
+def test_tools_known_unknown_and_failing(with_gateway, store, model_server):
+    def divide(a, b):
+        return a / b
+
+    async def body(gateway, client, rollout_id):
+        token = gateway.grant(Grant(rollout_id, model_server.model, tools={"divide": divide}))
+        ok = await client.post("/tools/divide", headers=auth(token), json={"args": [6, 3]})
+        failing = await client.post("/tools/divide", headers=auth(token),
+                                    json={"kwargs": {"a": 1, "b": 0}})  # fmt: skip
+        unknown = await client.post("/tools/search", headers=auth(token), json={"args": ["q"]})
+        malformed = await client.post("/tools/divide", headers=auth(token), content=b"{nope")
+        return ok, failing, unknown, malformed
+
+    ok, failing, unknown, malformed = with_gateway(body)
+    assert ok.json() == {"result": 2.0}
+    assert (failing.status_code, failing.json()["reason"]) == (400, "tool_error")
+    assert "ZeroDivisionError" in failing.json()["detail"]
+    assert (unknown.status_code, unknown.json()["reason"]) == (404, "unknown_tool")
+    assert "unknown tool 'search'" in unknown.json()["detail"]
+    assert malformed.status_code == 400
+    recorded = steps(store[0])
+    assert [(s.tool, s.error is None) for s in recorded] == [
+        ("divide", True), ("divide", False), ("search", False)
+    ]
+    assert recorded[0].response == {"result": 2.0}
