@@ -1,13 +1,44 @@
-"""JSON API (placeholder, being filled in)."""
-from fastapi import APIRouter, Request
-from sqlmodel import select
+"""The JSON API: one route per page of the UI, returning the data that page shows.
 
-from app.db.schema import Run
+Malformed parameters (an id that is not an integer, an unknown status, page < 1) are refused
+by FastAPI's validation with a 422 and a message; unknown ids answer 404.
+"""
+from fastapi import APIRouter
+
+from app.api.common import EvaluationFilter, Page, RunFilter, SessionDep, StatusFilter
+from app.api.harnesses import get_harness
+from app.api.rollouts import get_rollout, list_rollouts
+from app.api.runs import get_run, list_runs
 
 router = APIRouter()
 
 
 @router.get("/runs")
-def runs(request: Request):
-    with request.app.state.workbench.session() as s:
-        return [r.model_dump() for r in s.exec(select(Run).order_by(Run.id.desc()))]
+def runs(s: SessionDep):
+    """Every run, newest first, with its best mean@k and number of rollouts."""
+    return list_runs(s)
+
+
+@router.get("/runs/{run_id}")
+def run(run_id: int, s: SessionDep):
+    """A run with its evaluations, rollout counts per status and newest failures."""
+    return get_run(s, run_id)
+
+
+@router.get("/harnesses/{harness_id}")
+def harness(harness_id: int, s: SessionDep):
+    """A harness with its code, parent, children and evaluations."""
+    return get_harness(s, harness_id)
+
+
+@router.get("/rollouts")
+def rollouts(s: SessionDep, run: RunFilter = None, evaluation: EvaluationFilter = None,
+             status: StatusFilter = None, page: Page = 1):  # fmt: skip
+    """One page of rollouts: {"items": [...], "page", "page_size", "has_more", ...}."""
+    return list_rollouts(s, run=run, evaluation=evaluation, status=status, page=page)
+
+
+@router.get("/rollouts/{rollout_id}")
+def rollout(rollout_id: int, s: SessionDep):
+    """A rollout and its trace: every model and tool step in order."""
+    return get_rollout(s, rollout_id)

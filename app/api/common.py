@@ -1,0 +1,50 @@
+"""What every resource module shares: the session dependency, "not found", row -> dict.
+
+The data functions in runs.py, harnesses.py and rollouts.py return plain dicts; the JSON routes
+return them as they are and the HTML pages render them, so both always show the same data.
+"""
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal, get_args
+
+from fastapi import Depends, HTTPException, Query, Request
+from sqlmodel import Session, SQLModel
+
+# Every value Rollout.status can take; a filter with any other value is refused (422).
+RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout"]
+ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
+FAILED_STATUSES = ("fail", "error", "timeout")
+
+# Rollout list filters, shared by the JSON route and the HTML page so both refuse the same input.
+RunFilter = Annotated[int | None, Query(description="only this run's rollouts")]
+EvaluationFilter = Annotated[int | None, Query(description="only this evaluation's rollouts")]
+StatusFilter = Annotated[RolloutStatus | None, Query(description="only rollouts in this status")]
+Page = Annotated[int, Query(ge=1, description="1-based page of 50 rollouts")]
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with request.app.state.workbench.session() as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+class NotFound(HTTPException):
+    """An id that names nothing. The JSON API answers it as a 404; pages show a 404 page."""
+
+    def __init__(self, what: str, id: int):
+        super().__init__(status_code=404, detail=f"{what.capitalize()} {id} not found")
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands datetimes back without a zone; they were written in UTC, so say so."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def as_dict(row: SQLModel) -> dict[str, Any]:
+    """A table row as a dict, columns in table order, datetimes in UTC."""
+    data = {name: getattr(row, name) for name in type(row).model_fields}
+    return {k: utc(v) if isinstance(v, datetime) else v for k, v in data.items()}

@@ -1,0 +1,52 @@
+"""Runs: the list with a summary of each run, and one run with its evaluations and failures."""
+from typing import Any
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from app.api.common import NotFound, as_dict
+from app.api.evaluations import evaluation_rows
+from app.api.rollouts import recent_failures, status_counts
+from app.db.schema import Evaluation, Run
+
+
+def list_runs(s: Session) -> list[dict[str, Any]]:
+    """Every run, newest first, summarised from its evaluations.
+
+    The evaluation rows already carry what the list needs (mean@k, tasks x k, progress), so the
+    list never touches the rollout table, however many rollouts there are.
+    """
+    summary = (
+        select(
+            Evaluation.run_id,
+            func.count().label("n_evaluations"),
+            func.max(Evaluation.mean_at_k).label("best_mean_at_k"),
+            func.sum(Evaluation.n_tasks * Evaluation.k).label("n_rollouts"),
+            func.sum(Evaluation.n_done).label("n_done"),
+        )
+        .group_by(Evaluation.run_id)
+        .subquery()
+    )
+    query = (
+        select(Run, summary.c.n_evaluations, summary.c.best_mean_at_k, summary.c.n_rollouts,
+               summary.c.n_done)  # fmt: skip
+        .outerjoin(summary, summary.c.run_id == Run.id)
+        .order_by(col(Run.id).desc())
+    )
+    return [
+        {**as_dict(run), "n_evaluations": n_evaluations or 0, "best_mean_at_k": best,
+         "n_rollouts": n_rollouts or 0, "n_done": n_done or 0}  # fmt: skip
+        for run, n_evaluations, best, n_rollouts, n_done in s.exec(query)
+    ]
+
+
+def get_run(s: Session, run_id: int) -> dict[str, Any]:
+    run = s.get(Run, run_id)
+    if run is None:
+        raise NotFound("run", run_id)
+    return {
+        "run": as_dict(run),
+        "evaluations": evaluation_rows(s, Evaluation.run_id == run_id),
+        "status_counts": status_counts(s, run_id=run_id),
+        "recent_failures": recent_failures(s, run_id),
+    }

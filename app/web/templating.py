@@ -1,0 +1,109 @@
+"""The jinja2 environment of the HTML pages and the filters that format values for people."""
+import json
+from urllib.parse import urlencode
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+from app import ROOT
+
+templates = Jinja2Templates(directory=ROOT / "templates")
+DASH = "\u2014"  # what a missing value looks like
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return DASH
+    if value.tzinfo is None:  # stored in UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def score(value: float | None) -> str:
+    return DASH if value is None else f"{value:.3f}"
+
+
+def count(value: int | float | None) -> str:
+    if value is None:
+        return DASH
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+
+
+def seconds(value: float | None) -> str:
+    return DASH if value is None else f"{value:.2f} s"
+
+
+def millis(value: float | None) -> str:
+    return DASH if value is None else f"{value:,.0f} ms"
+
+
+def percent(value: float | None) -> str:
+    return DASH if value is None else f"{100 * value:.0f}%"
+
+
+def elapsed(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return DASH
+    total = int((end - start).total_seconds())
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+def short(text: Any, limit: int = 80) -> str:
+    if text is None:
+        return DASH
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def pretty(value: Any) -> str:
+    """JSON for people: indented, non-ASCII left readable."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def text_of(content: Any) -> str:
+    """A chat message's content: plain text, or the text parts of a multi-part content list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "\n".join(str(p.get("text", pretty(p))) for p in content)
+    return pretty(content)
+
+
+def with_query(path: str, params: dict[str, Any], **changes: Any) -> str:
+    """`path` with the query `params` updated by `changes`; None drops a parameter.
+
+    Keeps the rollout list's filters in the URL when one of them (or the page) changes.
+    """
+    merged = {k: v for k, v in {**params, **changes}.items() if v is not None}
+    return f"{path}?{urlencode(merged)}" if merged else path
+
+
+_FORMATTER = HtmlFormatter(linenos="table", lineanchors="L", anchorlinenos=True)
+
+
+def python_html(code: str) -> Markup:
+    """Harness code highlighted server-side (styles in static/pygments.css)."""
+    return Markup(highlight(code, PythonLexer(), _FORMATTER))
+
+
+templates.env.filters.update(
+    when=when, score=score, count=count, seconds=seconds, millis=millis, percent=percent,
+    short=short, pretty=pretty, text_of=text_of, python_html=python_html,
+)  # fmt: skip
+templates.env.globals.update(elapsed=elapsed, with_query=with_query, DASH=DASH)
+
+
+def render(request: Request, template: str, context: dict[str, Any],
+           status_code: int = 200) -> HTMLResponse:  # fmt: skip
+    return templates.TemplateResponse(request, template, context, status_code=status_code)

@@ -1,0 +1,53 @@
+"""The UI in a real headless Chromium over a store holding a real evaluation by the real model."""
+import re
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
+
+
+@pytest.fixture
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.errors = []  # JavaScript errors, e.g. htmx failing to load
+        page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+        yield page
+        browser.close()
+
+
+def test_click_from_runs_to_a_failing_trace(server_url, page):
+    from playwright.sync_api import expect
+
+    page.goto(server_url + "/")
+    expect(page.locator("h1")).to_have_text("Runs")
+    page.locator("table a[href^='/runs/']").first.click()
+
+    expect(page).to_have_url(re.compile(r"/runs/\d+$"))
+    expect(page.locator("#run-live")).to_contain_text("Evaluations")
+    expect(page.locator("#run-live")).to_contain_text("seed.py")
+    failing = page.locator("#recent-failures a[href^='/rollouts/']")
+    assert failing.count() > 0, "the real evaluation should have at least one failing rollout"
+    failing.first.click()
+
+    expect(page).to_have_url(re.compile(r"/rollouts/\d+$"))
+    expect(page.locator("h1 .badge")).to_have_text(re.compile("fail|error|timeout"))
+    model_call = page.locator("article.step-model").first
+    expect(model_call).to_contain_text("model call")
+    expect(model_call.locator(".msg.role-user .content")).to_contain_text("What is")
+    completion = model_call.locator(".msg.completion .content")
+    expect(completion).to_be_visible()
+    assert completion.inner_text().strip(), "the completion text should be shown"
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "trace.png"), full_page=True)
+    assert page.errors == []
