@@ -19,10 +19,11 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 err = Console(stderr=True)
 
 
-def _workbench(say=None):
+def _workbench(say=None, **overrides):
     from app.workbench import Workbench
 
-    return Workbench(Settings(), say=say or (lambda m: err.print(f"[dim]{m}[/dim]")))
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    return Workbench(settings, say=say or (lambda m: err.print(f"[dim]{m}[/dim]")))
 
 
 def _web_server(workbench, host: str, port: int) -> uvicorn.Server:
@@ -115,7 +116,7 @@ def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] 
         server = _web_server(workbench, settings.host, port or settings.port)
         web = None
         try:
-            await workbench.start_model()
+            await workbench.start()
             web = await _start_web(server)
             base = f"http://{server.config.host}:{server.config.port}"
             err.print(f"UI: {base}")
@@ -143,7 +144,7 @@ def eval_(
     split: Annotated[str, typer.Option(help="train | harness | test")] = "test",
     k: Annotated[int, typer.Option("-k", min=1, help="samples per task")] = 2,
     limit: Annotated[Optional[int], typer.Option(min=1, help="first N tasks only")] = None,
-    sandbox: Annotated[str, typer.Option(help="process")] = "process",
+    sandbox: Annotated[Optional[str], typer.Option(help="process | docker (default: auto)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ):
     """Evaluate any harness file: progress bar, then mean@k and failures by reason."""
@@ -151,13 +152,13 @@ def eval_(
         get_domain(domain).tasks(split)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
-    if sandbox != "process":
-        raise typer.BadParameter(f"sandbox {sandbox!r} is not available; use: process")
+    if sandbox not in (None, "process", "docker"):
+        raise typer.BadParameter(f"sandbox {sandbox!r} is not a backend; use process or docker")
 
     async def main():
-        workbench = _workbench(say=(lambda m: None) if as_json else None)
+        workbench = _workbench(say=(lambda m: None) if as_json else None, sandbox=sandbox)
         try:
-            await workbench.start_model()
+            await workbench.start()
             run, evaluation, statuses, reasons = await _evaluate(
                 workbench, harness, domain, split, k, limit, quiet=as_json
             )
@@ -176,6 +177,20 @@ def eval_(
             print(f"run {run.id} stored in {Settings().db_path}")
 
     asyncio.run(main())
+
+
+sandbox_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
+cli.add_typer(sandbox_cli, name="sandbox")
+
+
+@sandbox_cli.command("build")
+def sandbox_build(
+    base: Annotated[Optional[str], typer.Option(help="base image instead of a debootstrap rootfs, e.g. python:3.11-slim")] = None,
+):
+    """Build the docker sandbox image (cached: rebuilt only when its inputs change)."""
+    from sandbox import image
+
+    print(image.build(say=lambda m: err.print(f"[dim]{m}[/dim]"), base=base))
 
 
 def main() -> None:

@@ -14,12 +14,15 @@ class Settings(BaseSettings):
     model_cache: Path | None = Field(default=None, description="default: $WHALE_HOME/models")
     llm_url: str | None = Field(default=None, description="attach to this OpenAI-compatible server")
     llm_model: str | None = Field(default=None, description="model name to request at llm_url")
-    sandbox: Literal["process"] = "process"
+    sandbox: Literal["auto", "process", "docker"] = "auto"
+    sandbox_runtime: str | None = Field(default=None, description='docker runtime, e.g. "runsc"')
     host: str = "127.0.0.1"
     port: int = 8000
     concurrency: int = 32  # rollouts in flight at once
     rollout_timeout: float = 60.0  # wall-clock seconds one rollout may take
     rollout_memory_mb: int = 1024
+    rollout_max_calls: int = 32  # model calls one rollout may make
+    rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
 
     @property
     def db_path(self) -> Path:

@@ -19,7 +19,8 @@ from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
 from app.rollout.evaluate import Evaluator, sha_of
-from sandbox.process import Limits, ProcessSandbox
+from sandbox.pool import Limits, SandboxPool
+from sandbox.process import ProcessLauncher
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,15 @@ class Workbench:
         self.model_server: LocalModelServer | None = None
         self.endpoint: ChatEndpoint | None = None
         self.gateway: Gateway | None = None
+        self.sandbox: SandboxPool | None = None
         self._socket_dir: tempfile.TemporaryDirectory | None = None
 
     def session(self):
         return read_session(self.engine)
 
-    async def start_model(self) -> None:
-        """Attach to WHALE_LLM_URL, or prepare the default model and launch its server."""
+    async def start(self) -> None:
+        """Start what evaluations need: the model (attached to WHALE_LLM_URL, or the default model
+        launched here), the gateway and the sandbox pool."""
         s = self.settings
         if s.llm_url:
             model = s.llm_model or str(await asyncio.to_thread(prepare_model, s.models_dir, self.say))
@@ -57,12 +60,42 @@ class Workbench:
         Path(self._socket_dir.name).chmod(0o755)
         self.gateway = Gateway(self.writer, self.endpoint)
         await self.gateway.start(self.gateway_socket)
+        launcher = await asyncio.to_thread(self._launcher)
+        limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
+        self.sandbox = SandboxPool(launcher, self.gateway_socket, limits)
+
+    def _launcher(self):
+        """The sandbox backend: docker where an engine and the image exist, else process."""
+        s = self.settings
+        if s.sandbox == "process":
+            self.say("sandbox: process (chosen in settings)")
+            return ProcessLauncher()
+        from sandbox import docker as docker_backend
+        from sandbox import image
+
+        why_not = docker_backend.engine_available()
+        if why_not is None and s.sandbox == "auto" and not image.is_built():
+            why_not = "the sandbox image is not built (whale sandbox build)"
+        if why_not is not None:
+            if s.sandbox == "docker":
+                raise RuntimeError(f"the docker sandbox is not available: {why_not}")
+            self.say(f"sandbox: process (docker not used: {why_not})")
+            return ProcessLauncher()
+        tag = image.build(say=self.say)
+        launcher = docker_backend.DockerLauncher(
+            tag, docker_backend.owner_label(s.home), runtime=s.sandbox_runtime
+        )
+        removed = launcher.remove_leftovers()
+        self.say(f"sandbox: docker ({tag})" + (f"; removed {removed} leftover containers" if removed else ""))
+        return launcher
 
     @property
     def gateway_socket(self) -> Path:
         return Path(self._socket_dir.name) / "gateway.sock"
 
     async def stop(self) -> None:
+        if self.sandbox:
+            await self.sandbox.close()
         if self.gateway:
             await self.gateway.stop()
         if self.endpoint:
@@ -74,17 +107,13 @@ class Workbench:
         self.writer.close()
         self.engine.dispose()
 
-    def sandbox(self):
-        s = self.settings
-        return ProcessSandbox(Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb))
-
     async def evaluate_file(
         self, harness_path: Path, domain_name: str, split: str = "test", k: int = 2,
         limit: int | None = None, run_name: str | None = None,
         on_start: Callable[[Run, int], None] | None = None,
         progress: Callable[[Rollout], None] | None = None,
     ) -> tuple[Run, Evaluation]:  # fmt: skip
-        """Evaluate a harness file as a new run of kind "eval"; needs start_model() first."""
+        """Evaluate a harness file as a new run of kind "eval"; needs start() first."""
         domain = get_domain(domain_name)
         n_tasks = len(domain.tasks(split)[:limit])
         code = harness_path.read_text()
@@ -107,8 +136,10 @@ class Workbench:
         run, harness, checkpoint = await self.writer.run(create)
         if on_start:
             on_start(run, n_tasks * k)
-        evaluator = Evaluator(self.writer, self.gateway, self.gateway_socket, self.sandbox(),
-                              self.settings.home / "harnesses", self.settings.concurrency)  # fmt: skip
+        s = self.settings
+        budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
+        evaluator = Evaluator(self.writer, self.gateway, self.sandbox, s.home / "harnesses",
+                              s.concurrency, budget)  # fmt: skip
         try:
             evaluation = await evaluator.evaluate(
                 run.id, harness, checkpoint, domain, split, k, limit, progress

@@ -1,20 +1,31 @@
-"""Runs one harness on one task inside the sandbox. Standard library only.
+"""The runner: the workbench code that runs *inside* a sandbox. Standard library only.
 
-Invoked as `python -I -S runner.py HARNESS_PATH` with the task as JSON on stdin and
-WHALE_GATEWAY (a Unix socket path) and WHALE_TOKEN in the environment. The harness's
-`llm.chat` and `tools.<name>` go to the gateway over that socket; nothing else is reachable.
-The result is one JSON line on the original stdout, after the RESULT_MARKER.
+`python -I -S runner.py serve CONTROL_SOCKET HARNESS_PATH` starts a small server that waits on
+CONTROL_SOCKET. Each connection is one rollout: the host sends one JSON line
+{"task", "token", "wall_s", "memory_mb", "output_bytes"}; the server forks a supervisor, which
+forks a worker that runs `run(task, llm, tools)` from the harness. The supervisor enforces the
+rollout's wall-clock, memory and output limits and answers one JSON line with the result. Forking
+from a warm server is what makes a rollout cost milliseconds instead of an interpreter start.
+
+The harness's `llm.chat` and `tools.<name>` reach the gateway through the Unix socket named by
+WHALE_GATEWAY, with the rollout's token; nothing else is reachable.
 """
 import http.client
 import io
 import json
 import os
+import resource
+import select
+import signal
 import socket
+import socketserver
 import sys
+import time
 import traceback
 
-RESULT_MARKER = "\x00WHALE_RESULT\x00"
 TAIL_CHARS = 4000
+MAX_ANSWER_CHARS = 65536
+_token = None  # this worker's rollout token, set after the fork
 
 
 class GatewayError(Exception):
@@ -39,15 +50,9 @@ class _UnixConnection(http.client.HTTPConnection):
 def _post(path, body):
     conn = _UnixConnection(os.environ["WHALE_GATEWAY"], timeout=600)
     try:
-        conn.request(
-            "POST",
-            path,
-            body=json.dumps(body),
-            headers={
-                "Content-Type": "application/json",
-                "Authorization": "Bearer " + os.environ["WHALE_TOKEN"],
-            },
-        )
+        conn.request("POST", path, body=json.dumps(body), headers={
+            "Content-Type": "application/json", "Authorization": "Bearer " + _token,
+        })  # fmt: skip
         resp = conn.getresponse()
         data = json.loads(resp.read() or b"null")
     finally:
@@ -104,18 +109,14 @@ class _Tail(io.TextIOBase):
         return len(s)
 
 
-def _traceback_tail(exc, harness_path):
+def _describe(exc, harness_path):
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == harness_path]
     where = f" (harness line {frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}", "".join(
-        traceback.format_exception(exc)
-    )[-TAIL_CHARS:]
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
-def main():
-    harness_path = sys.argv[1]
-    real_stdout = os.fdopen(os.dup(1), "w")
-    task = json.loads(sys.stdin.read())
+def run_task(harness_path, task):
+    """Run the harness on one task in this process; returns the result dict."""
     out, err = _Tail(), _Tail()
     result = {"answer": None, "error": None, "reason": None}
     sys.stdout, sys.stderr = out, err
@@ -126,33 +127,193 @@ def main():
         except SyntaxError as exc:
             result["reason"] = "syntax_error"
             result["error"] = f"SyntaxError: {exc.msg} (harness line {exc.lineno})"
-            raise
-        namespace = {"__name__": "harness", "__file__": harness_path}
-        exec(code, namespace)
-        if not callable(namespace.get("run")):
-            result["reason"] = "no_run"
-            result["error"] = "the harness defines no run(task, llm, tools) function"
-        else:
-            answer = namespace["run"](task, LLM(), Tools())
-            result["answer"] = None if answer is None else str(answer)
-    except SyntaxError:
-        pass
-    except GatewayError as exc:
-        result["reason"] = exc.reason
-        result["error"], tb = _traceback_tail(exc, harness_path)
-        err.write(tb)
-    except MemoryError as exc:
-        result["reason"] = "memory_limit"
-        result["error"], tb = _traceback_tail(exc, harness_path)
-        result["error"] += ": the harness ran out of its memory limit"
+            code = None
+        if code is not None:
+            namespace = {"__name__": "harness", "__file__": harness_path}
+            exec(code, namespace)
+            if not callable(namespace.get("run")):
+                result["reason"] = "no_run"
+                result["error"] = "the harness defines no run(task, llm, tools) function"
+            else:
+                answer = namespace["run"](task, LLM(), Tools())
+                result["answer"] = None if answer is None else str(answer)[:MAX_ANSWER_CHARS]
     except BaseException as exc:  # noqa: BLE001 - anything the harness raises is its failure
-        result["reason"] = "exception"
-        result["error"], tb = _traceback_tail(exc, harness_path)
-        err.write(tb)
+        if isinstance(exc, GatewayError):
+            result["reason"] = exc.reason
+        elif isinstance(exc, MemoryError):
+            result["reason"] = "memory_limit"
+        elif isinstance(exc, ForbiddenImport):
+            result["reason"] = "forbidden_import"
+        else:
+            result["reason"] = "exception"
+        result["error"] = _describe(exc, harness_path)
+        err.write("".join(traceback.format_exception(exc)))
     result["stdout_tail"], result["stderr_tail"] = out.buf, err.buf
-    real_stdout.write(RESULT_MARKER + json.dumps(result) + "\n")
-    real_stdout.flush()
+    return result
+
+
+class ForbiddenImport(ImportError):
+    pass
+
+
+class _ForbiddenImports:
+    """A meta-path finder that refuses the modules the domain forbids."""
+
+    def __init__(self, names):
+        self.names = set(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in self.names:
+            raise ForbiddenImport(f"import of {name!r} is not allowed in this domain")
+        return None
+
+
+def _forbid(names):
+    if not names:
+        return
+    sys.meta_path.insert(0, _ForbiddenImports(names))
+    # The runner itself already imported some of them (socket for the gateway): drop them from
+    # the module cache so that `import` goes through the finder; the runner keeps its references.
+    for loaded in list(sys.modules):
+        if loaded.split(".")[0] in names:
+            del sys.modules[loaded]
+
+
+def _make_undumpable():
+    """Other processes of the same uid (sibling rollouts) cannot read this one's memory."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4; inherited across fork
+    except Exception:  # noqa: BLE001 - without ctypes the sandbox boundary still holds
+        pass
+
+
+def _worker(harness_path, request, out_w, err_w, res_w):
+    """The forked child that runs the harness. Never returns."""
+    global _token
+    try:
+        os.setsid()  # its own process group: the supervisor kills everything it starts
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        # Close every other descriptor: the harness must not reach the control connection.
+        os.closerange(3, res_w)
+        os.closerange(res_w + 1, 65536)
+        mem = int(request.get("memory_mb") or 0) << 20
+        if mem:
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        cpu = int(float(request.get("wall_s") or 60)) + 5
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+        _token = request["token"]
+        _forbid(request.get("forbidden_modules"))
+        result = run_task(harness_path, request["task"])
+        data = json.dumps(result).encode()
+        while data:
+            data = data[os.write(res_w, data):]
+    finally:
+        os._exit(0)
+
+
+def supervise(harness_path, request):
+    """Run one rollout in a forked worker under the request's limits; returns the result dict."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe()
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (out_r, err_r, res_r):
+            os.close(fd)
+        _worker(harness_path, request, out_w, err_w, res_w)
+    for fd in (out_w, err_w, res_w):
+        os.close(fd)
+    deadline = start + float(request.get("wall_s") or 60)
+    budget = int(request.get("output_bytes") or (1 << 20))
+    chunks = {out_r: b"", err_r: b"", res_r: b""}
+    open_fds, status, why = {out_r, err_r, res_r}, None, None
+    while open_fds and why is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            why = "timeout"
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.5))
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if not data:
+                open_fds.discard(fd)
+                continue
+            chunks[fd] += data
+            if fd != res_r:
+                budget -= len(data)
+                chunks[fd] = chunks[fd][-TAIL_CHARS:]
+                if budget < 0:
+                    why = "output_limit"
+        if status is None:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            status = status if done else None
+        if status is not None and res_r not in open_fds:
+            break  # the worker is gone and said what it had to; stray children do not count
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if status is None:
+        _, status = os.waitpid(pid, 0)
+    for fd in (out_r, err_r, res_r):
+        os.close(fd)
+    wall = time.monotonic() - start
+    direct_out = chunks[out_r].decode(errors="replace")
+    direct_err = chunks[err_r].decode(errors="replace")
+    base = {"answer": None, "stdout_tail": direct_out, "stderr_tail": direct_err, "wall_s": wall}
+    if why == "timeout":
+        return {**base, "reason": "timeout",
+                "error": f"wall-clock limit of {float(request.get('wall_s') or 60):g}s exceeded"}
+    if why == "output_limit":
+        return {**base, "reason": "output_limit",
+                "error": f"output limit of {int(request.get('output_bytes') or 1 << 20)} bytes exceeded"}
+    try:
+        result = json.loads(chunks[res_r])
+    except ValueError:
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            hint = " (out of memory?)" if sig == signal.SIGKILL else ""
+            error = f"sandbox ended without a result: killed by signal {sig}{hint}"
+        else:
+            error = f"sandbox ended without a result: exit code {os.WEXITSTATUS(status)}"
+        return {**base, "reason": "crash", "error": error}
+    result["stdout_tail"] = (direct_out + result["stdout_tail"])[-TAIL_CHARS:]
+    result["stderr_tail"] = (direct_err + result["stderr_tail"])[-TAIL_CHARS:]
+    result["wall_s"] = wall
+    return result
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        request = json.loads(self.rfile.readline())
+        result = supervise(self.server.harness_path, request)
+        self.wfile.write(json.dumps(result).encode() + b"\n")
+
+
+class _Server(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
+    max_children = 1024
+    request_queue_size = 256  # the listen backlog: many rollouts connect at the same moment
+    block_on_close = False
+
+
+def serve(control_socket, harness_path):
+    _make_undumpable()
+    try:
+        os.unlink(control_socket)
+    except FileNotFoundError:
+        pass
+    server = _Server(control_socket, _Handler)
+    server.harness_path = harness_path
+    os.chmod(control_socket, 0o666)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    server.serve_forever(poll_interval=3600)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] != ["serve"] or len(sys.argv) != 4:
+        sys.exit("usage: runner.py serve CONTROL_SOCKET HARNESS_PATH")
+    serve(sys.argv[2], sys.argv[3])

@@ -7,6 +7,8 @@ A domain provides
 - `tools`: name -> callable, run server-side through the gateway (empty for arith)
 - `score(answer, task) -> float` in [0, 1]; a rollout passes when the score is > 0.5
 - `seed_harness`: path of the starting harness file
+- `forbidden_modules`: top-level modules a harness may not import (the sandbox is the security
+  boundary; this keeps harnesses honest, e.g. no subprocess where the task is pure reasoning)
 """
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ class Domain(Protocol):
     name: str
     tools: dict[str, Callable[..., Any]]
     seed_harness: Path
+    forbidden_modules: frozenset[str]
 
     def tasks(self, split: str) -> list[Task]: ...
 

@@ -46,6 +46,8 @@ _NUMBER = re.compile(r"-?\d+")
 class Arith:
     name = "arith"
     tools: dict = {}
+    # Pure arithmetic: no child processes or native code.
+    forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
     seed_harness = ROOT / "harness_archive" / "seeds" / "arith" / "seed.py"
 
     def __init__(self):

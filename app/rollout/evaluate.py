@@ -14,7 +14,7 @@ from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, now
 from app.db.writer import Writer
 from app.domains import Domain, Task
 from app.gateway import Gateway, Grant
-from sandbox.process import SandboxResult
+from sandbox.pool import SandboxPool, SandboxResult
 
 PASS_THRESHOLD = 0.5  # a rollout passes (and is accepted for RFT) when its score is above this
 
@@ -43,11 +43,11 @@ def sha_of(code: str) -> str:
 
 
 class Evaluator:
-    def __init__(self, writer: Writer, gateway: Gateway, gateway_socket: Path, sandbox,
-                 harness_dir: Path, concurrency: int = 32):  # fmt: skip
+    def __init__(self, writer: Writer, gateway: Gateway, sandbox: SandboxPool, harness_dir: Path,
+                 concurrency: int = 32, budget: dict | None = None):  # fmt: skip
+        self.budget = budget or {}  # per-rollout Grant limits: max_calls, max_tokens
         self.writer = writer
         self.gateway = gateway
-        self.gateway_socket = gateway_socket
         self.sandbox = sandbox
         self.harness_dir = harness_dir
         self.concurrency = concurrency
@@ -72,14 +72,20 @@ class Evaluator:
                 progress(done)
             return done
 
-        finished = await asyncio.gather(*(one(r) for r in rollouts))
+        try:
+            finished = await asyncio.gather(*(one(r) for r in rollouts))
+        finally:
+            await self.sandbox.release(path)
         return await self.writer.run(lambda s: _finish(s, evaluation.id, finished))
 
     async def _rollout(self, rollout: Rollout, task: Task, harness_path: Path,
                        checkpoint: Checkpoint, domain: Domain) -> Rollout:  # fmt: skip
-        token = self.gateway.grant(Grant(rollout.id, checkpoint.name, tools=domain.tools))
+        token = self.gateway.grant(
+            Grant(rollout.id, checkpoint.name, tools=domain.tools, **self.budget)
+        )
         try:
-            result = await self.sandbox.run(harness_path, task.public, self.gateway_socket, token)
+            result = await self.sandbox.run(harness_path, task.public, token,
+                                            domain.forbidden_modules)  # fmt: skip
         finally:
             grant = self.gateway.revoke(token)
         # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.

@@ -1,0 +1,113 @@
+"""The `docker` backend: runner servers as containers from the local sandbox image.
+
+Each container: no network, read-only root, a small tmpfs /tmp, memory / CPU / pid limits, all
+capabilities dropped, no-new-privileges, uid 65534, an init process that reaps orphans, and
+exactly three host mounts: the harness file (read-only), the gateway's socket, and a private
+control directory where the runner listens. Optional gVisor (`runtime="runsc"`).
+"""
+import asyncio
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+log = logging.getLogger(__name__)
+LABEL = "whale.sandbox"
+
+
+@dataclass(frozen=True)
+class ContainerLimits:
+    memory_mb: int = 2048  # the whole container: all rollouts running in it at once
+    cpus: float = 1.0
+    pids: int = 128
+    tmp_mb: int = 64
+
+
+def owner_label(home: Path) -> str:
+    """Containers are labelled with the store that started them, so a restart finds its own."""
+    return hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:16]
+
+
+def engine_available() -> str | None:
+    """None when a Docker engine answers, else why not."""
+    try:
+        docker.from_env(timeout=5).ping()
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means: no engine to use
+        return f"{type(exc).__name__}: {exc}"
+
+
+class DockerLauncher:
+    name = "docker"
+
+    def __init__(self, image: str, owner: str, limits: ContainerLimits = ContainerLimits(),
+                 runtime: str | None = None):  # fmt: skip
+        self.client = docker.from_env()
+        self.image = image
+        self.owner = owner
+        self.limits = limits
+        self.runtime = runtime
+
+    def remove_leftovers(self) -> int:
+        """Remove this store's containers left by a crash; returns how many."""
+        stale = self.client.containers.list(all=True, filters={"label": f"{LABEL}={self.owner}"})
+        for container in stale:
+            container.remove(force=True)
+        return len(stale)
+
+    def _run(self, harness: Path, gateway_socket: Path, control_dir: Path):
+        os.chown(control_dir, 65534, 65534)  # the runner (uid 65534) creates its socket there
+        return self.client.containers.run(
+            self.image,
+            command=["serve", "/control/runner.sock", "/sandbox/harness.py"],
+            detach=True,
+            init=True,
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/tmp": f"size={self.limits.tmp_mb}m,mode=1777"},
+            mem_limit=f"{self.limits.memory_mb}m",
+            memswap_limit=f"{self.limits.memory_mb}m",
+            nano_cpus=int(self.limits.cpus * 1e9),
+            pids_limit=self.limits.pids,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            user="65534:65534",
+            environment={"WHALE_GATEWAY": "/gateway/gateway.sock"},
+            volumes={
+                str(harness): {"bind": "/sandbox/harness.py", "mode": "ro"},
+                str(gateway_socket): {"bind": "/gateway/gateway.sock", "mode": "ro"},
+                str(control_dir): {"bind": "/control", "mode": "rw"},
+            },
+            labels={LABEL: self.owner},
+            runtime=self.runtime,
+        )
+
+    async def start(self, harness: Path, gateway_socket: Path, control_dir: Path):
+        return await asyncio.to_thread(self._run, harness, gateway_socket, control_dir)
+
+    def exited(self, container) -> str | None:
+        try:
+            container.reload()
+        except docker.errors.NotFound:
+            return "the container is gone"
+        if container.status in ("created", "running"):
+            return None
+        logs = container.logs(tail=20).decode(errors="replace")
+        code = container.attrs["State"].get("ExitCode")
+        oom = " (out of memory)" if container.attrs["State"].get("OOMKilled") else ""
+        return f"container exited with code {code}{oom}: {logs}".strip()
+
+    async def stop(self, container) -> None:
+        def remove():
+            try:
+                container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: its removal is already under way
+                    raise
+
+        await asyncio.to_thread(remove)

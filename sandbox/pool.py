@@ -1,0 +1,174 @@
+"""Warm runner servers, pooled per harness, shared by every sandbox backend.
+
+A backend's launcher starts one runner server (sandbox/runner.py in `serve` mode) inside its
+isolation - a bubblewrap process or a Docker container - with the harness file and the gateway
+socket bound in and a private control directory for the server's socket. Each rollout then costs
+one connection and two forks inside the sandbox, never an interpreter or container start.
+"""
+import asyncio
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+CONTROL_SOCKET = "runner.sock"
+
+
+@dataclass(frozen=True)
+class Limits:
+    wall_s: float = 60.0  # per rollout
+    memory_mb: int = 1024  # per rollout (address space); docker also caps each container
+    output_bytes: int = 1 << 20  # bytes written straight to stdout/stderr (print() is captured)
+    rollouts_per_server: int = 8  # concurrent rollouts in one runner server
+    start_s: float = 60.0  # how long a runner server may take to come up
+
+
+@dataclass
+class SandboxResult:
+    answer: str | None
+    reason: str | None  # None when the harness returned normally
+    error: str | None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    wall_s: float = 0.0
+
+
+class Launcher(Protocol):
+    name: str
+
+    async def start(self, harness: Path, gateway_socket: Path, control_dir: Path) -> Any: ...
+
+    async def stop(self, handle: Any) -> None: ...
+
+    def exited(self, handle: Any) -> str | None:
+        """Why the server is gone (its log tail), or None while it runs."""
+
+
+@dataclass
+class _Server:
+    harness: Path
+    control_dir: Path
+    handle: Any = None
+    in_flight: int = 0
+    dead: bool = False
+
+
+@dataclass
+class _HarnessServers:
+    servers: list[_Server] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class SandboxPool:
+    def __init__(self, launcher: Launcher, gateway_socket: Path, limits: Limits = Limits(),
+                 warm: bool = True):  # fmt: skip
+        self.launcher = launcher
+        self.name = launcher.name
+        self.gateway_socket = gateway_socket
+        self.limits = limits
+        self.warm = warm  # False: a fresh server per rollout (the "cold" mode, for comparison)
+        self._pools: dict[Path, _HarnessServers] = {}
+        self._root = Path(tempfile.mkdtemp(prefix="whale-sbx-"))
+        self._root.chmod(0o755)
+
+    async def run(self, harness: Path, task: dict, token: str,
+                  forbidden_modules: frozenset[str] = frozenset()) -> SandboxResult:  # fmt: skip
+        start = time.monotonic()
+        try:
+            server = await (self._acquire(harness) if self.warm else self._start(harness))
+        except Exception as exc:  # noqa: BLE001 - a sandbox that cannot start fails the rollout
+            return SandboxResult(None, "sandbox_start", f"the sandbox did not start: {exc}",
+                                 wall_s=time.monotonic() - start)  # fmt: skip
+        try:
+            return await self._call(server, task, token, forbidden_modules, start)
+        finally:
+            server.in_flight -= 1
+            if not self.warm or server.dead:
+                await self._retire(server)
+
+    async def _call(self, server: _Server, task: dict, token: str, forbidden: frozenset[str],
+                    start: float) -> SandboxResult:  # fmt: skip
+        request = {"task": task, "token": token, "wall_s": self.limits.wall_s,
+                   "memory_mb": self.limits.memory_mb, "output_bytes": self.limits.output_bytes,
+                   "forbidden_modules": sorted(forbidden)}  # fmt: skip
+        writer = None
+        try:
+            reader, writer = await asyncio.open_unix_connection(
+                str(server.control_dir / CONTROL_SOCKET), limit=1 << 20
+            )
+            writer.write(json.dumps(request).encode() + b"\n")
+            await writer.drain()
+            # The runner enforces the wall-clock limit itself; this is the backstop for a runner
+            # that is itself wedged or killed.
+            line = await asyncio.wait_for(reader.readline(), self.limits.wall_s + 15)
+            if not line:
+                raise ConnectionError("the runner closed the connection")
+            result = json.loads(line)
+        except (OSError, ConnectionError, asyncio.TimeoutError, ValueError) as exc:
+            why = self.launcher.exited(server.handle) if server.handle is not None else None
+            if why is not None or isinstance(exc, asyncio.TimeoutError):
+                server.dead = True  # gone or wedged: no more work for it; it is replaced
+            detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            return SandboxResult(None, "crash", f"the sandbox stopped answering ({detail})"
+                                 + (f"; {why}" if why else ""),
+                                 wall_s=time.monotonic() - start)  # fmt: skip
+        finally:
+            if writer is not None:
+                writer.close()
+        return SandboxResult(result.get("answer"), result.get("reason"), result.get("error"),
+                             result.get("stdout_tail", ""), result.get("stderr_tail", ""),
+                             result.get("wall_s", time.monotonic() - start))  # fmt: skip
+
+    async def _acquire(self, harness: Path) -> _Server:
+        pool = self._pools.setdefault(harness, _HarnessServers())
+        async with pool.lock:
+            pool.servers = [s for s in pool.servers if not s.dead]
+            for server in pool.servers:
+                if server.in_flight < self.limits.rollouts_per_server:
+                    server.in_flight += 1
+                    return server
+            server = await self._start(harness)
+            pool.servers.append(server)
+            return server
+
+    async def _start(self, harness: Path) -> _Server:
+        control_dir = Path(tempfile.mkdtemp(prefix="ctl-", dir=self._root))
+        server = _Server(harness, control_dir, in_flight=1)
+        server.handle = await self.launcher.start(harness, self.gateway_socket, control_dir)
+        sock = control_dir / CONTROL_SOCKET
+        deadline = time.monotonic() + self.limits.start_s
+        polls = 0
+        while not sock.exists():
+            polls += 1
+            # Asking the launcher is slower (docker: a daemon call), so ask every 20th poll only.
+            why = self.launcher.exited(server.handle) if polls % 20 == 0 else None
+            if why is None and time.monotonic() > deadline:
+                why = f"no runner socket after {self.limits.start_s:g}s"
+            if why is not None:
+                await self._retire(server)
+                raise RuntimeError(why)
+            await asyncio.sleep(0.01)
+        return server
+
+    async def _retire(self, server: _Server) -> None:
+        server.dead = True
+        handle, server.handle = server.handle, None  # retire once, even when asked twice
+        if handle is not None:
+            await self.launcher.stop(handle)
+        shutil.rmtree(server.control_dir, ignore_errors=True)
+
+    async def release(self, harness: Path) -> None:
+        """Stop the warm servers of one harness (its evaluation is over)."""
+        pool = self._pools.pop(harness, None)
+        if pool:
+            await asyncio.gather(*(self._retire(s) for s in pool.servers))
+
+    async def close(self) -> None:
+        for harness in list(self._pools):
+            await self.release(harness)
+        shutil.rmtree(self._root, ignore_errors=True)

@@ -1,0 +1,293 @@
+"""The attack suite: hostile harnesses run the way a user would run them,
+`whale eval hostile.py --domain arith --sandbox BACKEND`, while `whale serve` runs over the same
+store. Each ends as a failed or contained rollout with a recorded reason; afterwards the server
+still serves, the database is intact and the host is unchanged."""
+import json
+import os
+import sqlite3
+import subprocess
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import WHALE, free_port
+
+SECRET = "s3cret-in-the-server-env"
+
+
+@pytest.fixture(scope="module", params=["process", "docker"])
+def attack(request, tmp_path_factory, model_server, model_cache):
+    """attack(code, limit=1) -> (eval JSON, [rollout rows as dicts]) on one backend."""
+    backend = request.param
+    if backend == "docker":
+        request.getfixturevalue("docker_image")  # skips where no engine exists
+    root = tmp_path_factory.mktemp(f"attacks-{backend}")
+    home = root / "home"
+    port = free_port()
+    env = {
+        **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
+        "WHALE_ROLLOUT_TIMEOUT": "5", "WHALE_ROLLOUT_MAX_CALLS": "4",
+        "WHALE_TEST_SECRET": SECRET,
+    }  # fmt: skip
+    server = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            httpx.get(f"{url}/api/runs", timeout=2)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+    def run(code: str, limit: int = 1, k: int = 1):
+        code = code.replace("SERVER_PORT", str(port)).replace("DB_PATH", str(home / "whale.db"))
+        code = code.replace("MODEL_PORT", model_server.base_url.split(":")[-1].split("/")[0])
+        harness = root / "hostile.py"
+        harness.write_text(textwrap.dedent(code))
+        proc = subprocess.run([WHALE, "eval", str(harness), "--domain", "arith", "--sandbox",
+                               backend, "--limit", str(limit), "-k", str(k), "--json"],
+                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        with sqlite3.connect(home / "whale.db") as db:
+            db.row_factory = sqlite3.Row
+            rows = [dict(r) for r in db.execute(
+                "SELECT * FROM rollout WHERE run_id = ? ORDER BY id", (out["run_id"],))]
+        assert len(rows) == limit * k and all(r["status"] != "pending" for r in rows)
+        # the server keeps serving and sees the run
+        assert out["run_id"] in {r["id"] for r in httpx.get(f"{url}/api/runs", timeout=10).json()}
+        return out, rows
+
+    run.backend = backend
+    run.home = home
+    yield run
+    server.terminate()
+    server.wait(10)
+    with sqlite3.connect(home / "whale.db") as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def answer_of(attack, code: str) -> str:
+    _, (row,) = attack(code)
+    assert row["reason"] is None, row["error"]
+    return row["answer"]
+
+
+def test_no_network_at_all(attack):
+    answer = answer_of(attack, """
+        import socket
+        def run(task, llm, tools):
+            # no interface but loopback, and no name resolution: nothing can leave
+            names = sorted(name for _, name in socket.if_nameindex())
+            try:
+                socket.getaddrinfo("deb.debian.org", 80)
+                dns = "resolves"
+            except OSError:
+                dns = "no-dns"
+            return ",".join(names) + ";" + dns
+    """)
+    assert answer in ("lo;no-dns", ";no-dns")
+
+
+@pytest.mark.parametrize("target", ["SERVER_PORT", "MODEL_PORT"], ids=["own-server", "model-server"])
+def test_loopback_servers_are_unreachable(attack, target):
+    answer = answer_of(attack, f"""
+        import socket
+        def run(task, llm, tools):
+            try:
+                socket.create_connection(("127.0.0.1", {target}), timeout=2)
+                return "connected"
+            except OSError as exc:
+                return "blocked " + type(exc).__name__
+    """)
+    assert answer.startswith("blocked")
+
+
+def test_host_files_are_out_of_reach(attack):
+    answer = answer_of(attack, """
+        import os
+        def run(task, llm, tools):
+            seen = []
+            for path in ["DB_PATH", "/etc/shadow", "/root/.cache", "/root/.bash_history",
+                         "/var/lib/docker", "/work"]:
+                try:
+                    with open(path, "rb") as f:
+                        f.read(1)
+                    seen.append(path)
+                except IsADirectoryError:
+                    seen.append(path)
+                except OSError:
+                    pass
+            return ",".join(seen) or "nothing"
+    """)
+    assert answer == "nothing"
+
+
+def test_the_server_environment_is_not_inherited(attack):
+    answer = answer_of(attack, """
+        import os
+        def run(task, llm, tools):
+            return repr(dict(os.environ))
+    """)
+    assert SECRET not in answer
+    assert "WHALE_LLM_URL" not in answer and "WHALE_HOME" not in answer
+
+
+def test_nothing_outside_tmp_is_writable(attack):
+    answer = answer_of(attack, """
+        def run(task, llm, tools):
+            wrote = []
+            for path in ["/usr/owned", "/etc/owned", "/sandbox/harness.py", "/owned",
+                         "/gateway/owned", "/sandbox/runner.py"]:
+                try:
+                    with open(path, "a") as f:
+                        f.write("x")
+                    wrote.append(path)
+                except OSError:
+                    pass
+            open("/tmp/fine", "w").write("ok")
+            return ",".join(wrote) or "nothing"
+    """)
+    assert answer == "nothing"
+    assert not Path("/usr/owned").exists() and not Path("/etc/owned").exists()
+
+
+def test_filling_tmp_stops_at_its_size(attack):
+    answer = answer_of(attack, """
+        def run(task, llm, tools):
+            written = 0
+            try:
+                for i in range(10_000):
+                    with open(f"/tmp/fill{i}", "wb") as f:
+                        f.write(b"x" * (1 << 20))
+                    written += 1
+            except OSError:
+                pass
+            return written
+    """)
+    assert int(answer) <= 64
+
+
+def test_printing_gigabytes(attack):
+    _, (row,) = attack("""
+        import os
+        def run(task, llm, tools):
+            while True:
+                os.write(1, b"x" * (1 << 20))
+    """)
+    assert row["reason"] == "output_limit"
+
+
+def test_fork_bomb_is_contained(attack):
+    out, rows = attack("""
+        import os
+        def run(task, llm, tools):
+            while True:
+                try:
+                    os.fork()
+                except OSError:
+                    pass
+    """, limit=2)
+    assert {r["reason"] for r in rows} <= {"timeout", "crash", "exception"}
+    # and the sandbox still works afterwards
+    out, (row,) = attack("def run(task, llm, tools):\n    return 1\n")
+    assert row["answer"] == "1"
+
+
+def test_allocating_10_gb(attack):
+    _, (row,) = attack("def run(task, llm, tools):\n    return len(bytearray(10 * 1024**3))\n")
+    assert row["reason"] == "memory_limit"
+
+
+@pytest.mark.parametrize("code", [
+    "def run(task, llm, tools):\n    while True:\n        pass\n",
+    "import signal, time\ndef run(task, llm, tools):\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    time.sleep(3600)\n",
+], ids=["spin", "sleep-ignoring-sigterm"])  # fmt: skip
+def test_running_forever(attack, code):
+    _, (row,) = attack(code)
+    assert row["reason"] == "timeout"
+    assert row["wall_s"] < 15
+
+
+def test_forged_token_is_refused(attack):
+    _, (row,) = attack("""
+        import http.client, json, socket
+        class Conn(http.client.HTTPConnection):
+            def connect(self):
+                self.sock = socket.socket(socket.AF_UNIX)
+                self.sock.connect("/gateway/gateway.sock")
+        def run(task, llm, tools):
+            conn = Conn("gateway")
+            conn.request("POST", "/v1/chat/completions", json.dumps({"messages": []}),
+                         {"Authorization": "Bearer forged", "Content-Type": "application/json"})
+            return conn.getresponse().status
+    """)
+    assert row["answer"] == "401"
+    with sqlite3.connect(attack.home / "whale.db") as db:
+        assert db.execute("SELECT count(*) FROM step WHERE rollout_id = ?",
+                          (row["id"],)).fetchone()[0] == 0  # fmt: skip
+
+
+def test_sibling_rollouts_cannot_read_each_others_memory(attack):
+    """Rollouts of one harness share a warm sandbox; their tokens stay private all the same."""
+    _, rows = attack("""
+        import os, time
+        def run(task, llm, tools):
+            time.sleep(0.5)  # let the siblings start
+            readable = []
+            for pid in os.listdir("/proc"):
+                if pid.isdigit() and int(pid) != os.getpid():
+                    try:
+                        with open(f"/proc/{pid}/mem", "rb") as f:
+                            f.read(1)
+                        readable.append(pid)
+                    except OSError:
+                        pass
+                    try:
+                        if "Bearer" in open(f"/proc/{pid}/environ").read():
+                            readable.append(pid + "-env")
+                    except OSError:
+                        pass
+            return ",".join(readable) or "none"
+    """, limit=3)
+    assert [r["answer"] for r in rows] == ["none"] * 3
+
+
+def test_model_call_budget(attack):
+    _, (row,) = attack("""
+        def run(task, llm, tools):
+            while True:
+                llm.chat([{"role": "user", "content": "hi"}], max_tokens=1)
+    """)
+    assert row["reason"] == "budget"
+    assert row["turns"] == 4  # WHALE_ROLLOUT_MAX_CALLS
+
+
+def test_forbidden_module(attack):
+    _, (row,) = attack("import subprocess\ndef run(task, llm, tools):\n    return 1\n")
+    assert row["reason"] == "forbidden_import"
+    assert "subprocess" in row["error"]
+
+
+def test_a_fake_reward_cannot_be_reported(attack):
+    """The reward is computed outside the sandbox from the answer; tampering changes nothing."""
+    _, (row,) = attack("""
+        import json, os, sys
+        def run(task, llm, tools):
+            main = sys.modules.get("__main__")
+            if main is not None:  # patch the runner's result
+                main.run_task = lambda *a: {"answer": "0", "reward": 1.0, "reason": None}
+            for fd in range(3, 64):  # and try every descriptor for a result channel
+                try:
+                    os.write(fd, json.dumps({"reward": 1.0, "status": "pass"}).encode())
+                except OSError:
+                    pass
+            return "-1"
+    """)
+    # writing into its own result channel can only spoil its own result
+    assert row["status"] in ("fail", "error") and row["reward"] == 0.0
