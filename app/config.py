@@ -16,6 +16,8 @@ class Settings(BaseSettings):
     llm_model: str | None = Field(default=None, description="model name to request at llm_url")
     sandbox: Literal["auto", "process", "docker"] = "auto"
     sandbox_runtime: str | None = Field(default=None, description='docker runtime, e.g. "runsc"')
+    sandbox_image: str | None = Field(default=None, description="use this image, do not build")
+    runtime_dir: Path | None = Field(default=None, description="sockets and files sandboxes bind")
     host: str = "127.0.0.1"
     port: int = 8000
     concurrency: int = 32  # rollouts in flight at once

@@ -5,6 +5,7 @@ through its engine, evaluations write through its writer.
 """
 import asyncio
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ class Workbench:
         self.endpoint: ChatEndpoint | None = None
         self.gateway: Gateway | None = None
         self.sandbox: SandboxPool | None = None
-        self._socket_dir: tempfile.TemporaryDirectory | None = None
+        self._runtime: Path | None = None
 
     def session(self):
         return read_session(self.engine)
@@ -55,14 +56,17 @@ class Workbench:
             self.say(f"model: starting transformers serve for {path.name} (log: {self.model_server.log_path})")
             await asyncio.to_thread(self.model_server.start)
             self.endpoint = ChatEndpoint(self.model_server.base_url, self.model_server.model)
-        # A short path: Unix socket paths are limited to ~100 bytes, WHALE_HOME may be long.
-        self._socket_dir = tempfile.TemporaryDirectory(prefix="whale-gw-")
-        Path(self._socket_dir.name).chmod(0o755)
+        # Files the sandboxes bind: the gateway socket, harness copies, runner control sockets.
+        # A short path (Unix socket paths are limited to ~100 bytes, WHALE_HOME may be long),
+        # and one the Docker engine sees at the same place when the workbench runs in a container.
+        self._runtime = Path(tempfile.mkdtemp(prefix="whale-", dir=s.runtime_dir))
+        self._runtime.chmod(0o755)
         self.gateway = Gateway(self.writer, self.endpoint)
         await self.gateway.start(self.gateway_socket)
         launcher = await asyncio.to_thread(self._launcher)
         limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
-        self.sandbox = SandboxPool(launcher, self.gateway_socket, limits)
+        self.sandbox = SandboxPool(launcher, self.gateway_socket, self._runtime / "sandboxes",
+                                   limits)  # fmt: skip
 
     def _launcher(self):
         """The sandbox backend: docker where an engine and the image exist, else process."""
@@ -74,14 +78,14 @@ class Workbench:
         from sandbox import image
 
         why_not = docker_backend.engine_available()
-        if why_not is None and s.sandbox == "auto" and not image.is_built():
+        if why_not is None and s.sandbox == "auto" and not (s.sandbox_image or image.is_built()):
             why_not = "the sandbox image is not built (whale sandbox build)"
         if why_not is not None:
             if s.sandbox == "docker":
                 raise RuntimeError(f"the docker sandbox is not available: {why_not}")
             self.say(f"sandbox: process (docker not used: {why_not})")
             return ProcessLauncher()
-        tag = image.build(say=self.say)
+        tag = s.sandbox_image or image.build(say=self.say)
         launcher = docker_backend.DockerLauncher(
             tag, docker_backend.owner_label(s.home), runtime=s.sandbox_runtime
         )
@@ -91,7 +95,7 @@ class Workbench:
 
     @property
     def gateway_socket(self) -> Path:
-        return Path(self._socket_dir.name) / "gateway.sock"
+        return self._runtime / "gateway.sock"
 
     async def stop(self) -> None:
         if self.sandbox:
@@ -102,8 +106,8 @@ class Workbench:
             await self.endpoint.close()
         if self.model_server:
             await asyncio.to_thread(self.model_server.stop)
-        if self._socket_dir:
-            self._socket_dir.cleanup()
+        if self._runtime:
+            shutil.rmtree(self._runtime, ignore_errors=True)
         self.writer.close()
         self.engine.dispose()
 
@@ -138,7 +142,7 @@ class Workbench:
             on_start(run, n_tasks * k)
         s = self.settings
         budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
-        evaluator = Evaluator(self.writer, self.gateway, self.sandbox, s.home / "harnesses",
+        evaluator = Evaluator(self.writer, self.gateway, self.sandbox, self._runtime / "harnesses",
                               s.concurrency, budget)  # fmt: skip
         try:
             evaluation = await evaluator.evaluate(

@@ -65,16 +65,16 @@ class _HarnessServers:
 
 
 class SandboxPool:
-    def __init__(self, launcher: Launcher, gateway_socket: Path, limits: Limits = Limits(),
-                 warm: bool = True):  # fmt: skip
+    def __init__(self, launcher: Launcher, gateway_socket: Path, root: Path,
+                 limits: Limits = Limits(), warm: bool = True):  # fmt: skip
         self.launcher = launcher
         self.name = launcher.name
         self.gateway_socket = gateway_socket
         self.limits = limits
         self.warm = warm  # False: a fresh server per rollout (the "cold" mode, for comparison)
         self._pools: dict[Path, _HarnessServers] = {}
-        self._root = Path(tempfile.mkdtemp(prefix="whale-sbx-"))
-        self._root.chmod(0o755)
+        self._root = root  # control directories of the runner servers go here
+        self._root.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     async def run(self, harness: Path, task: dict, token: str,
                   forbidden_modules: frozenset[str] = frozenset()) -> SandboxResult:  # fmt: skip

@@ -12,10 +12,16 @@ with_test=0
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-# System packages: bubblewrap isolates the process sandbox; chromium runs the browser tests.
+# System packages: bubblewrap isolates the process sandbox. The tests also need chromium (browser
+# tests), and the Docker engine with debootstrap (the docker sandbox and its offline image).
 packages=()
 command -v bwrap >/dev/null || packages+=(bubblewrap)
-[[ $with_test == 1 && ! -x /usr/bin/chromium ]] && packages+=(chromium)
+if [[ $with_test == 1 ]]; then
+    [[ -x /usr/bin/chromium ]] || packages+=(chromium)
+    command -v dockerd >/dev/null || packages+=(docker.io)
+    command -v debootstrap >/dev/null || packages+=(debootstrap)
+    command -v docker-compose >/dev/null || packages+=(docker-compose)
+fi
 if ((${#packages[@]})); then
     say "installing ${packages[*]}"
     sudo_=""; [[ $(id -u) == 0 ]] || sudo_=sudo

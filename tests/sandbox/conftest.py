@@ -67,7 +67,8 @@ def run_harness(tmp_path, backend, make_launcher, gateway_socket):
         harness.chmod(0o644)
 
         async def main():
-            pool = SandboxPool(launcher, gateway_socket, Limits(**{"wall_s": 20, **limits}))
+            pool = SandboxPool(launcher, gateway_socket, tmp_path / "sandboxes",
+                               Limits(**{"wall_s": 20, **limits}))  # fmt: skip
             try:
                 return await pool.run(harness, task or {"question": "q"}, "token")
             finally:

@@ -1,0 +1,48 @@
+"""Shared bits of the benchmark scripts: percentiles, the report table, docs/benchmarks.md."""
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def report(title: str, body: str, notes: str = "") -> None:
+    """Print the section and append it to docs/benchmarks.md."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = f"\n## {title}\n{stamp}; {machine()}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
+    print(section)
+    with open(REPO / "docs" / "benchmarks.md", "a") as f:
+        f.write(section)
+
+
+def start_zero_llm(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "zero_llm.py"), str(port)])
+    for _ in range(100):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the zero-latency endpoint did not start")
