@@ -302,13 +302,17 @@ class _Server(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
 
 def serve(control_socket, harness_path):
     _make_undumpable()
-    try:
-        os.unlink(control_socket)
-    except FileNotFoundError:
-        pass
-    server = _Server(control_socket, _Handler)
+    # Listen under a temporary name, then rename: the socket appears only once it accepts.
+    pending = control_socket + ".pending"
+    for path in (pending, control_socket):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    server = _Server(pending, _Handler)
     server.harness_path = harness_path
-    os.chmod(control_socket, 0o666)
+    os.chmod(pending, 0o666)
+    os.rename(pending, control_socket)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     server.serve_forever(poll_interval=3600)
 
