@@ -179,6 +179,83 @@ def eval_(
     asyncio.run(main())
 
 
+@cli.command()
+def train(
+    harness: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
+                                                      help="harness file (default: the domain's seed)")] = None,
+    domain: Annotated[str, typer.Option(help="task domain")] = "arith",
+    steps: Annotated[int, typer.Option(min=1, help="RFT steps")] = 2,
+    prompts: Annotated[int, typer.Option(min=1, help="train prompts per step")] = 32,
+    n: Annotated[int, typer.Option("-n", min=1, help="rollouts per prompt")] = 8,
+    lr: Annotated[float, typer.Option(help="learning rate")] = 2e-4,
+    lora_rank: Annotated[int, typer.Option(min=1, help="LoRA rank")] = 16,
+    full: Annotated[bool, typer.Option("--full", help="full fine-tune instead of LoRA")] = False,
+    test_k: Annotated[int, typer.Option(min=1, help="samples per test task")] = 4,
+    test_limit: Annotated[Optional[int], typer.Option(min=1, help="first N test tasks")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+):
+    """A weight phase: test mean@k, online RFT steps under the harness, test mean@k again."""
+    from app.config import RFTConfig
+    from app.training.phase import weight_phase
+
+    try:
+        the_domain = get_domain(domain)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    harness = harness or the_domain.seed_harness
+    cfg = RFTConfig(steps=steps, prompts_per_step=prompts, samples_per_prompt=n, lr=lr,
+                    lora_rank=lora_rank, lora=not full)  # fmt: skip
+
+    async def main():
+        workbench = _workbench(say=(lambda m: None) if as_json else None)
+        try:
+            await workbench.start()
+            config = {"harness": str(harness), "rft": cfg.model_dump(), "test_k": test_k,
+                      "test_limit": test_limit}  # fmt: skip
+            run, first, base = await workbench.start_run(f"rft {harness.name}", "rft", domain,
+                                                         harness, config)  # fmt: skip
+            with _progress() as progress:
+                bar = progress.add_task("", total=None, passed=0, visible=not as_json)
+
+                def on(kind, data):
+                    if kind == "phase":
+                        progress.reset(bar, description=data["what"], total=None, passed=0)
+                    elif kind == "rollout":
+                        progress.update(bar, advance=1, passed=progress.tasks[bar].fields["passed"]
+                                        + (data["rollout"].status == "pass"))  # fmt: skip
+                    elif kind == "accepted" and not as_json:
+                        err.print(f"accepted {data['accepted']}/{data['total']} rollouts: "
+                                  f"{data['examples']} examples")  # fmt: skip
+                    elif kind == "batch":
+                        progress.update(bar, description=f"training batch {data['batch']}/{data['of']}"
+                                        f" loss {data['loss']:.3f}")  # fmt: skip
+
+                try:
+                    result = await weight_phase(workbench, run.id, first, base, the_domain, cfg,
+                                                test_k, test_limit, on)  # fmt: skip
+                except BaseException:
+                    await workbench.finish_run(run.id, "failed")
+                    raise
+            await workbench.finish_run(run.id, "done")
+        finally:
+            await workbench.stop()
+        summary = {
+            "run_id": run.id, "before": result.before.mean_at_k, "after": result.after.mean_at_k,
+            "k": test_k, "n_test_tasks": result.after.n_tasks,
+            "rollouts_used": result.rollouts_used, "checkpoint_id": result.checkpoint.id,
+            "steps": [{"accepted": j.n_accepted, "rollouts": j.n_rollouts, "loss": j.loss,
+                       "status": j.status} for j in result.jobs],
+        }  # fmt: skip
+        if as_json:
+            print(json.dumps(summary))
+        else:
+            print(f"test mean@{test_k}: {summary['before']:.3f} -> {summary['after']:.3f} "
+                  f"after {steps} RFT steps ({summary['rollouts_used']} training rollouts); "
+                  f"run {run.id}, checkpoint {result.checkpoint.id}")  # fmt: skip
+
+    asyncio.run(main())
+
+
 sandbox_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
 cli.add_typer(sandbox_cli, name="sandbox")
 

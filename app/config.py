@@ -2,7 +2,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -41,3 +41,26 @@ class Settings(BaseSettings):
     def ensure_dirs(self) -> None:
         for d in (self.home, self.models_dir, self.logs_dir):
             d.mkdir(parents=True, exist_ok=True)
+
+
+class RFTConfig(BaseModel):
+    """One weight phase of online rejection-sampling fine-tuning (reference/whale.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(default=2, ge=1, description="RFT steps in the phase")
+    prompts_per_step: int = Field(default=32, ge=1, description="train-split prompts per step")
+    samples_per_prompt: int = Field(default=8, ge=1, description="n rollouts per prompt")
+    temperature: float = 1.0  # the harness decides; recorded for the report
+    threshold: float = Field(default=0.5, description="accept rollouts scoring above this")
+    lr: float = Field(default=2e-4, gt=0)
+    batch_size: int = Field(default=16, ge=1, description="examples per optimizer step")
+    epochs: int = Field(default=1, ge=1)
+    max_seq_len: int = Field(default=512, ge=16)
+    lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
+    lora_rank: int = Field(default=16, ge=1)
+    lora_alpha: int = Field(default=32, ge=1)
+    lora_targets: list[str] = Field(
+        default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    seed: int = 0

@@ -38,6 +38,7 @@ class Workbench:
         self.gateway: Gateway | None = None
         self.sandbox: SandboxPool | None = None
         self._runtime: Path | None = None
+        self.base_model_path: Path | None = None  # the weights RFT starts from
 
     def session(self):
         return read_session(self.engine)
@@ -48,10 +49,13 @@ class Workbench:
         s = self.settings
         if s.llm_url:
             model = s.llm_model or str(await asyncio.to_thread(prepare_model, s.models_dir, self.say))
+            if Path(model).is_dir():  # a served local folder is also what training starts from
+                self.base_model_path = Path(model)
             self.endpoint = ChatEndpoint(s.llm_url, model)
             self.say(f"model: attached to {s.llm_url} ({model})")
         else:
             path = await asyncio.to_thread(prepare_model, s.models_dir, self.say)
+            self.base_model_path = path
             self.model_server = LocalModelServer(path, s.logs_dir / "model-server.log")
             self.say(f"model: starting transformers serve for {path.name} (log: {self.model_server.log_path})")
             await asyncio.to_thread(self.model_server.start)
@@ -111,6 +115,20 @@ class Workbench:
         self.writer.close()
         self.engine.dispose()
 
+    def evaluator(self) -> Evaluator:
+        s = self.settings
+        budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
+        return Evaluator(self.writer, self.gateway, self.sandbox, self._runtime / "harnesses",
+                         s.concurrency, budget)  # fmt: skip
+
+    async def serve_checkpoint(self, folder: Path) -> str:
+        """Make a trained checkpoint servable; returns the model name requests use for it.
+
+        `transformers serve` loads a weights folder on its first request by path, so the merged
+        weights are the name; a LoRA-capable server hot-loads the adapter instead.
+        """
+        return str(folder / "merged")
+
     async def evaluate_file(
         self, harness_path: Path, domain_name: str, split: str = "test", k: int = 2,
         limit: int | None = None, run_name: str | None = None,
@@ -120,39 +138,43 @@ class Workbench:
         """Evaluate a harness file as a new run of kind "eval"; needs start() first."""
         domain = get_domain(domain_name)
         n_tasks = len(domain.tasks(split)[:limit])
-        code = harness_path.read_text()
         config = {"harness": str(harness_path), "split": split, "k": k, "limit": limit}
+        run, harness, checkpoint = await self.start_run(
+            run_name or f"eval {harness_path.name}", "eval", domain_name, harness_path, config
+        )
+        if on_start:
+            on_start(run, n_tasks * k)
+        try:
+            evaluation = await self.evaluator().evaluate(
+                run.id, harness, checkpoint, domain, split, k, limit, progress
+            )
+        except BaseException:
+            await self.finish_run(run.id, "failed")
+            raise
+        return await self.finish_run(run.id, "done"), evaluation
+
+    async def start_run(self, name: str, kind: str, domain_name: str, harness_path: Path,
+                        config: dict) -> tuple[Run, Harness, Checkpoint]:  # fmt: skip
+        """A new running run with its starting harness (from a file) and the base checkpoint."""
+        code = harness_path.read_text()
         model = self.endpoint.model
-        model_path = self.model_server.model if self.model_server else None
+        base_path = str(self.base_model_path) if self.base_model_path else None
 
         def create(s):
-            run = Run(name=run_name or f"eval {harness_path.name}", kind="eval",
-                      domain=domain_name, status="running", config=config)  # fmt: skip
+            run = Run(name=name, kind=kind, domain=domain_name, status="running", config=config)
             s.add(run)
             s.flush()
             harness = Harness(run_id=run.id, name=harness_path.name, code=code, sha=sha_of(code))
             checkpoint = s.exec(select(Checkpoint).where(Checkpoint.name == model)).first()
             if checkpoint is None:
-                checkpoint = Checkpoint(kind="base", name=model, path=model_path)
+                checkpoint = Checkpoint(kind="base", name=model, path=base_path)
             s.add_all([harness, checkpoint])
             return run, harness, checkpoint
 
-        run, harness, checkpoint = await self.writer.run(create)
-        if on_start:
-            on_start(run, n_tasks * k)
-        s = self.settings
-        budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
-        evaluator = Evaluator(self.writer, self.gateway, self.sandbox, self._runtime / "harnesses",
-                              s.concurrency, budget)  # fmt: skip
-        try:
-            evaluation = await evaluator.evaluate(
-                run.id, harness, checkpoint, domain, split, k, limit, progress
-            )
-        except BaseException:
-            await self.writer.run(lambda s: _set_status(s, run.id, "failed"))
-            raise
-        run = await self.writer.run(lambda s: _set_status(s, run.id, "done"))
-        return run, evaluation
+        return await self.writer.run(create)
+
+    async def finish_run(self, run_id: int, status: str) -> Run:
+        return await self.writer.run(lambda s: _set_status(s, run_id, status))
 
 
 def _set_status(s, run_id: int, status: str) -> Run:

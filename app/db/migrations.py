@@ -55,6 +55,32 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ix_event_run ON event(run_id, id);
         """,
     ),
+    (
+        "002_training",
+        """
+        CREATE TABLE training_job (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES run(id),
+            harness_id INTEGER NOT NULL REFERENCES harness(id),
+            checkpoint_in_id INTEGER NOT NULL REFERENCES checkpoint(id),
+            checkpoint_out_id INTEGER REFERENCES checkpoint(id),
+            evaluation_id INTEGER REFERENCES evaluation(id),
+            step INTEGER NOT NULL, status TEXT NOT NULL, config BLOB,
+            n_rollouts INTEGER NOT NULL, n_accepted INTEGER NOT NULL, mean_reward FLOAT,
+            n_examples INTEGER NOT NULL, tokens_trained INTEGER NOT NULL, loss FLOAT,
+            error TEXT, log_tail TEXT, created_at DATETIME NOT NULL, finished_at DATETIME);
+        CREATE INDEX ix_training_job_run ON training_job(run_id, id);
+        CREATE TABLE metric (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES run(id),
+            training_job_id INTEGER REFERENCES training_job(id), series TEXT NOT NULL,
+            x FLOAT NOT NULL, rollouts INTEGER NOT NULL, y FLOAT NOT NULL,
+            created_at DATETIME NOT NULL);
+        CREATE INDEX ix_metric_run_series ON metric(run_id, series, x);
+        ALTER TABLE checkpoint ADD COLUMN training_job_id INTEGER REFERENCES training_job(id);
+        ALTER TABLE checkpoint ADD COLUMN size_bytes INTEGER;
+        -- a run's rollouts in id order without a status filter
+        CREATE INDEX ix_rollout_run ON rollout(run_id, id);
+        """,
+    ),
 ]
 
 

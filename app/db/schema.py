@@ -63,7 +63,9 @@ class Checkpoint(SQLModel, table=True):
     parent_id: int | None = Field(default=None, foreign_key="checkpoint.id")
     kind: str = "base"  # base | lora | full
     name: str  # the model name the backend serves it under
-    path: str | None = None
+    path: str | None = None  # base: the weights folder; lora: the checkpoint folder
+    training_job_id: int | None = Field(default=None, foreign_key="training_job.id")
+    size_bytes: int | None = None
     created_at: datetime = Field(default_factory=now)
 
 
@@ -121,6 +123,45 @@ class Step(SQLModel, table=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency_ms: float = 0.0
+    created_at: datetime = Field(default_factory=now)
+
+
+class TrainingJob(SQLModel, table=True):
+    """One RFT step: sample under (harness, checkpoint), keep the accepted, train, register."""
+
+    __tablename__ = "training_job"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    harness_id: int = Field(foreign_key="harness.id")
+    checkpoint_in_id: int = Field(foreign_key="checkpoint.id")
+    checkpoint_out_id: int | None = Field(default=None, foreign_key="checkpoint.id")
+    evaluation_id: int | None = Field(default=None, foreign_key="evaluation.id")  # the sampling
+    step: int
+    # sampling | training | done | skipped (nothing accepted) | failed | cancelled
+    status: str = "sampling"
+    config: dict | None = zjson()
+    n_rollouts: int = 0
+    n_accepted: int = 0
+    mean_reward: float | None = None
+    n_examples: int = 0
+    tokens_trained: int = 0
+    loss: float | None = None
+    error: str | None = None
+    log_tail: str | None = None
+    created_at: datetime = Field(default_factory=now)
+    finished_at: datetime | None = None
+
+
+class Metric(SQLModel, table=True):
+    """One point of a curve: series (e.g. "train/loss", "test/mean@k") at x, after `rollouts`."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    training_job_id: int | None = Field(default=None, foreign_key="training_job.id")
+    series: str
+    x: float
+    rollouts: int
+    y: float
     created_at: datetime = Field(default_factory=now)
 
 

@@ -99,8 +99,10 @@ class LocalModelServer:
 
     def start(self, timeout: float = 300) -> None:
         cli = Path(sys.executable).with_name("transformers")
+        # No pinned model: each request names its weights folder (the base, or a trained
+        # checkpoint's merged weights), loaded on first use and unloaded after 10 idle minutes.
         cmd = [
-            str(cli), "serve", str(self.model_path), "--continuous-batching",
+            str(cli), "serve", "--continuous-batching", "--model-timeout", "600",
             "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
         ]  # fmt: skip
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,12 +118,19 @@ class LocalModelServer:
                 raise RuntimeError(f"model server exited with {self.proc.returncode}:\n{tail}")
             try:
                 if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    self._load_base(deadline - time.monotonic())
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"model server did not answer within {timeout:.0f}s; see {self.log_path}")
+
+    def _load_base(self, timeout: float) -> None:
+        """One tiny request loads the base weights, so the first rollout does not wait for it."""
+        httpx.post(f"{self.base_url}/chat/completions", timeout=max(timeout, 10), json={
+            "model": self.model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
+        }).raise_for_status()  # fmt: skip
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -55,9 +55,10 @@ class Evaluator:
     async def evaluate(
         self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
         split: str, k: int, limit: int | None = None,
-        progress: Callable[[Rollout], None] | None = None,
+        progress: Callable[[Rollout], None] | None = None, tasks: list[Task] | None = None,
     ) -> Evaluation:  # fmt: skip
-        tasks = domain.tasks(split)[:limit]
+        """k rollouts for each task of the split (its first `limit`, or the given `tasks`)."""
+        tasks = tasks if tasks is not None else domain.tasks(split)[:limit]
         evaluation, rollouts = await self.writer.run(
             lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks)
         )

@@ -1,0 +1,79 @@
+"""One RFT step end to end: sample in the sandbox, accept, train, register, serve the new weights."""
+import asyncio
+import textwrap
+
+import pytest
+from sqlmodel import select
+
+from app.config import RFTConfig, Settings
+from app.db.schema import Checkpoint, Metric, Rollout, TrainingJob
+from app.domains import get_domain
+from app.training.rft import rft_step
+from app.workbench import Workbench
+
+# Calls the model (so there are model steps to learn from) but answers right by itself, so
+# every rollout is accepted: the test is about the plumbing, not about the model's skill.
+ORACLE = """
+def run(task, llm, tools):
+    expr = task["question"].removeprefix("What is ").rstrip("?")
+    llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8, temperature=1.0)
+    return eval(expr)
+"""
+NEVER = "def run(task, llm, tools):\n    llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=2)\n"
+
+
+def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
+    harness_path = tmp_path / "harness.py"
+    harness_path.write_text(textwrap.dedent(code))
+    settings = Settings(home=tmp_path / "home", model_cache=model_cache, sandbox="process",
+                        llm_url=model_server.base_url, llm_model=model_server.model)  # fmt: skip
+
+    async def main():
+        workbench = Workbench(settings, say=lambda m: None)
+        await workbench.start()
+        try:
+            run, harness, base = await workbench.start_run("rft", "rft", "arith", harness_path, {})
+            job, checkpoint = await rft_step(workbench, run.id, harness, base,
+                                             get_domain("arith"), cfg, step=0)  # fmt: skip
+            reply = None
+            if checkpoint.id != base.id:  # the new weights answer under their served name
+                reply = await workbench.endpoint.chat(checkpoint.name, [
+                    {"role": "user", "content": "What is 12 + 30?"}], max_tokens=12, seed=3)  # fmt: skip
+            with workbench.session() as s:
+                stored = {
+                    "jobs": s.exec(select(TrainingJob)).all(),
+                    "checkpoints": s.exec(select(Checkpoint).order_by(Checkpoint.id)).all(),
+                    "metrics": s.exec(select(Metric)).all(),
+                    "rollouts": s.exec(select(Rollout)).all(),
+                }
+            return job, base, checkpoint, reply, stored
+        finally:
+            await workbench.stop()
+
+    return asyncio.run(main())
+
+
+def test_accepted_rollouts_train_a_registered_servable_checkpoint(tmp_path, model_server,
+                                                                   model_cache):  # fmt: skip
+    cfg = RFTConfig(prompts_per_step=3, samples_per_prompt=2, lora_rank=4, lr=1e-3, batch_size=4)
+    job, base, checkpoint, reply, stored = run_step(tmp_path, model_server, model_cache, ORACLE, cfg)
+    assert (job.status, job.n_rollouts, job.n_accepted) == ("done", 6, 6)
+    assert job.n_examples == 6 and job.tokens_trained > 0 and job.loss > 0
+    assert job.mean_reward == 1.0
+    # the sampling went through the ordinary rollout path: traces recorded on the train split
+    assert len(stored["rollouts"]) == 6 and all(r.turns == 1 for r in stored["rollouts"])
+    assert (checkpoint.kind, checkpoint.parent_id, checkpoint.training_job_id) == ("lora", base.id,
+                                                                                   job.id)  # fmt: skip
+    assert checkpoint.size_bytes > 1_000_000
+    assert job.checkpoint_out_id == checkpoint.id
+    assert {m.series for m in stored["metrics"]} == {"train/accept_rate", "train/mean_reward",
+                                                     "train/loss"}  # fmt: skip
+    assert reply["choices"][0]["message"]["content"]
+
+
+def test_nothing_accepted_skips_the_update(tmp_path, model_server, model_cache):
+    cfg = RFTConfig(prompts_per_step=2, samples_per_prompt=2)
+    job, base, checkpoint, _, stored = run_step(tmp_path, model_server, model_cache, NEVER, cfg)
+    assert (job.status, job.n_accepted, job.n_rollouts) == ("skipped", 0, 4)
+    assert checkpoint.id == base.id
+    assert len(stored["checkpoints"]) == 1

@@ -1,0 +1,64 @@
+"""The training process on the real model: it learns what it is shown and saves whole checkpoints."""
+import asyncio
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from app.llm.local import prepare_model
+from app.training.examples import encode
+from app.training.job import TrainingError, run_trainer
+from app.training.train import token_mean_nll
+
+EXAMPLES = [
+    {"messages": [{"role": "user", "content": f"What is {a} + {b}?"}],
+     "completion": f"The answer is {a + b}.", "finish_reason": "stop"}
+    for a, b in [(12, 30), (25, 17), (40, 41), (33, 66)]
+]  # fmt: skip
+
+
+def spec_for(tmp_path, base, **overrides) -> dict:
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text("".join(json.dumps(e) + "\n" for e in EXAMPLES))
+    return {"base_model": str(base), "init_adapter": None, "examples": str(examples),
+            "output": str(tmp_path / "ckpt"), "lora": True, "lora_rank": 8, "lora_alpha": 16,
+            "lora_targets": ["q_proj", "v_proj", "up_proj", "down_proj"], "lr": 3e-3,
+            "batch_size": 2, "epochs": 3, "max_seq_len": 128, "seed": 0, **overrides}  # fmt: skip
+
+
+def nll_of_examples(folder) -> float:
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    total = 0.0
+    with torch.no_grad():
+        for example in EXAMPLES:
+            ids, labels = encode(tokenizer, example, 128)
+            logits = model(input_ids=torch.tensor([ids])).logits
+            total += token_mean_nll(logits, torch.tensor([labels]))[0].item()
+    return total / len(EXAMPLES)
+
+
+def test_training_lowers_the_loss_on_its_examples_and_saves_both_forms(tmp_path, model_cache):
+    base = prepare_model(model_cache)
+    events = []
+    done = asyncio.run(run_trainer(spec_for(tmp_path, base), tmp_path / "job", events.append))
+    assert [e["batch"] for e in events] == list(range(1, 7))  # 4 examples / 2 x 3 epochs
+    assert done["examples"] == 4 and done["tokens"] > 0
+    ckpt = tmp_path / "ckpt"
+    assert (ckpt / "adapter" / "adapter_config.json").exists()
+    assert (ckpt / "merged" / "model.safetensors").exists()
+    assert not (tmp_path / "ckpt.tmp").exists()
+    assert nll_of_examples(ckpt / "merged") < 0.8 * nll_of_examples(base)
+    # continuing from the adapter keeps what was learned
+    again = spec_for(tmp_path, base, init_adapter=str(ckpt / "adapter"),
+                     output=str(tmp_path / "ckpt2"), epochs=1, lr=1e-6)  # fmt: skip
+    asyncio.run(run_trainer(again, tmp_path / "job2", lambda e: None))
+    assert nll_of_examples(tmp_path / "ckpt2" / "merged") < 0.8 * nll_of_examples(base)
+
+
+def test_a_failing_job_says_why_and_writes_no_checkpoint(tmp_path):
+    spec = spec_for(tmp_path, tmp_path / "no-such-model")
+    with pytest.raises(TrainingError, match="no-such-model"):
+        asyncio.run(run_trainer(spec, tmp_path / "job", lambda e: None))
+    assert not (tmp_path / "ckpt").exists()
