@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
 from app.llm.local import LocalModelServer, prepare_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,3 +97,26 @@ def server_url(evaluated_home, model_cache):
     yield url
     proc.terminate()
     proc.wait(10)
+
+
+def make_rollout(writer) -> int:
+    """A rollout row (with its run, harness, checkpoint and evaluation) to hang steps on."""
+    def create(s):
+        run = Run(name="r", kind="eval", domain="arith")
+        s.add(run)
+        s.flush()
+        harness = Harness(run_id=run.id, name="h.py", code="", sha="x")
+        ckpt = Checkpoint(name="m")
+        s.add_all([harness, ckpt])
+        s.flush()
+        ev = Evaluation(run_id=run.id, harness_id=harness.id, checkpoint_id=ckpt.id, split="test",
+                        k=1, n_tasks=1)  # fmt: skip
+        s.add(ev)
+        s.flush()
+        rollout = Rollout(run_id=run.id, evaluation_id=ev.id, harness_id=harness.id,
+                          checkpoint_id=ckpt.id, task_id="t", sample=0)  # fmt: skip
+        s.add(rollout)
+        s.flush()
+        return rollout.id
+
+    return writer.submit(create).result()

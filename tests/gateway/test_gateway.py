@@ -6,9 +6,10 @@ import pytest
 from sqlmodel import select
 
 from app.db import Writer, open_engine, read_session
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
+from app.db.schema import Step
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
+from tests.conftest import make_rollout
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 
@@ -19,28 +20,6 @@ def store(tmp_path):
     writer = Writer(engine)
     yield engine, writer
     writer.close()
-
-
-def make_rollout(writer) -> int:
-    def create(s):
-        run = Run(name="r", kind="eval", domain="arith")
-        s.add(run)
-        s.flush()
-        harness = Harness(run_id=run.id, name="h.py", code="", sha="x")
-        ckpt = Checkpoint(name="m")
-        s.add_all([harness, ckpt])
-        s.flush()
-        ev = Evaluation(run_id=run.id, harness_id=harness.id, checkpoint_id=ckpt.id, split="test",
-                        k=1, n_tasks=1)  # fmt: skip
-        s.add(ev)
-        s.flush()
-        rollout = Rollout(run_id=run.id, evaluation_id=ev.id, harness_id=harness.id,
-                          checkpoint_id=ckpt.id, task_id="t", sample=0)  # fmt: skip
-        s.add(rollout)
-        s.flush()
-        return rollout.id
-
-    return writer.submit(create).result()
 
 
 @pytest.fixture

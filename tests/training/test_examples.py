@@ -5,7 +5,7 @@ from transformers import AutoTokenizer
 from app.db import Writer, open_engine, read_session
 from app.db.schema import Step
 from app.training.examples import encode, examples_from_rollouts
-from tests.gateway.test_gateway import make_rollout
+from tests.conftest import make_rollout
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
 

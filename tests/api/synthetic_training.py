@@ -1,0 +1,94 @@
+"""A weight phase as `whale train` records it, written through the real writer: test mean@k
+before, RFT steps (a sampling evaluation on the train split, accepted rollouts, a loss per batch,
+a new LoRA checkpoint whose parent is the previous one), test mean@k after.
+
+Shared by tests/api and tests/web.
+"""
+from dataclasses import dataclass, field
+
+from app.db.schema import Checkpoint, Evaluation, Metric, Run, TrainingJob
+from tests.api.synthetic_store import Store
+
+BATCHES = 4  # loss points of a trained step
+TRACEBACK = "Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: CUDA out of memory"
+
+
+@dataclass
+class WeightPhase:
+    run: Run
+    base: Checkpoint
+    jobs: list[TrainingJob] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)  # the trained ones, in order
+    sampling: list[Evaluation] = field(default_factory=list)  # one per job
+    tests: list[Evaluation] = field(default_factory=list)  # before, and after when it finished
+
+
+def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> WeightPhase:
+    """One RFT step per entry of `steps`, each the statuses of its sampled rollouts; a step with
+    no "pass" is skipped. `last` is how the last step stands: "done", or still "sampling" or
+    "training" (the run is running), or "failed" in training (the run failed)."""
+    run_status = {"done": "done", "failed": "failed"}.get(last, "running")
+    run = store.write(Run(name="rft seed.py", kind="rft", domain="arith", status=run_status))
+    harness = store.harness(run)
+    base = store.write(Checkpoint(name="smol-base", kind="base", path="/models/smol"))
+    phase = WeightPhase(run, base)
+    phase.tests.append(store.evaluation(run, harness, base, n_tasks=4, k=2, status="done",
+                                        n_done=8, mean_at_k=0.25))  # fmt: skip
+    store.write(Metric(run_id=run.id, series="test/mean@k", x=0, rollouts=0, y=0.25))
+    current, used = base, 0
+    for step, statuses in enumerate(steps):
+        state = last if step == len(steps) - 1 else "done"
+        job = store.write(TrainingJob(run_id=run.id, harness_id=harness.id,
+                                      checkpoint_in_id=current.id, step=step,
+                                      config={"threshold": 0.5, "lora": True}))  # fmt: skip
+        sampling = store.write(Evaluation(
+            run_id=run.id, harness_id=harness.id, checkpoint_id=current.id, split="train", k=1,
+            n_tasks=len(statuses), n_done=0 if state == "sampling" else len(statuses),
+            status="running" if state == "sampling" else "done"))  # fmt: skip
+        phase.sampling.append(sampling)
+        if state == "sampling":  # the job names its evaluation only once sampling ends
+            phase.jobs.append(job)
+            break
+        store.rollouts(sampling, statuses)
+        accepted, used = statuses.count("pass"), used + len(statuses)
+        rate = accepted / len(statuses)
+        values = dict(evaluation_id=sampling.id, n_rollouts=len(statuses), n_accepted=accepted,
+                      mean_reward=rate, n_examples=accepted,
+                      status="training" if accepted else "skipped")  # fmt: skip
+        store.write(*[Metric(run_id=run.id, training_job_id=job.id, series=series, x=step,
+                             rollouts=used, y=rate)
+                      for series in ("train/accept_rate", "train/mean_reward")])  # fmt: skip
+        if accepted:
+            batches = BATCHES if state == "done" else BATCHES // 2
+            store.write(*[Metric(run_id=run.id, training_job_id=job.id, series="train/loss",
+                                 x=step + b / BATCHES, rollouts=used, y=2.0 - step - b / 10)
+                          for b in range(1, batches + 1)])  # fmt: skip
+        if accepted and state == "done":
+            current = store.write(Checkpoint(
+                run_id=run.id, parent_id=current.id, kind="lora", name=f"smol-rft-{job.id}",
+                path=f"/home/checkpoints/run-{run.id}/job-{job.id}", training_job_id=job.id,
+                size_bytes=3_500_000))  # fmt: skip
+            phase.checkpoints.append(current)
+            values.update(status="done", checkpoint_out_id=current.id, loss=1.9 - step,
+                          tokens_trained=120 * accepted)  # fmt: skip
+        elif state == "failed":
+            values.update(status="failed", log_tail=TRACEBACK,
+                          error=f"training process exited with code 1:\n{TRACEBACK}")  # fmt: skip
+        phase.jobs.append(_update(store, job, **values))
+    if last == "done":
+        phase.tests.append(store.evaluation(run, harness, current, n_tasks=4, k=2, status="done",
+                                            n_done=8, mean_at_k=0.5))  # fmt: skip
+        store.write(Metric(run_id=run.id, series="test/mean@k", x=len(steps), rollouts=used,
+                           y=0.5))  # fmt: skip
+    return phase
+
+
+def _update(store: Store, job: TrainingJob, **values) -> TrainingJob:
+    def update(s):
+        row = s.get(TrainingJob, job.id)
+        for key, value in values.items():
+            setattr(row, key, value)
+        s.flush()
+        return row
+
+    return store.writer.submit(update).result()

