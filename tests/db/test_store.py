@@ -31,7 +31,7 @@ def test_schema_matches_the_migrated_database(tmp_path):
     path = tmp_path / "whale.db"
     open_engine(path).dispose()
     with sqlite3.connect(path) as conn:
-        for table in SQLModel.metadata.sorted_tables:
+        for table in SQLModel.metadata.tables.values():
             columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table.name})")}
             assert columns == {c.name for c in table.columns}, table.name
 
