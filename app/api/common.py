@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, get_args
 
-from fastapi import Depends, HTTPException, Query, Request
+from fastapi import Depends, HTTPException, Path, Query, Request
 from sqlmodel import Session, SQLModel
 
 # Every value Rollout.status can take; a filter with any other value is refused (422).
@@ -20,6 +20,10 @@ RunFilter = Annotated[int | None, Query(description="only this run's rollouts")]
 EvaluationFilter = Annotated[int | None, Query(description="only this evaluation's rollouts")]
 StatusFilter = Annotated[RolloutStatus | None, Query(description="only rollouts in this status")]
 Page = Annotated[int, Query(ge=1, description="1-based page of 50 rollouts")]
+
+# An id in a path. SQLite keeps ids in signed 64 bits: a larger number is malformed (422), where
+# a plain int would reach the database and overflow there (500).
+RowId = Annotated[int, Path(le=2**63 - 1)]
 
 
 def get_session(request: Request) -> Iterator[Session]:

@@ -5,10 +5,12 @@ by FastAPI's validation with a 422 and a message; unknown ids answer 404.
 """
 from fastapi import APIRouter
 
-from app.api.common import EvaluationFilter, Page, RunFilter, SessionDep, StatusFilter
+from app.api.checkpoints import get_checkpoint
+from app.api.common import EvaluationFilter, Page, RowId, RunFilter, SessionDep, StatusFilter
 from app.api.harnesses import get_harness
 from app.api.rollouts import get_rollout, list_rollouts
 from app.api.runs import get_run, list_runs
+from app.api.training import get_training_job
 
 router = APIRouter()
 
@@ -21,7 +23,8 @@ def runs(s: SessionDep):
 
 @router.get("/runs/{run_id}")
 def run(run_id: int, s: SessionDep):
-    """A run with its evaluations, rollout counts per status and newest failures."""
+    """A run with its evaluations, rollout counts per status, newest failures and, when it
+    trained, its weight phase (jobs, checkpoint chain, curves)."""
     return get_run(s, run_id)
 
 
@@ -42,3 +45,15 @@ def rollouts(s: SessionDep, run: RunFilter = None, evaluation: EvaluationFilter 
 def rollout(rollout_id: int, s: SessionDep):
     """A rollout and its trace: every model and tool step in order."""
     return get_rollout(s, rollout_id)
+
+
+@router.get("/training/{job_id}")
+def training_job(job_id: RowId, s: SessionDep):
+    """A training job (one RFT step) with its counts, loss curve and first accepted rollouts."""
+    return get_training_job(s, job_id)
+
+
+@router.get("/checkpoints/{checkpoint_id}")
+def checkpoint(checkpoint_id: RowId, s: SessionDep):
+    """A checkpoint with the job that made it, its lineage, children and evaluations."""
+    return get_checkpoint(s, checkpoint_id)

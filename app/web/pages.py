@@ -5,12 +5,14 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from app.api.checkpoints import get_checkpoint
 from app.api.common import (
-    ROLLOUT_STATUSES, EvaluationFilter, NotFound, Page, RunFilter, SessionDep, StatusFilter,
+    ROLLOUT_STATUSES, EvaluationFilter, NotFound, Page, RowId, RunFilter, SessionDep, StatusFilter,
 )  # fmt: skip
 from app.api.harnesses import get_harness
 from app.api.rollouts import get_rollout, list_rollouts
 from app.api.runs import get_run, list_runs
+from app.api.training import get_training_job
 from app.web.templating import render
 from app.web.trace import step_views
 
@@ -66,3 +68,19 @@ def rollout_page(request: Request, rollout_id: int, s: SessionDep):
         return {**data, "step_views": step_views(data["steps"])}
 
     return show(request, "rollout.html", load)
+
+
+@router.get("/training/{job_id}")
+def training_job_page(request: Request, job_id: RowId, s: SessionDep):
+    return show(request, "training_job.html", lambda: get_training_job(s, job_id))
+
+
+@router.get("/training/{job_id}/live")
+def training_job_live_fragment(request: Request, job_id: RowId, s: SessionDep):
+    """The part of the job page that htmx polls while the job samples or trains."""
+    return show(request, "_training_live.html", lambda: get_training_job(s, job_id))
+
+
+@router.get("/checkpoints/{checkpoint_id}")
+def checkpoint_page(request: Request, checkpoint_id: RowId, s: SessionDep):
+    return show(request, "checkpoint.html", lambda: get_checkpoint(s, checkpoint_id))

@@ -13,6 +13,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from app import ROOT
+from app.web.curves import loss_chart, step_curves_chart, test_curve_chart
 
 templates = Jinja2Templates(directory=ROOT / "templates")
 DASH = "\u2014"  # what a missing value looks like
@@ -42,6 +43,19 @@ def seconds(value: float | None) -> str:
 
 def millis(value: float | None) -> str:
     return DASH if value is None else f"{value:,.0f} ms"
+
+
+def size(value: int | None) -> str:
+    """Bytes in binary units: checkpoint folders run from megabytes to gigabytes."""
+    if value is None:
+        return DASH
+    if value < 1024:
+        return f"{value} B"
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:,.1f} {unit}"
 
 
 def percent(value: float | None) -> str:
@@ -99,9 +113,12 @@ def python_html(code: str) -> Markup:
 
 templates.env.filters.update(
     when=when, score=score, count=count, seconds=seconds, millis=millis, percent=percent,
-    short=short, pretty=pretty, text_of=text_of, python_html=python_html,
+    short=short, pretty=pretty, text_of=text_of, python_html=python_html, size=size,
 )  # fmt: skip
 templates.env.globals.update(elapsed=elapsed, with_query=with_query, DASH=DASH)
+# the training pages' charts, drawn as inline SVG
+templates.env.globals.update(loss_chart=loss_chart, test_curve_chart=test_curve_chart,
+                             step_curves_chart=step_curves_chart)  # fmt: skip
 
 
 def render(request: Request, template: str, context: dict[str, Any],

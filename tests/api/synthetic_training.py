@@ -11,6 +11,7 @@ from tests.api.synthetic_store import Store
 
 BATCHES = 4  # loss points of a trained step
 TRACEBACK = "Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: CUDA out of memory"
+LOG = "loading /models/smol\n2 examples, 1 batch per epoch\n" + TRACEBACK
 
 
 @dataclass
@@ -61,7 +62,7 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
         if accepted:
             batches = BATCHES if state == "done" else BATCHES // 2
             store.write(*[Metric(run_id=run.id, training_job_id=job.id, series="train/loss",
-                                 x=step + b / BATCHES, rollouts=used, y=2.0 - step - b / 10)
+                                 x=step + b / BATCHES, rollouts=used, y=2 / (step + 1) - b / 10)
                           for b in range(1, batches + 1)])  # fmt: skip
         if accepted and state == "done":
             current = store.write(Checkpoint(
@@ -69,10 +70,10 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
                 path=f"/home/checkpoints/run-{run.id}/job-{job.id}", training_job_id=job.id,
                 size_bytes=3_500_000))  # fmt: skip
             phase.checkpoints.append(current)
-            values.update(status="done", checkpoint_out_id=current.id, loss=1.9 - step,
+            values.update(status="done", checkpoint_out_id=current.id, loss=2 / (step + 1) - 0.25,
                           tokens_trained=120 * accepted)  # fmt: skip
         elif state == "failed":
-            values.update(status="failed", log_tail=TRACEBACK,
+            values.update(status="failed", log_tail=LOG,
                           error=f"training process exited with code 1:\n{TRACEBACK}")  # fmt: skip
         phase.jobs.append(_update(store, job, **values))
     if last == "done":

@@ -1,0 +1,57 @@
+"""Checkpoints: one checkpoint with the job that made it, its lineage, children and evaluations."""
+from typing import Any
+
+from sqlmodel import Session, select
+
+from app.api.common import NotFound, as_dict
+from app.api.evaluations import evaluation_rows
+from app.db.schema import Checkpoint, Evaluation, TrainingJob
+
+
+def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:
+    """What a link to a checkpoint shows."""
+    return {"id": checkpoint.id, "name": checkpoint.name, "kind": checkpoint.kind,
+            "training_job_id": checkpoint.training_job_id}  # fmt: skip
+
+
+def lineage(s: Session, checkpoint: Checkpoint) -> list[dict[str, Any]]:
+    """The checkpoint and its ancestors, base first: the chain of trainings that led to it."""
+    chain, seen = [checkpoint], {checkpoint.id}
+    while chain[-1].parent_id is not None and chain[-1].parent_id not in seen:  # no loops
+        parent = s.get(Checkpoint, chain[-1].parent_id)
+        if parent is None:
+            break
+        chain.append(parent)
+        seen.add(parent.id)
+    return [checkpoint_ref(c) for c in reversed(chain)]
+
+
+def mean_at_k_by_split(evaluations: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per split, the newest finished evaluation's mean@k (evaluations given newest first)."""
+    by_split: dict[str, dict[str, Any]] = {}
+    for e in evaluations:
+        if e["status"] == "done" and e["split"] not in by_split:
+            by_split[e["split"]] = {"mean_at_k": e["mean_at_k"], "k": e["k"],
+                                    "evaluation_id": e["id"]}  # fmt: skip
+    return by_split
+
+
+def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
+    checkpoint = s.get(Checkpoint, checkpoint_id)
+    if checkpoint is None:
+        raise NotFound("checkpoint", checkpoint_id)
+    job = s.get(TrainingJob, checkpoint.training_job_id) if checkpoint.training_job_id else None
+    children = s.exec(select(Checkpoint).where(Checkpoint.parent_id == checkpoint_id)
+                      .order_by(Checkpoint.id))  # fmt: skip
+    evaluations = evaluation_rows(s, Evaluation.checkpoint_id == checkpoint_id)[::-1]
+    return {
+        "checkpoint": as_dict(checkpoint),
+        "training_job": None if job is None else {
+            "id": job.id, "run_id": job.run_id, "step": job.step, "status": job.status,
+            "checkpoint_in_id": job.checkpoint_in_id,
+        },  # fmt: skip
+        "lineage": lineage(s, checkpoint),
+        "children": [checkpoint_ref(c) for c in children],
+        "mean_at_k_by_split": mean_at_k_by_split(evaluations),
+        "evaluations": evaluations,
+    }

@@ -1,0 +1,100 @@
+"""Training jobs (RFT steps): one job with its counts, loss curve and accepted rollouts, and a
+run's weight phase - its jobs, checkpoint chain and curves - for the run page.
+"""
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from app.api.checkpoints import checkpoint_ref, lineage
+from app.api.common import NotFound, as_dict
+from app.api.evaluations import evaluation_rows
+from app.api.metrics import series
+from app.api.rollouts import list_rollouts
+from app.db.schema import Checkpoint, Evaluation, Harness, Run, TrainingJob
+
+# A job in these states is still changing: its page polls until it leaves them.
+LIVE_STATUSES = ("sampling", "training")
+N_ACCEPTED_SHOWN = 5
+RUN_CURVES = ["test/mean@k", "train/accept_rate", "train/mean_reward"]
+
+
+def job_row(job: TrainingJob, checkpoints: dict[int, Checkpoint]) -> dict[str, Any]:
+    """A job with its accept rate and the checkpoints it read and wrote (from `checkpoints`)."""
+    out = checkpoints.get(job.checkpoint_out_id)
+    return {
+        **as_dict(job),
+        "accept_rate": job.n_accepted / job.n_rollouts if job.n_rollouts else None,
+        "checkpoint_in": checkpoint_ref(checkpoints[job.checkpoint_in_id]),
+        "checkpoint_out": checkpoint_ref(out) if out else None,
+        "live": job.status in LIVE_STATUSES,
+    }
+
+
+def _checkpoints(s: Session, jobs: list[TrainingJob]) -> dict[int, Checkpoint]:
+    ids = {job.checkpoint_in_id for job in jobs} | {job.checkpoint_out_id for job in jobs}
+    found = s.exec(select(Checkpoint).where(col(Checkpoint.id).in_(ids - {None})))
+    return {c.id: c for c in found}
+
+
+def _sampling_evaluation(s: Session, job: TrainingJob) -> dict[str, Any] | None:
+    """The evaluation that sampled the job's rollouts on the train split.
+
+    The job names it once sampling ends; while it samples, it is the first train-split
+    evaluation of the same run, harness and checkpoint started after the job.
+    """
+    if job.evaluation_id is not None:
+        where = [Evaluation.id == job.evaluation_id]
+    elif job.status == "sampling":
+        where = [Evaluation.run_id == job.run_id, Evaluation.harness_id == job.harness_id,
+                 Evaluation.checkpoint_id == job.checkpoint_in_id, Evaluation.split == "train",
+                 Evaluation.created_at >= job.created_at]  # fmt: skip
+    else:
+        return None
+    rows = evaluation_rows(s, *where)
+    return rows[0] if rows else None
+
+
+def _accepted_rollouts(s: Session, evaluation_id: int | None) -> list[dict[str, Any]]:
+    """The first accepted (passing) rollouts of the sampling, in task order."""
+    if evaluation_id is None:
+        return []
+    return list_rollouts(s, evaluation=evaluation_id, status="pass")["items"][:N_ACCEPTED_SHOWN]
+
+
+def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
+    job = s.get(TrainingJob, job_id)
+    if job is None:
+        raise NotFound("training job", job_id)
+    run = s.get(Run, job.run_id)
+    harness = s.get(Harness, job.harness_id)
+    losses = series(s, job.run_id, ["train/loss"], training_job_id=job.id)["train/loss"]
+    sampling = _sampling_evaluation(s, job)
+    return {
+        "job": job_row(job, _checkpoints(s, [job])),
+        # the mean of the batch losses so far; the job's own `loss` once it is done
+        "mean_loss": job.loss if job.loss is not None else (
+            sum(p["y"] for p in losses) / len(losses) if losses else None),  # fmt: skip
+        "run": {"id": run.id, "name": run.name, "status": run.status},
+        "harness": {"id": harness.id, "name": harness.name},
+        "sampling_evaluation": sampling,
+        "loss_curve": losses,
+        # what the job trained on: the list of these is /rollouts?evaluation=E&status=pass
+        "accepted_rollouts": _accepted_rollouts(s, job.evaluation_id),
+    }
+
+
+def get_weight_phase(s: Session, run_id: int) -> dict[str, Any] | None:
+    """The run's RFT steps, its checkpoint chain and curves; None for a run without training."""
+    jobs = s.exec(select(TrainingJob).where(TrainingJob.run_id == run_id)
+                  .order_by(TrainingJob.id)).all()  # fmt: skip
+    if not jobs:
+        return None
+    checkpoints = _checkpoints(s, jobs)
+    # The chain ends at the newest checkpoint: the last job's output, or its input until then.
+    newest = checkpoints[jobs[-1].checkpoint_out_id or jobs[-1].checkpoint_in_id]
+    return {
+        "jobs": [job_row(job, checkpoints) for job in jobs],
+        "rollouts_used": sum(job.n_rollouts for job in jobs),
+        "checkpoint_chain": lineage(s, newest),
+        "curves": series(s, run_id, RUN_CURVES),
+    }

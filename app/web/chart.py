@@ -1,0 +1,155 @@
+"""Line charts drawn on the server as inline SVG: a frame, ticks, axis labels, one polyline per
+series and a legend. No JavaScript: the markup goes straight into the page, and a fragment that
+htmx refreshes brings its chart up to date with it.
+"""
+import math
+from collections.abc import Sequence
+
+from markupsafe import Markup, escape
+
+# One color per series, in order; the first matches the links, the second the "pass" green.
+COLORS = ("#0969da", "#1a7f37", "#bc4c00", "#8250df")
+WIDTH, HEIGHT = 520, 220
+LEFT, RIGHT, TOP, BOTTOM = 52, 14, 26, 40  # room for tick labels, title and axis label
+MAX_MARKERS = 60  # above this many points a dot per point is clutter: the line alone
+
+Point = tuple[float, float]
+Extent = tuple[float | None, float | None]  # what an axis covers at least; None: fit the points
+
+
+def nice_ticks(lo: float, hi: float, count: int = 5, min_step: float = 0.0) -> list[float]:
+    """Round tick values (steps of 1, 2, 2.5 or 5 times a power of ten, at least `min_step`)
+    from at or below `lo` to at or above `hi`; `hi` must be above `lo`."""
+    raw = (hi - lo) / (count - 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    step = max(step, min_step)
+    first = math.floor(lo / step + 1e-9) * step
+    last = math.ceil(hi / step - 1e-9) * step
+    return [first + i * step for i in range(round((last - first) / step) + 1)]
+
+
+def axis_ticks(values: list[float], extent: Extent, min_step: float = 0.0) -> list[float]:
+    """Ticks of an axis showing every value and at least `extent` (None: fit the values)."""
+    low, high = extent
+    lo = min(values) if low is None else min(low, *values)
+    hi = max(values) if high is None else max(high, *values)
+    if hi <= lo:  # a single value: give it room, on the side that is not pinned
+        pad = max(abs(lo) * 0.1, min_step) or 0.5
+        if low is None and high is None:
+            lo, hi = lo - pad, hi + pad
+        elif high is None:
+            hi = lo + pad
+        else:
+            lo = hi - pad
+    return nice_ticks(lo, hi, min_step=min_step)
+
+
+def tick_label(value: float, step: float) -> str:
+    """Enough decimals to tell neighbouring ticks apart, no more."""
+    decimals = 0
+    while decimals < 6 and abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6:
+        decimals += 1
+    return f"{value:,.{decimals}f}"
+
+
+def _text(x: float, y: float, body: str, css: str, anchor: str = "middle", **attrs: str) -> str:
+    extra = "".join(f' {k}="{v}"' for k, v in attrs.items())
+    return (f'<text x="{x:.1f}" y="{y:.1f}" class="{css}" text-anchor="{anchor}"{extra}>'
+            f"{escape(body)}</text>")  # fmt: skip
+
+
+def _stroke(i: int) -> str:
+    """The i-th series' line style: its color; after the first, thinner and dashed, so a curve
+    lying on top of another still lets it show."""
+    style = ' stroke-width="1.4" stroke-dasharray="6 4"' if i else ' stroke-width="2.6"'
+    return f'stroke="{COLORS[i % len(COLORS)]}"{style}'
+
+
+class _Plot:
+    """The plot area and the mapping from data to its pixels."""
+
+    def __init__(self, xs: list[float], ys: list[float]):
+        self.xs, self.ys = xs, ys
+        self.w, self.h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def px(self, x: float) -> float:
+        return LEFT + (x - self.xs[0]) / (self.xs[-1] - self.xs[0]) * self.w
+
+    def py(self, y: float) -> float:
+        return TOP + self.h - (y - self.ys[0]) / (self.ys[-1] - self.ys[0]) * self.h
+
+    def axes(self, x_label: str, y_label: str) -> list[str]:
+        """Grid lines and labels for the y ticks, tick marks and labels for x, axis titles."""
+        parts = []
+        for y in self.ys:
+            parts.append(f'<line class="chart-grid" x1="{LEFT}" x2="{LEFT + self.w}" '
+                         f'y1="{self.py(y):.1f}" y2="{self.py(y):.1f}"/>')  # fmt: skip
+            parts.append(_text(LEFT - 6, self.py(y) + 4, tick_label(y, self.ys[1] - self.ys[0]),
+                               "chart-tick", anchor="end"))  # fmt: skip
+        bottom = TOP + self.h
+        for x in self.xs:
+            parts.append(f'<line class="chart-axis" x1="{self.px(x):.1f}" x2="{self.px(x):.1f}" '
+                         f'y1="{bottom}" y2="{bottom + 4}"/>')  # fmt: skip
+            parts.append(_text(self.px(x), bottom + 16, tick_label(x, self.xs[1] - self.xs[0]),
+                               "chart-tick"))  # fmt: skip
+        middle = TOP + self.h / 2
+        parts.append(_text(LEFT + self.w / 2, HEIGHT - 6, x_label, "chart-label"))
+        parts.append(_text(12, middle, y_label, "chart-label",
+                           transform=f"rotate(-90 12 {middle:.1f})"))  # fmt: skip
+        return parts
+
+    def line(self, i: int, label: str, points: Sequence[Point]) -> list[str]:
+        coords = " ".join(f"{self.px(x):.1f},{self.py(y):.1f}" for x, y in points)
+        parts = [f'<polyline class="chart-line" points="{coords}" {_stroke(i)}/>']
+        if len(points) <= MAX_MARKERS:  # a dot per point, its values as a hover tooltip
+            color = COLORS[i % len(COLORS)]
+            parts += [f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" '
+                      f'fill="{color}"><title>{escape(label)}: {y:.4g} at {x:g}</title></circle>'
+                      for x, y in points]  # fmt: skip
+        return parts
+
+
+def _frame() -> str:
+    return (f'<rect class="chart-frame" x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
+            f'height="{HEIGHT - TOP - BOTTOM}"/>')  # fmt: skip
+
+
+def _legend(labels: list[str]) -> list[str]:
+    """Label and line sample per series, right-aligned above the plot (text width estimated)."""
+    parts, right = [], WIDTH - RIGHT
+    for i, label in reversed(list(enumerate(labels))):
+        parts.append(_text(right, 15, label, "chart-legend", anchor="end"))
+        right -= 6.5 * len(label) + 6
+        parts.append(f'<line class="chart-line" x1="{right - 18:.1f}" x2="{right:.1f}" y1="11" '
+                     f'y2="11" {_stroke(i)}/>')  # fmt: skip
+        right -= 32
+    return parts
+
+
+def line_chart(series: dict[str, Sequence[Point]], title: str, x_label: str, y_label: str,
+               x_extent: Extent = (None, None), y_extent: Extent = (None, None),
+               integer_x: bool = False) -> Markup:  # fmt: skip
+    """An SVG chart of `series` (label -> points in x order).
+
+    The extents pin what the axes cover at least, e.g. 0..1 for rates, so curves from different
+    pages compare; `integer_x` keeps x ticks on whole numbers (steps, rollout counts).
+    """
+    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+             f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+             f"<title>{escape(title)}</title>",
+             _text(LEFT, 15, title, "chart-title", anchor="start")]  # fmt: skip
+    points = [p for pts in series.values() for p in pts]
+    if not points:
+        middle = (LEFT + WIDTH - RIGHT) / 2, (TOP + HEIGHT - BOTTOM) / 2
+        return Markup("".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"),
+                               "</svg>"]))  # fmt: skip
+    plot = _Plot(axis_ticks([x for x, _ in points], x_extent, min_step=1 if integer_x else 0),
+                 axis_ticks([y for _, y in points], y_extent))  # fmt: skip
+    parts += plot.axes(x_label, y_label)
+    parts.append(_frame())
+    for i, (label, pts) in enumerate(series.items()):
+        parts += plot.line(i, label, pts)
+    if len(series) > 1:
+        parts += _legend(list(series))
+    return Markup("".join(parts) + "</svg>")

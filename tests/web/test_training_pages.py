@@ -1,0 +1,113 @@
+"""The training job, checkpoint and run pages of a weight phase: what they show, their links,
+their charts and live polling."""
+import re
+
+import pytest
+
+from app.db.schema import TrainingJob
+from tests.api.synthetic_training import weight_phase
+
+PASS2_FAIL2 = ["pass", "fail", "pass", "fail"]
+
+
+def test_job_page_links_checkpoints_harness_and_the_accepted_rollouts(store, client):
+    phase = weight_phase(store, [PASS2_FAIL2])
+    job, sampling, [out] = phase.jobs[0], phase.sampling[0], phase.checkpoints
+
+    page = client.get(f"/training/{job.id}").text
+
+    assert f'href="/checkpoints/{phase.base.id}"' in page
+    assert f'href="/checkpoints/{out.id}"' in page
+    assert f'href="/harnesses/{job.harness_id}"' in page
+    assert f'id="accepted-link" href="/rollouts?evaluation={sampling.id}&amp;status=pass"' in page
+    passed = re.findall(r'href="/rollouts/(\d+)"', page)
+    assert len(passed) == 2  # the two accepted rollouts, linked to their traces
+    assert "50%" in page  # accept rate
+    assert "hx-trigger" not in page  # a finished job does not poll
+
+
+def test_job_page_draws_the_loss_curve(store, client):
+    job = weight_phase(store, [PASS2_FAIL2]).jobs[0]
+
+    page = client.get(f"/training/{job.id}").text
+
+    chart = re.search(r'<div class="charts" id="loss-chart">(.*?)</div>', page, re.S).group(1)
+    assert chart.startswith("<svg") and "<polyline" in chart
+    assert "training loss per batch" in chart and "step" in chart
+    assert chart.count("<circle") == 4  # a dot per batch
+
+
+def test_skipped_job_says_nothing_was_trained(store, client):
+    job = weight_phase(store, [["fail", "fail"]]).jobs[0]
+
+    page = client.get(f"/training/{job.id}").text
+
+    assert "nothing was accepted" in page
+    assert 'id="loss-chart"' not in page
+    assert "<svg" not in page
+
+
+def test_failed_job_shows_its_error_and_log_tail(store, client):
+    job = weight_phase(store, [PASS2_FAIL2], last="failed").jobs[0]
+
+    page = client.get(f"/training/{job.id}").text
+
+    assert "box-error" in page and "OutOfMemoryError" in page
+    assert "loading /models/smol" in page  # the log tail
+
+
+def test_job_page_polls_while_training_until_it_ends(store, client):
+    job = weight_phase(store, [PASS2_FAIL2], last="training").jobs[0]
+
+    page = client.get(f"/training/{job.id}").text
+    fragment = client.get(f"/training/{job.id}/live").text
+
+    assert f'hx-get="/training/{job.id}/live"' in page
+    assert 'hx-trigger="every 2s"' in fragment and "<html" not in fragment
+    assert "<polyline" in fragment  # the loss so far
+
+    store.writer.submit(lambda s: setattr(s.get(TrainingJob, job.id), "status", "done")).result()
+    assert "hx-trigger" not in client.get(f"/training/{job.id}/live").text
+
+
+def test_checkpoint_page_shows_lineage_job_children_and_evaluations(store, client):
+    phase = weight_phase(store, [PASS2_FAIL2, PASS2_FAIL2])
+    first, second = phase.checkpoints
+
+    page = client.get(f"/checkpoints/{first.id}").text
+
+    lineage = re.search(r"<dt>lineage</dt><dd>(.*?)</dd>", page, re.S).group(1)
+    assert lineage.index(f'href="/checkpoints/{phase.base.id}"') < lineage.index(
+        f'href="/checkpoints/{first.id}"')  # fmt: skip
+    children = re.search(r"<dt>children</dt><dd>(.*?)</dd>", page, re.S).group(1)
+    assert f'href="/checkpoints/{second.id}"' in children
+    assert f'href="/training/{phase.jobs[0].id}"' in page  # made by
+    assert f'href="/rollouts?evaluation={phase.sampling[1].id}"' in page  # evaluated under it
+    assert "3.3 MiB" in page
+
+
+def test_run_page_has_a_weight_phase_with_jobs_chain_and_charts(store, client):
+    phase = weight_phase(store, [PASS2_FAIL2, ["fail"]])
+
+    page = client.get(f"/runs/{phase.run.id}").text
+
+    assert "Weight phase" in page
+    for job in phase.jobs:
+        assert f'href="/training/{job.id}"' in page
+    assert f'href="/checkpoints/{phase.checkpoints[0].id}"' in page
+    assert page.count("<svg") == 2
+    assert "training rollouts used" in page and "accept rate" in page
+
+
+def test_run_without_training_looks_as_before(store, client):
+    run = store.run()
+    page = client.get(f"/runs/{run.id}").text
+    assert "Weight phase" not in page and "<svg" not in page
+
+
+@pytest.mark.parametrize("url", ["/training/999", "/training/999/live", "/checkpoints/999"])
+def test_unknown_ids_get_a_readable_404_page(client, url):
+    page = client.get(url)
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+    assert "999 not found" in page.text
