@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MANIFEST = "whale-manifest.json"
+KV_BLOCK_TOKENS = 64
 
 
 def _gguf_source() -> Path:
@@ -83,7 +84,9 @@ def _free_port() -> int:
 class LocalModelServer:
     """`transformers serve` on a local folder, as a supervised child process."""
 
-    def __init__(self, model_path: Path, log_path: Path, port: int | None = None):
+    def __init__(self, model_path: Path, log_path: Path, port: int | None = None,
+                 kv_tokens: int = 16384):  # fmt: skip
+        self.kv_tokens = kv_tokens  # tokens of all requests in flight at once
         self.model_path = model_path
         self.log_path = log_path
         self.port = port or _free_port()
@@ -101,8 +104,12 @@ class LocalModelServer:
         cli = Path(sys.executable).with_name("transformers")
         # No pinned model: each request names its weights folder (the base, or a trained
         # checkpoint's merged weights), loaded on first use and unloaded after 10 idle minutes.
+        # The KV cache is sized explicitly: left alone, continuous batching takes most of the
+        # machine's free RAM for it (14 GB seen on a 24 GB machine).
         cmd = [
             str(cli), "serve", "--continuous-batching", "--model-timeout", "600",
+            "--cb-block-size", str(KV_BLOCK_TOKENS),
+            "--cb-num-blocks", str(self.kv_tokens // KV_BLOCK_TOKENS),
             "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
         ]  # fmt: skip
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
