@@ -19,11 +19,13 @@ def loss_chart(points: Points, step: int) -> Markup:
                       x_extent=(step, step + 1))  # fmt: skip
 
 
-def test_curve_chart(curves: dict[str, Points]) -> Markup:
-    """Test mean@k against the training rollouts used before it: the cost of each gain."""
+def test_curve_chart(curves: dict[str, Points], rollouts_used: int = 0) -> Markup:
+    """Test mean@k against the training rollouts used before it: the cost of each gain. The x
+    axis reaches the rollouts used so far, so a run between test points shows how far it got."""
     points = [(p["rollouts"], p["y"]) for p in curves.get("test/mean@k", [])]
     return line_chart({"test mean@k": points}, "test mean@k", "training rollouts used",
-                      "mean@k", x_extent=(0, None), y_extent=(0, 1), integer_x=True)  # fmt: skip
+                      "mean@k", x_extent=(0, rollouts_used or None), y_extent=(0, 1),
+                      integer_x=True)  # fmt: skip
 
 
 def step_curves_chart(curves: dict[str, Points]) -> Markup:
