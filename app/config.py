@@ -14,6 +14,11 @@ class Settings(BaseSettings):
     model_cache: Path | None = Field(default=None, description="default: $WHALE_HOME/models")
     llm_url: str | None = Field(default=None, description="attach to this OpenAI-compatible server")
     llm_model: str | None = Field(default=None, description="model name to request at llm_url")
+    backend: Literal["local", "vllm"] = "local"  # what serves the model (see app/llm/)
+    vllm_urls: str | None = Field(default=None, description="comma-separated vLLM servers to attach")
+    vllm_python: str | None = Field(default=None, description="python with vLLM, to launch one")
+    vllm_args: str | None = Field(default=None, description="extra vLLM arguments (shell words)")
+    vllm_max_lora_rank: int = 64  # the largest LoRA rank a launched server accepts
     sandbox: Literal["auto", "process", "docker"] = "auto"
     sandbox_runtime: str | None = Field(default=None, description='docker runtime, e.g. "runsc"')
     sandbox_image: str | None = Field(default=None, description="use this image, do not build")

