@@ -373,7 +373,8 @@ class VLLMBackend:
         say=log.info,
     ):  # fmt: skip
         self.urls = [_api_url(u) for u in urls if u.strip()]
-        self.model = model
+        self.model = model  # what requests ask for by default: the base, or an adapter
+        self.base: str | None = None  # the served base model's name
         self.python = python
         self.model_path = Path(model_path) if model_path else None
         self.log_path = log_path or Path("vllm-server.log")
@@ -396,9 +397,9 @@ class VLLMBackend:
 
     @property
     def base_model_path(self) -> Path | None:
-        """The served weights folder, when it is readable here (adapters are checked against it)."""
-        if self.model and Path(self.model).is_dir():
-            return Path(self.model)
+        """The base weights folder, when it is readable here (adapters are checked against it)."""
+        if self.base and Path(self.base).is_dir():
+            return Path(self.base)
         return self.model_path
 
     async def start(self, timeout: float = 600) -> ReplicaEndpoint:
@@ -414,6 +415,7 @@ class VLLMBackend:
         """Check every replica answers, and serves the same base model; return its name."""
         served: dict[str, set[str]] = {}  # base models and loaded adapters
         bases: dict[str, set[str]] = {}
+        parent: dict[str, str] = {}  # adapter -> its base
         async with httpx.AsyncClient(timeout=10) as client:
             for url in self.urls:
                 try:
@@ -422,20 +424,23 @@ class VLLMBackend:
                 except (httpx.HTTPError, ValueError, KeyError) as exc:
                     raise VLLMError(f"no vLLM server answers at {url}: {exc}") from None
                 served[url] = {m["id"] for m in models}
-                bases[url] = {m["id"] for m in models if not m.get("parent")}  # adapters have one
+                bases[url] = {m["id"] for m in models if not m.get("parent")}
+                parent.update({m["id"]: m["parent"] for m in models if m.get("parent")})
         if self.model:
             missing = [url for url, names in served.items() if self.model not in names]
             if missing:
                 known = sorted(set().union(*served.values()))
                 raise VLLMError(f"model {self.model!r} is not served at {', '.join(missing)} "
                                 f"(they serve: {known})")  # fmt: skip
+            self.base = parent.get(self.model, self.model)
             return self.model
         common = set.intersection(*bases.values())
         if len(common) != 1:
             what = sorted(common) or "different models"
             raise VLLMError(f"cannot tell which model to use at {', '.join(self.urls)}: they "
                             f"serve {what}; set WHALE_LLM_MODEL")  # fmt: skip
-        return common.pop()
+        self.base = common.pop()
+        return self.base
 
     async def _launch(self, timeout: float) -> str:
         if not self.python:
@@ -451,7 +456,8 @@ class VLLMBackend:
         self.say(f"model: starting vLLM for {self.model_path.name} (log: {self.log_path})")
         await asyncio.to_thread(self.server.start, timeout)
         self.urls = [self.server.base_url]
-        return self.server.model
+        self.base = self.server.model
+        return self.base
 
     async def load_adapter(self, name: str, path: Path) -> str:
         """Hot-load a LoRA adapter on every replica; requests then select it with model=name.
@@ -497,7 +503,7 @@ class VLLMBackend:
         self.adapters.clear()
         await asyncio.to_thread(self.server.restart, Path(path))
         self.model_path = Path(path)
-        self.model = self.server.model
+        self.model = self.base = self.server.model
         self.endpoint.model = self.model
         for replica in self.endpoint.replicas:
             replica.model = self.model

@@ -229,12 +229,18 @@ def test_a_hot_loaded_adapter_changes_completions_and_leaves_the_base_alone(vllm
 
 @needs_vllm
 def test_rollouts_run_under_the_adapter_by_its_name(vllm, loop, adapter, tmp_path):
-    loop.run_until_complete(vllm.load_adapter("rft-1", adapter))
+    # The workbench names an adapter by its folder, as it does for RFT checkpoints.
+    loop.run_until_complete(vllm.load_adapter(str(adapter), adapter))
     home = tmp_path / "home"
-    env = _vllm_env(vllm, home, WHALE_LLM_MODEL="rft-1")
+    env = _vllm_env(vllm, home, WHALE_LLM_MODEL=str(adapter))
     out = whale_eval_json(SEED_HARNESS, env, "--limit", "2", "-k", "1", "--sandbox", "process")
     assert set(out["statuses"]) <= {"pass", "fail"}, out
-    assert _checkpoint_name(home, out["run_id"]) == "rft-1"
+    assert _checkpoint_name(home, out["run_id"]) == str(adapter)
+    # Attached under an adapter, the base is still what training starts from.
+    attached = VLLMBackend([vllm.urls[0]], model=str(adapter))
+    loop.run_until_complete(attached.start())
+    loop.run_until_complete(attached.endpoint.close())
+    assert attached.base_model_path == vllm.model_path
     assert all(error is None for _, error, _ in _steps(home, out["run_id"]))
 
 
@@ -245,6 +251,7 @@ def test_a_missing_adapter_is_a_clear_error(vllm, loop, tmp_path):
     # Attached servers may see other files than this machine: their own answer is passed on.
     attached = VLLMBackend([vllm.urls[0]])
     loop.run_until_complete(attached.start())
+    assert attached.base_model_path == vllm.model_path
     try:
         with pytest.raises(AdapterError, match=r"vLLM refused adapter 'ghost' from "
                                                r"/elsewhere/ckpt: .*No adapter found"):  # fmt: skip
