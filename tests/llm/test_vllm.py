@@ -341,3 +341,36 @@ def test_new_full_weights_restart_the_server_on_them(vllm, loop, base, tmp_path)
     assert vllm.endpoint.model == str(weights)
     assert _served(vllm.urls[0]) == {str(weights)}  # adapters of the old weights are gone
     assert _chat(vllm, loop, str(weights)) == before
+
+
+@needs_vllm
+def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path, model_cache):
+    """The issue's path end to end: rollouts through sandbox + gateway + vLLM, one RFT step with
+    LoRA on the CPU, the adapter hot-loaded, and completions under it differ from the base."""
+    from app.config import RFTConfig, Settings
+    from app.domains import get_domain
+    from app.training.rft import rft_step
+    from app.workbench import Workbench
+    from tests.training.test_rft import ORACLE
+
+    harness_path = tmp_path / "oracle.py"
+    harness_path.write_text(ORACLE)
+    settings = Settings(home=tmp_path / "home", model_cache=model_cache, sandbox="process",
+                        backend="vllm", vllm_urls=vllm.urls[0])  # fmt: skip
+    # a strong step on few examples, so the new weights surely sample differently
+    cfg = RFTConfig(prompts_per_step=2, samples_per_prompt=2, lora_rank=8, lr=5e-3, epochs=3,
+                    batch_size=2)  # fmt: skip
+
+    async def step():
+        workbench = Workbench(settings, say=lambda m: None)
+        await workbench.start()
+        try:
+            run, harness, base = await workbench.start_run("rft", "rft", "arith", harness_path, {})
+            return await rft_step(workbench, run.id, harness, base, get_domain("arith"), cfg, 0)
+        finally:
+            await workbench.stop()
+
+    job, checkpoint = asyncio.run(step())
+    assert (job.status, job.n_accepted) == ("done", 4)
+    assert checkpoint.kind == "lora" and checkpoint.name in _served(vllm.urls[0])
+    assert _chat(vllm, loop, checkpoint.name) != _chat(vllm, loop, vllm.model)
