@@ -30,7 +30,7 @@ def attack(request, tmp_path_factory, model_server, model_cache):
     env = {
         **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
         "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
-        "WHALE_ROLLOUT_TIMEOUT": "5", "WHALE_ROLLOUT_MAX_CALLS": "4",
+        "WHALE_ROLLOUT_TIMEOUT": "8", "WHALE_ROLLOUT_MAX_CALLS": "4",
         "WHALE_TEST_SECRET": SECRET,
     }  # fmt: skip
     server = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
