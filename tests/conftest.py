@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.db import Writer, open_engine
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
 from app.llm.local import LocalModelServer, prepare_model
 
@@ -25,6 +26,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A fresh SQLite store: (engine for reading, the single writer)."""
+    engine = open_engine(tmp_path / "whale.db")
+    writer = Writer(engine)
+    yield engine, writer
+    writer.close()
 
 
 @pytest.fixture(scope="session")

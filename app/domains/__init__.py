@@ -10,7 +10,7 @@ A domain provides
 - `forbidden_modules`: top-level modules a harness may not import (the sandbox is the security
   boundary; this keeps harnesses honest, e.g. no subprocess where the task is pure reasoning)
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 

@@ -90,7 +90,8 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
     try:
         result = await run_trainer(spec, job_dir, on_batch)
     except TrainingError as exc:
-        await writer.run(lambda s: _update(s, job.id, status="failed", error=str(exc)[-4000:],
+        error = str(exc)[-4000:]
+        await writer.run(lambda s: _update(s, job.id, status="failed", error=error,
                                            finished_at=now()))  # fmt: skip
         raise
 

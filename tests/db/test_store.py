@@ -4,17 +4,9 @@ import threading
 import pytest
 from sqlmodel import SQLModel, select
 
-from app.db import Writer, open_engine, read_session
+from app.db import open_engine, read_session
 from app.db.migrations import MIGRATIONS
 from app.db.schema import Event, Run, Step
-
-
-@pytest.fixture
-def store(tmp_path):
-    engine = open_engine(tmp_path / "whale.db")
-    writer = Writer(engine)
-    yield engine, writer
-    writer.close()
 
 
 def test_migrations_are_recorded_and_run_once(tmp_path):

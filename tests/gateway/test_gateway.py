@@ -5,21 +5,13 @@ import httpx
 import pytest
 from sqlmodel import select
 
-from app.db import Writer, open_engine, read_session
+from app.db import read_session
 from app.db.schema import Step
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
 from tests.conftest import make_rollout
 
 HELLO = [{"role": "user", "content": "Say hello."}]
-
-
-@pytest.fixture
-def store(tmp_path):
-    engine = open_engine(tmp_path / "whale.db")
-    writer = Writer(engine)
-    yield engine, writer
-    writer.close()
 
 
 @pytest.fixture

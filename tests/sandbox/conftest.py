@@ -1,6 +1,5 @@
 """Sandbox fixtures: every test here runs against each backend that exists on the machine."""
 import asyncio
-import shutil
 import socket
 import textwrap
 

@@ -1,7 +1,4 @@
 """Each backend runs ordinary, broken and resource-hungry harnesses to a recorded end."""
-import os
-
-import pytest
 
 
 def test_a_plain_harness_returns_its_answer_and_prints(run_harness):

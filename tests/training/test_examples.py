@@ -1,21 +1,13 @@
 """Accepted rollouts become (messages -> completion) examples with the loss on the completion."""
-import pytest
+
 from transformers import AutoTokenizer
 
-from app.db import Writer, open_engine, read_session
+from app.db import read_session
 from app.db.schema import Step
 from app.training.examples import encode, examples_from_rollouts
 from tests.conftest import make_rollout
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
-
-
-@pytest.fixture
-def store(tmp_path):
-    engine = open_engine(tmp_path / "whale.db")
-    writer = Writer(engine)
-    yield engine, writer
-    writer.close()
 
 
 def test_every_successful_model_call_is_an_example(store):

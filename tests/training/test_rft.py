@@ -2,7 +2,6 @@
 import asyncio
 import textwrap
 
-import pytest
 from sqlmodel import select
 
 from app.config import RFTConfig, Settings
