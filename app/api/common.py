@@ -16,8 +16,8 @@ ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
 FAILED_STATUSES = ("fail", "error", "timeout")
 
 # Rollout list filters, shared by the JSON route and the HTML page so both refuse the same input.
-RunFilter = Annotated[int | None, Query(description="only this run's rollouts")]
-EvaluationFilter = Annotated[int | None, Query(description="only this evaluation's rollouts")]
+RunFilter = Annotated[int | None, Query(le=2**63 - 1, description="only this run's rollouts")]
+EvaluationFilter = Annotated[int | None, Query(le=2**63 - 1, description="only this evaluation's rollouts")]
 StatusFilter = Annotated[RolloutStatus | None, Query(description="only rollouts in this status")]
 Page = Annotated[int, Query(ge=1, description="1-based page of 50 rollouts")]
 

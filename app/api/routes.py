@@ -22,14 +22,14 @@ def runs(s: SessionDep):
 
 
 @router.get("/runs/{run_id}")
-def run(run_id: int, s: SessionDep):
+def run(run_id: RowId, s: SessionDep):
     """A run with its evaluations, rollout counts per status, newest failures and, when it
     trained, its weight phase (jobs, checkpoint chain, curves)."""
     return get_run(s, run_id)
 
 
 @router.get("/harnesses/{harness_id}")
-def harness(harness_id: int, s: SessionDep):
+def harness(harness_id: RowId, s: SessionDep):
     """A harness with its code, parent, children and evaluations."""
     return get_harness(s, harness_id)
 
@@ -42,7 +42,7 @@ def rollouts(s: SessionDep, run: RunFilter = None, evaluation: EvaluationFilter 
 
 
 @router.get("/rollouts/{rollout_id}")
-def rollout(rollout_id: int, s: SessionDep):
+def rollout(rollout_id: RowId, s: SessionDep):
     """A rollout and its trace: every model and tool step in order."""
     return get_rollout(s, rollout_id)
 

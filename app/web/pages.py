@@ -35,18 +35,18 @@ def runs_page(request: Request, s: SessionDep):
 
 
 @router.get("/runs/{run_id}")
-def run_page(request: Request, run_id: int, s: SessionDep):
+def run_page(request: Request, run_id: RowId, s: SessionDep):
     return show(request, "run.html", lambda: get_run(s, run_id))
 
 
 @router.get("/runs/{run_id}/live")
-def run_live_fragment(request: Request, run_id: int, s: SessionDep):
+def run_live_fragment(request: Request, run_id: RowId, s: SessionDep):
     """The part of the run page that htmx polls while the run is running."""
     return show(request, "_run_live.html", lambda: get_run(s, run_id))
 
 
 @router.get("/harnesses/{harness_id}")
-def harness_page(request: Request, harness_id: int, s: SessionDep):
+def harness_page(request: Request, harness_id: RowId, s: SessionDep):
     return show(request, "harness.html", lambda: get_harness(s, harness_id))
 
 
@@ -62,7 +62,7 @@ def rollouts_page(request: Request, s: SessionDep, run: RunFilter = None,
 
 
 @router.get("/rollouts/{rollout_id}")
-def rollout_page(request: Request, rollout_id: int, s: SessionDep):
+def rollout_page(request: Request, rollout_id: RowId, s: SessionDep):
     def load():
         data = get_rollout(s, rollout_id)
         return {**data, "step_views": step_views(data["steps"])}

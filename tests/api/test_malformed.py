@@ -12,6 +12,12 @@ import pytest
     ("/api/rollouts?page=two", "page"),
     ("/api/rollouts?run=first", "run"),
     ("/api/rollouts?evaluation=%00", "evaluation"),
+    # beyond SQLite's 64-bit ids: malformed, not a database overflow
+    ("/api/runs/99999999999999999999", "run_id"),
+    ("/api/harnesses/99999999999999999999", "harness_id"),
+    ("/api/rollouts/99999999999999999999", "rollout_id"),
+    ("/api/rollouts?run=99999999999999999999", "run"),
+    ("/rollouts/99999999999999999999", "rollout_id"),
     # the HTML pages refuse the same input the same way
     ("/runs/abc", "run_id"),
     ("/rollouts?status=PASS", "status"),
