@@ -96,6 +96,11 @@ class Gateway:
             body["max_tokens"] = min(
                 int(body.get("max_tokens") or grant.max_tokens_per_call), grant.max_tokens_per_call
             )
+            # Some servers (transformers serve) sample identically for identical requests without
+            # a seed, which would make k samples one sample k times. A fresh seed per call keeps
+            # draws independent, and the recorded seed makes each call reproducible.
+            if body.get("seed") is None:
+                body["seed"] = secrets.randbelow(2**31)
             grant.calls += 1
             start = time.perf_counter()
             request_record = {"messages": messages, **body}

