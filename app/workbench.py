@@ -64,7 +64,7 @@ class Workbench:
             path = await asyncio.to_thread(prepare_model, s.models_dir, self.say)
             self.base_model_path = path
             self.model_server = LocalModelServer(path, s.logs_dir / "model-server.log")
-            self.say(f"model: starting transformers serve for {path.name} (log: {self.model_server.log_path})")
+            self.say(f"model: starting the local model server for {path.name} (log: {self.model_server.log_path})")
             await asyncio.to_thread(self.model_server.start)
             self.endpoint = ChatEndpoint(self.model_server.base_url, self.model_server.model)
         # Files the sandboxes bind: the gateway socket, harness copies, runner control sockets.
@@ -138,7 +138,7 @@ class Workbench:
     async def serve_checkpoint(self, folder: Path) -> str:
         """Make a trained checkpoint servable; returns the model name requests use for it.
 
-        `transformers serve` loads a weights folder on its first request by path, so the merged
+        The local model server loads a weights folder on its first request by path, so the merged
         weights are the name; a LoRA-capable server hot-loads the adapter instead.
         """
         if self.vllm:  # hot-load the adapter; a full fine-tune restarts vLLM on its weights

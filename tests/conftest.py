@@ -46,7 +46,7 @@ def model_cache() -> Path:
 
 @pytest.fixture(scope="session")
 def model_server(model_cache, tmp_path_factory):
-    """SmolLM2 behind `transformers serve`, shared by every test that needs a model."""
+    """SmolLM2 behind the local model server, shared by every test that needs a model."""
     server = LocalModelServer(prepare_model(model_cache), tmp_path_factory.mktemp("logs") / "model.log")
     server.start()  # returns with the base weights loaded: no warm-up inside timed tests
     yield server

@@ -96,8 +96,8 @@ class Gateway:
             body["max_tokens"] = min(
                 int(body.get("max_tokens") or grant.max_tokens_per_call), grant.max_tokens_per_call
             )
-            # Some servers (transformers serve) sample identically for identical requests without
-            # a seed, which would make k samples one sample k times. A fresh seed per call keeps
+            # Some servers sample identically for identical unseeded requests (transformers serve
+            # does), which would make k samples one sample k times. A fresh seed per call keeps
             # draws independent, and the recorded seed makes each call reproducible.
             if body.get("seed") is None:
                 body["seed"] = secrets.randbelow(2**31)

@@ -67,7 +67,7 @@ def prepare_model(models_dir: Path, say=print) -> Path:
     config.pop("quantization_config", None)
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
     model.load_state_dict(quantized.state_dict())
-    # Servers that read the model's generation config (transformers serve, vLLM's defaults)
+    # Servers that read the model's generation config for defaults (transformers serve, vLLM)
     # sample only when it says do_sample; without it k samples can be one greedy sample k times.
     # Checkpoints trained from this folder inherit it.
     model.generation_config.do_sample = True
