@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     concurrency: int = 32  # rollouts in flight at once
-    rollout_timeout: float = 60.0  # wall-clock seconds one rollout may take
+    rollout_timeout: float = 180.0  # wall-clock seconds one rollout may take, model calls included
     rollout_memory_mb: int = 1024
     rollout_max_calls: int = 32  # model calls one rollout may make
     rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
