@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -88,11 +89,11 @@ def evaluated_home(tmp_path_factory, model_server, model_cache) -> Path:
     return home
 
 
-@pytest.fixture(scope="session")
-def server_url(evaluated_home, model_cache):
-    """`whale serve` over the evaluated store, on a free port."""
+@contextmanager
+def whale_serve(env: dict[str, str]):
+    """`whale serve` over env's store on a free port, for the duration of the block; yields the
+    base URL once the API answers."""
     port = free_port()
-    env = {**os.environ, "WHALE_HOME": str(evaluated_home), "WHALE_MODEL_CACHE": str(model_cache)}
     proc = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -104,9 +105,19 @@ def server_url(evaluated_home, model_cache):
         except httpx.HTTPError:
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def server_url(evaluated_home, model_cache):
+    """`whale serve` over the evaluated store."""
+    env = {**os.environ, "WHALE_HOME": str(evaluated_home), "WHALE_MODEL_CACHE": str(model_cache)}
+    with whale_serve(env) as url:
+        yield url
 
 
 def make_rollout(writer) -> int:

@@ -5,12 +5,11 @@ import os
 import sqlite3
 import subprocess
 import textwrap
-import time
 
 import httpx
 import pytest
 
-from tests.conftest import WHALE, free_port, whale_eval_json
+from tests.conftest import WHALE, whale_eval_json, whale_serve
 
 
 @pytest.fixture(scope="module")
@@ -21,20 +20,8 @@ def store(tmp_path_factory, model_server, model_cache):
         "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
         "WHALE_ROLLOUT_TIMEOUT": "3",
     }  # fmt: skip
-    port = free_port()
-    server = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            httpx.get(f"{url}/api/runs", timeout=2)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    yield env, url, home
-    server.terminate()
-    server.wait(10)
-    assert server.returncode is not None
+    with whale_serve(env) as url:
+        yield env, url, home
 
 
 CASES = {

@@ -2,18 +2,15 @@
 `whale eval hostile.py --domain arith --sandbox BACKEND`, while `whale serve` runs over the same
 store. Each ends as a failed or contained rollout with a recorded reason; afterwards the server
 still serves, the database is intact and the host is unchanged."""
-import json
 import os
 import sqlite3
-import subprocess
 import textwrap
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import WHALE, free_port
+from tests.conftest import whale_eval_json, whale_serve
 
 SECRET = "s3cret-in-the-server-env"
 
@@ -26,47 +23,35 @@ def attack(request, tmp_path_factory, model_server, model_cache):
         request.getfixturevalue("docker_image")  # skips where no engine exists
     root = tmp_path_factory.mktemp(f"attacks-{backend}")
     home = root / "home"
-    port = free_port()
     env = {
         **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
         "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
         "WHALE_ROLLOUT_TIMEOUT": "8", "WHALE_ROLLOUT_MAX_CALLS": "4",
         "WHALE_TEST_SECRET": SECRET,
     }  # fmt: skip
-    server = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            httpx.get(f"{url}/api/runs", timeout=2)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    model_port = model_server.base_url.split(":")[-1].split("/")[0]
 
-    def run(code: str, limit: int = 1, k: int = 1):
-        code = code.replace("SERVER_PORT", str(port)).replace("DB_PATH", str(home / "whale.db"))
-        code = code.replace("MODEL_PORT", model_server.base_url.split(":")[-1].split("/")[0])
-        harness = root / "hostile.py"
-        harness.write_text(textwrap.dedent(code))
-        proc = subprocess.run([WHALE, "eval", str(harness), "--domain", "arith", "--sandbox",
-                               backend, "--limit", str(limit), "-k", str(k), "--json"],
-                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
-        with sqlite3.connect(home / "whale.db") as db:
-            db.row_factory = sqlite3.Row
-            rows = [dict(r) for r in db.execute(
-                "SELECT * FROM rollout WHERE run_id = ? ORDER BY id", (out["run_id"],))]
-        assert len(rows) == limit * k and all(r["status"] != "pending" for r in rows)
-        # the server keeps serving and sees the run
-        assert out["run_id"] in {r["id"] for r in httpx.get(f"{url}/api/runs", timeout=10).json()}
-        return out, rows
+    with whale_serve(env) as url:
 
-    run.backend = backend
-    run.home = home
-    yield run
-    server.terminate()
-    server.wait(10)
+        def run(code: str, limit: int = 1, k: int = 1):
+            code = code.replace("SERVER_PORT", url.rsplit(":", 1)[1]).replace("MODEL_PORT", model_port)
+            harness = root / "hostile.py"
+            harness.write_text(textwrap.dedent(code.replace("DB_PATH", str(home / "whale.db"))))
+            out = whale_eval_json(harness, env, "--domain", "arith", "--sandbox", backend,
+                                  "--limit", str(limit), "-k", str(k))  # fmt: skip
+            with sqlite3.connect(home / "whale.db") as db:
+                db.row_factory = sqlite3.Row
+                rows = [dict(r) for r in db.execute(
+                    "SELECT * FROM rollout WHERE run_id = ? ORDER BY id", (out["run_id"],))]
+            assert len(rows) == limit * k and all(r["status"] != "pending" for r in rows)
+            # the server keeps serving and sees the run
+            runs = httpx.get(f"{url}/api/runs", timeout=10).json()
+            assert out["run_id"] in {r["id"] for r in runs}
+            return out, rows
+
+        run.backend = backend
+        run.home = home
+        yield run
     with sqlite3.connect(home / "whale.db") as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 

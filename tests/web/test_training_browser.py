@@ -3,22 +3,16 @@ weight phase: the loss chart is drawn and the examples link leads to the accepte
 import asyncio
 import os
 import re
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
 from app.config import Settings
 from app.workbench import Workbench
 from tests.api.synthetic_store import Store
 from tests.api.synthetic_training import weight_phase
+from tests.conftest import whale_serve
 from tests.web.test_browser import ARTIFACTS, CHROMIUM, page  # noqa: F401 - fixture
 
-WHALE = str(Path(sys.executable).with_name("whale"))
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
 
@@ -35,24 +29,8 @@ def trained(tmp_path):
 @pytest.fixture
 def served(trained):
     home, phase = trained
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([WHALE, "serve", "--port", str(port)],
-                            env={**os.environ, "WHALE_HOME": str(home)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url + "/api/runs", timeout=2)
-            break
-        except httpx.HTTPError:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            time.sleep(0.2)
-    yield url, phase
-    proc.terminate()
-    proc.wait(10)
+    with whale_serve({**os.environ, "WHALE_HOME": str(home)}) as url:
+        yield url, phase
 
 
 def test_job_page_shows_the_loss_chart_and_links_its_examples(served, page):  # noqa: F811
