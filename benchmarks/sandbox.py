@@ -10,7 +10,6 @@ appends the table to docs/benchmarks.md.
 """
 import argparse
 import asyncio
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from app.db import Writer, open_engine
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
+from app.llm.local import free_port
 from benchmarks.common import percentile, report, start_zero_llm, table
 from sandbox import docker as docker_backend
 from sandbox import image
@@ -32,12 +32,6 @@ def run(task, llm, tools):
     return llm.chat([{"role": "user", "content": task["question"]}], max_tokens=4).content
 '''
 TASK = {"question": "What is 40 + 2?"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_rollouts(writer: Writer, n: int) -> list[int]:

@@ -5,7 +5,6 @@ suite converts it at most once per machine.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,16 +16,10 @@ import pytest
 
 from app.db import Writer, open_engine
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
-from app.llm.local import LocalModelServer, prepare_model
+from app.llm.local import LocalModelServer, free_port, prepare_model
 
 REPO = Path(__file__).resolve().parent.parent
 WHALE = str(Path(sys.executable).with_name("whale"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

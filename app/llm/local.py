@@ -82,7 +82,8 @@ def prepare_model(models_dir: Path, say=print) -> Path:
     return folder
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now (for a server we are about to start)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -94,7 +95,7 @@ class LocalModelServer:
     def __init__(self, model_path: Path, log_path: Path, port: int | None = None):
         self.model_path = model_path
         self.log_path = log_path
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.proc: subprocess.Popen | None = None
 
     @property

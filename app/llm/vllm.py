@@ -18,7 +18,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import threading
@@ -29,6 +28,7 @@ import httpx
 import openai
 
 from app.llm.client import ChatEndpoint
+from app.llm.local import free_port
 
 log = logging.getLogger(__name__)
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -41,12 +41,6 @@ class VLLMError(RuntimeError):
 
 class AdapterError(VLLMError):
     """A LoRA adapter that is missing, malformed, or does not fit the base model."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _api_url(url: str) -> str:
@@ -150,7 +144,7 @@ class VLLMServer:
         self.python = python
         self.model_path = Path(model_path)
         self.log_path = log_path
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.cpu = cpu

@@ -2,7 +2,6 @@
 stand-in speaking the same protocol over HTTP), with its key taken from the environment and
 never stored or handed to a sandbox."""
 import os
-import socket
 import sqlite3
 import textwrap
 import threading
@@ -13,7 +12,7 @@ import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 
-from tests.conftest import whale_eval_json
+from tests.conftest import free_port, whale_eval_json
 
 KEY = "sk-test-key-never-stored-0123456789"
 
@@ -33,9 +32,7 @@ def hosted_api():
                              "message": {"role": "assistant", "content": "The answer is 42"}}],
                 "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}  # fmt: skip
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
