@@ -1,4 +1,4 @@
-"""The `whale` command line: serve, demo, eval."""
+"""The `whale` command line: serve, demo, eval, train, search."""
 import asyncio
 import json
 import logging
@@ -47,6 +47,34 @@ def _progress() -> Progress:
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn(), console=err,
     )  # fmt: skip
+
+
+def _phase_progress(progress: Progress, quiet: bool):
+    """The progress callback of a phase: one bar per stage, a line per notable event."""
+    bar = progress.add_task("", total=None, passed=0, visible=not quiet)
+
+    def on(kind, data):
+        if kind == "phase":
+            progress.reset(bar, description=data["what"], total=None, passed=0)
+        elif kind == "rollout":
+            progress.update(bar, advance=1, passed=progress.tasks[bar].fields["passed"]
+                            + (data["rollout"].status == "pass"))  # fmt: skip
+        elif kind == "batch":
+            progress.update(bar, description=f"training batch {data['batch']}/{data['of']}"
+                            f" loss {data['loss']:.3f}")  # fmt: skip
+        elif quiet:
+            return
+        elif kind == "accepted":
+            progress.console.print(f"accepted {data['accepted']}/{data['total']} rollouts: "
+                                   f"{data['examples']} examples")  # fmt: skip
+        elif kind == "iteration":
+            it = data["iteration"]
+            progress.console.print(
+                f"iteration {it.iteration}: {it.n_valid}/{it.n_candidates} valid, best "
+                f"{it.best_success:.3f} (harness #{it.best_harness_id}), accepted "
+                f"#{it.accepted_harness_id}" + (f"; proposer failed: {it.error}" if it.error else ""))
+
+    return on
 
 
 async def _evaluate(workbench, harness: Path, domain: str, split: str, k: int,
@@ -215,21 +243,7 @@ def train(
             run, first, base = await workbench.start_run(f"rft {harness.name}", "rft", domain,
                                                          harness, config)  # fmt: skip
             with _progress() as progress:
-                bar = progress.add_task("", total=None, passed=0, visible=not as_json)
-
-                def on(kind, data):
-                    if kind == "phase":
-                        progress.reset(bar, description=data["what"], total=None, passed=0)
-                    elif kind == "rollout":
-                        progress.update(bar, advance=1, passed=progress.tasks[bar].fields["passed"]
-                                        + (data["rollout"].status == "pass"))  # fmt: skip
-                    elif kind == "accepted" and not as_json:
-                        err.print(f"accepted {data['accepted']}/{data['total']} rollouts: "
-                                  f"{data['examples']} examples")  # fmt: skip
-                    elif kind == "batch":
-                        progress.update(bar, description=f"training batch {data['batch']}/{data['of']}"
-                                        f" loss {data['loss']:.3f}")  # fmt: skip
-
+                on = _phase_progress(progress, quiet=as_json)
                 try:
                     result = await weight_phase(workbench, run.id, first, base, the_domain, cfg,
                                                 test_k, test_limit, on)  # fmt: skip
@@ -254,6 +268,92 @@ def train(
                   f"run {run.id}, checkpoint {result.checkpoint.id}")  # fmt: skip
 
     asyncio.run(main())
+
+
+@cli.command()
+def search(
+    harness: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
+                                                      help="harness file (default: the domain's seed)")] = None,
+    domain: Annotated[str, typer.Option(help="task domain")] = "arith",
+    proposer: Annotated[str, typer.Option(help="knobs | llm | agent")] = "knobs",
+    iterations: Annotated[int, typer.Option(min=0, help="proposing iterations")] = 3,
+    candidates: Annotated[int, typer.Option(min=1, help="K candidates per iteration")] = 3,
+    tasks: Annotated[Optional[int], typer.Option(min=1, help="first N harness-split tasks")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="rollouts per task")] = 1,
+    llm_url: Annotated[Optional[str], typer.Option(help="llm proposer: OpenAI-compatible URL")] = None,
+    llm_model: Annotated[Optional[str], typer.Option(help="llm proposer: model name")] = None,
+    agent_command: Annotated[Optional[str], typer.Option(help="agent proposer: command line; "
+                                                         "{workspace} {k} {iteration} substituted")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+):
+    """A harness phase: propose, validate, evaluate and select harnesses on the harness split."""
+    import shlex
+
+    from pydantic import ValidationError
+
+    from app.config import SearchConfig
+    from app.search.phase import search_file
+
+    try:
+        the_domain = get_domain(domain)
+        cfg = SearchConfig(
+            proposer=proposer, iterations=iterations, candidates=candidates, tasks=tasks,
+            samples=samples, llm={"url": llm_url, "model": llm_model},
+            agent={"command": shlex.split(agent_command or "")},
+        )  # fmt: skip
+    except (ValueError, ValidationError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    harness = harness or the_domain.seed_harness
+
+    async def main():
+        workbench = _workbench(say=(lambda m: None) if as_json else None)
+        try:
+            await workbench.start()
+            with _progress() as progress:
+                phase = await search_file(workbench, harness, domain, cfg,
+                                          _phase_progress(progress, quiet=as_json))  # fmt: skip
+            with workbench.session() as s:
+                summary = _search_summary(s, phase)
+        finally:
+            await workbench.stop()
+        if as_json:
+            print(json.dumps(summary))
+        else:
+            first = summary["iterations"][0]
+            print(f"harness-split success {first['best_success']:.3f} -> "
+                  f"{summary['accepted_success']:.3f}: accepted harness #{phase.harness_out_id} "
+                  f"after {len(summary['iterations']) - 1} iterations "
+                  f"({summary['rollouts']} rollouts, ended: {phase.ended_reason}); run {phase.run_id}")
+
+    asyncio.run(main())
+
+
+def _search_summary(s, phase) -> dict:
+    from sqlmodel import select
+
+    from app.db.schema import Harness, SearchIteration
+
+    iterations = s.exec(select(SearchIteration).where(SearchIteration.phase_id == phase.id)
+                        .order_by(SearchIteration.iteration)).all()  # fmt: skip
+    harnesses = s.exec(select(Harness).where(Harness.run_id == phase.run_id)).all()
+    # The accepted harness has the best success rate, so it is always on the frontier.
+    accepted = next(p["success"] for p in iterations[-1].frontier
+                    if p["harness_id"] == phase.harness_out_id)  # fmt: skip
+    return {
+        "run_id": phase.run_id, "phase_id": phase.id, "ended": phase.ended_reason,
+        "rollouts": phase.rollouts, "incoming_harness_id": phase.harness_in_id,
+        "accepted_harness_id": phase.harness_out_id,
+        "accepted_success": accepted,
+        "iterations": [{"iteration": i.iteration, "status": i.status, "error": i.error,
+                        "n_candidates": i.n_candidates, "n_valid": i.n_valid,
+                        "best_success": i.best_success, "accepted_harness_id": i.accepted_harness_id,
+                        "prompt_tokens": i.prompt_tokens, "completion_tokens": i.completion_tokens,
+                        "cost_usd": i.cost_usd, "proposer_wall_s": i.proposer_wall_s}
+                       for i in iterations],
+        "harnesses": [{"id": h.id, "name": h.name, "valid": h.valid, "error": h.error,
+                       "parent_ids": h.parent_ids, "iteration": h.iteration, "proposer": h.proposer}
+                      for h in harnesses],
+    }  # fmt: skip
 
 
 sandbox_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)

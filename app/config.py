@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     def logs_dir(self) -> Path:
         return self.home / "logs"
 
+    @property
+    def archive_dir(self) -> Path:
+        """Where runs are materialized as plain files for the `agent` proposer."""
+        return self.home / "harness_archive"
+
     def ensure_dirs(self) -> None:
         for d in (self.home, self.models_dir, self.logs_dir):
             d.mkdir(parents=True, exist_ok=True)
@@ -69,3 +74,51 @@ class RFTConfig(BaseModel):
         default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     seed: int = 0
+
+
+class LLMProposerConfig(BaseModel):
+    """The `llm` proposer: one chat model over an OpenAI-compatible endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(default=None, description="default: the run's own model server")
+    model: str | None = Field(default=None, description="default: the run's current checkpoint")
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
+    temperature: float = 0.8
+    max_tokens: int = Field(default=4096, ge=64)
+    failures: int = Field(default=3, ge=0, description="failing traces shown to the model")
+    successes: int = Field(default=2, ge=0, description="passing traces shown to the model")
+    price_in_per_mtok: float | None = Field(default=None, description="$ per 1M prompt tokens")
+    price_out_per_mtok: float | None = Field(default=None, description="$ per 1M output tokens")
+
+
+class AgentProposerConfig(BaseModel):
+    """The `agent` proposer: a coding-agent command run in the materialized archive."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # argv; {workspace}, {k} and {iteration} are substituted. The agent reads SKILL.md there.
+    command: list[str] = Field(default_factory=list)
+    isolation: Literal["bwrap", "none"] = "bwrap"  # bwrap: only the workspace is writable
+    network: bool = True  # a coding agent needs its model API; false cuts all network
+    env: list[str] = Field(default_factory=list, description="variables passed to the agent")
+
+
+class SearchConfig(BaseModel):
+    """One harness phase of Meta-Harness-style search (reference/whale.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    proposer: Literal["knobs", "llm", "agent"] = "knobs"
+    iterations: int = Field(default=5, ge=0, description="proposing iterations after iteration 0")
+    candidates: int = Field(default=3, ge=1, description="K candidates per iteration")
+    tasks: int | None = Field(default=None, ge=1, description="harness-split tasks (default all)")
+    samples: int = Field(default=1, ge=1, description="rollouts per harness-split task")
+    smoke: bool = True  # one sandbox rollout before a candidate is evaluated
+    smoke_timeout_s: float = Field(default=120.0, gt=0)
+    proposer_timeout_s: float = Field(default=1800.0, gt=0)
+    max_code_bytes: int = Field(default=200_000, ge=100)
+    on_proposer_error: Literal["continue", "end"] = "continue"
+    seed: int = 0
+    llm: LLMProposerConfig = Field(default_factory=LLMProposerConfig)
+    agent: AgentProposerConfig = Field(default_factory=AgentProposerConfig)

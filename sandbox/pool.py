@@ -77,7 +77,9 @@ class SandboxPool:
         self._root.mkdir(mode=0o755, parents=True, exist_ok=True)
 
     async def run(self, harness: Path, task: dict, token: str,
-                  forbidden_modules: frozenset[str] = frozenset()) -> SandboxResult:  # fmt: skip
+                  forbidden_modules: frozenset[str] = frozenset(),
+                  wall_s: float | None = None) -> SandboxResult:  # fmt: skip
+        """One rollout; `wall_s` overrides the pool's wall-clock limit for this one."""
         start = time.monotonic()
         try:
             server = await (self._acquire(harness) if self.warm else self._start(harness))
@@ -85,15 +87,16 @@ class SandboxPool:
             return SandboxResult(None, "sandbox_start", f"the sandbox did not start: {exc}",
                                  wall_s=time.monotonic() - start)  # fmt: skip
         try:
-            return await self._call(server, task, token, forbidden_modules, start)
+            return await self._call(server, task, token, forbidden_modules, start,
+                                    wall_s or self.limits.wall_s)
         finally:
             server.in_flight -= 1
             if not self.warm or server.dead:
                 await self._retire(server)
 
     async def _call(self, server: _Server, task: dict, token: str, forbidden: frozenset[str],
-                    start: float) -> SandboxResult:  # fmt: skip
-        request = {"task": task, "token": token, "wall_s": self.limits.wall_s,
+                    start: float, wall_s: float) -> SandboxResult:  # fmt: skip
+        request = {"task": task, "token": token, "wall_s": wall_s,
                    "memory_mb": self.limits.memory_mb, "output_bytes": self.limits.output_bytes,
                    "forbidden_modules": sorted(forbidden)}  # fmt: skip
         writer = None
@@ -105,7 +108,7 @@ class SandboxPool:
             await writer.drain()
             # The runner enforces the wall-clock limit itself; this is the backstop for a runner
             # that is itself wedged or killed.
-            line = await asyncio.wait_for(reader.readline(), self.limits.wall_s + 15)
+            line = await asyncio.wait_for(reader.readline(), wall_s + 15)
             if not line:
                 raise ConnectionError("the runner closed the connection")
             result = json.loads(line)

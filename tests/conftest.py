@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
+from app.config import Settings
 from app.db import Writer, open_engine
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
 from app.llm.local import LocalModelServer, free_port, prepare_model
@@ -57,6 +58,24 @@ def whale_env(tmp_path, model_server, model_cache) -> dict[str, str]:
         "WHALE_LLM_URL": model_server.base_url,
         "WHALE_LLM_MODEL": model_server.model,
     }
+
+
+def attached_settings(home: Path, model_server, model_cache: Path) -> Settings:
+    """Settings for an in-process Workbench on a fresh store, using the shared model server."""
+    return Settings(home=home, model_cache=model_cache, sandbox="process",
+                    llm_url=model_server.base_url, llm_model=model_server.model)  # fmt: skip
+
+
+@asynccontextmanager
+async def started_workbench(settings: Settings):
+    from app.workbench import Workbench
+
+    workbench = Workbench(settings, say=lambda m: None)
+    await workbench.start()
+    try:
+        yield workbench
+    finally:
+        await workbench.stop()
 
 
 def whale(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:

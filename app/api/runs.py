@@ -7,6 +7,7 @@ from sqlmodel import Session, col, select
 from app.api.common import NotFound, as_dict
 from app.api.evaluations import evaluation_rows
 from app.api.rollouts import recent_failures, status_counts
+from app.api.search import get_harness_phases
 from app.api.training import get_weight_phase
 from app.db.schema import Evaluation, Run
 
@@ -51,4 +52,5 @@ def get_run(s: Session, run_id: int) -> dict[str, Any]:
         "status_counts": status_counts(s, run_id=run_id),
         "recent_failures": recent_failures(s, run_id),
         "weight_phase": get_weight_phase(s, run_id),  # None for a run without training
+        "harness_phases": get_harness_phases(s, run_id),
     }

@@ -81,6 +81,40 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ix_rollout_run ON rollout(run_id, id);
         """,
     ),
+    (
+        "003_search",
+        """
+        -- one weight or harness phase of a run; the loop's state lives here
+        CREATE TABLE phase (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES run(id),
+            kind TEXT NOT NULL, round INTEGER NOT NULL, status TEXT NOT NULL, ended_reason TEXT,
+            harness_in_id INTEGER REFERENCES harness(id),
+            harness_out_id INTEGER REFERENCES harness(id),
+            checkpoint_in_id INTEGER REFERENCES checkpoint(id),
+            checkpoint_out_id INTEGER REFERENCES checkpoint(id),
+            rollouts INTEGER NOT NULL, detail BLOB, created_at DATETIME NOT NULL,
+            finished_at DATETIME);
+        CREATE INDEX ix_phase_run ON phase(run_id, id);
+        CREATE TABLE search_iteration (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES run(id),
+            phase_id INTEGER NOT NULL REFERENCES phase(id), iteration INTEGER NOT NULL,
+            proposer TEXT NOT NULL, status TEXT NOT NULL, error TEXT,
+            n_candidates INTEGER NOT NULL, n_valid INTEGER NOT NULL,
+            best_harness_id INTEGER REFERENCES harness(id),
+            accepted_harness_id INTEGER REFERENCES harness(id), best_success FLOAT,
+            frontier BLOB, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+            cost_usd FLOAT, proposer_wall_s FLOAT, wall_s FLOAT, report TEXT,
+            created_at DATETIME NOT NULL, finished_at DATETIME);
+        CREATE INDEX ix_search_iteration_phase ON search_iteration(phase_id, iteration);
+        ALTER TABLE harness ADD COLUMN phase_id INTEGER REFERENCES phase(id);
+        ALTER TABLE harness ADD COLUMN iteration INTEGER;
+        ALTER TABLE harness ADD COLUMN axis TEXT;
+        ALTER TABLE harness ADD COLUMN changes TEXT;
+        ALTER TABLE harness ADD COLUMN parent_ids BLOB;
+        ALTER TABLE evaluation ADD COLUMN phase_id INTEGER REFERENCES phase(id);
+        CREATE INDEX ix_evaluation_harness ON evaluation(harness_id, checkpoint_id, split);
+        """,
+    ),
 ]
 
 

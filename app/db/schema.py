@@ -53,8 +53,15 @@ class Harness(SQLModel, table=True):
     hypothesis: str | None = None
     proposer: str = "user"  # user | seed | agent | llm | knobs
     valid: bool = True
-    error: str | None = None
+    error: str | None = None  # why validation refused it (shown, never dropped)
     created_at: datetime = Field(default_factory=now)
+    # Search candidates: the phase and iteration that made them, what they try, all parents
+    # (parent_id is the first of them: the harness the proposer edited).
+    phase_id: int | None = Field(default=None, foreign_key="phase.id")
+    iteration: int | None = None
+    axis: str | None = None  # which part of the harness it touches (prompt, tools, voting...)
+    changes: str | None = None  # what changed, in the proposer's words
+    parent_ids: list | None = zjson()
 
 
 class Checkpoint(SQLModel, table=True):
@@ -84,6 +91,7 @@ class Evaluation(SQLModel, table=True):
     n_done: int = 0
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
+    phase_id: int | None = Field(default=None, foreign_key="phase.id")
 
 
 class Rollout(SQLModel, table=True):
@@ -148,6 +156,53 @@ class TrainingJob(SQLModel, table=True):
     loss: float | None = None
     error: str | None = None
     log_tail: str | None = None
+    created_at: datetime = Field(default_factory=now)
+    finished_at: datetime | None = None
+
+
+class Phase(SQLModel, table=True):
+    """One weight or harness phase of a run. Round r is the r-th phase of its kind."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    kind: str  # weight | harness
+    round: int
+    status: str = "running"  # running | done | failed
+    # fixed | patience | budget | manual | exhausted | proposer_error | error
+    ended_reason: str | None = None
+    harness_in_id: int | None = Field(default=None, foreign_key="harness.id")
+    harness_out_id: int | None = Field(default=None, foreign_key="harness.id")
+    checkpoint_in_id: int | None = Field(default=None, foreign_key="checkpoint.id")
+    checkpoint_out_id: int | None = Field(default=None, foreign_key="checkpoint.id")
+    rollouts: int = 0  # rollouts this phase used
+    detail: dict | None = zjson()
+    created_at: datetime = Field(default_factory=now)
+    finished_at: datetime | None = None
+
+
+class SearchIteration(SQLModel, table=True):
+    """One iteration of a harness phase: propose, validate, evaluate, select."""
+
+    __tablename__ = "search_iteration"
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="run.id")
+    phase_id: int = Field(foreign_key="phase.id")
+    iteration: int  # 0 re-evaluates the incoming harness
+    proposer: str
+    status: str = "running"  # running | done | failed (the proposer failed; recorded, not fatal)
+    error: str | None = None
+    n_candidates: int = 0
+    n_valid: int = 0
+    best_harness_id: int | None = Field(default=None, foreign_key="harness.id")
+    accepted_harness_id: int | None = Field(default=None, foreign_key="harness.id")
+    best_success: float | None = None  # best success rate on the frontier after this iteration
+    frontier: list | None = zjson()  # [{harness_id, success, turns}]
+    prompt_tokens: int = 0  # the proposer's own cost
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    proposer_wall_s: float | None = None
+    wall_s: float | None = None
+    report: str | None = None
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
 

@@ -56,11 +56,13 @@ class Evaluator:
         self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
         split: str, k: int, limit: int | None = None,
         progress: Callable[[Rollout], None] | None = None, tasks: list[Task] | None = None,
+        wall_s: float | None = None, phase_id: int | None = None,
     ) -> Evaluation:  # fmt: skip
-        """k rollouts for each task of the split (its first `limit`, or the given `tasks`)."""
+        """k rollouts for each task of the split (its first `limit`, or the given `tasks`);
+        `wall_s` overrides the per-rollout time limit."""
         tasks = tasks if tasks is not None else domain.tasks(split)[:limit]
         evaluation, rollouts = await self.writer.run(
-            lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks)
+            lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks, phase_id)
         )
         path = harness_file(harness, self.harness_dir)
         by_id = {t.id: t for t in tasks}
@@ -68,7 +70,8 @@ class Evaluator:
 
         async def one(rollout: Rollout) -> Rollout:
             async with semaphore:
-                done = await self._rollout(rollout, by_id[rollout.task_id], path, checkpoint, domain)
+                done = await self._rollout(rollout, by_id[rollout.task_id], path, checkpoint,
+                                           domain, wall_s)  # fmt: skip
             if progress:
                 progress(done)
             return done
@@ -80,13 +83,14 @@ class Evaluator:
         return await self.writer.run(lambda s: _finish(s, evaluation.id, finished))
 
     async def _rollout(self, rollout: Rollout, task: Task, harness_path: Path,
-                       checkpoint: Checkpoint, domain: Domain) -> Rollout:  # fmt: skip
+                       checkpoint: Checkpoint, domain: Domain,
+                       wall_s: float | None) -> Rollout:  # fmt: skip
         token = self.gateway.grant(
             Grant(rollout.id, checkpoint.name, tools=domain.tools, **self.budget)
         )
         try:
             result = await self.sandbox.run(harness_path, task.public, token,
-                                            domain.forbidden_modules)  # fmt: skip
+                                            domain.forbidden_modules, wall_s)  # fmt: skip
         finally:
             grant = self.gateway.revoke(token)
         # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.
@@ -102,9 +106,9 @@ class Evaluator:
 
 
 def _create(s: Session, run_id: int, harness: Harness, checkpoint: Checkpoint, split: str,
-            k: int, tasks: list[Task]) -> tuple[Evaluation, list[Rollout]]:  # fmt: skip
+            k: int, tasks: list[Task], phase_id: int | None) -> tuple[Evaluation, list[Rollout]]:  # fmt: skip
     evaluation = Evaluation(run_id=run_id, harness_id=harness.id, checkpoint_id=checkpoint.id,
-                            split=split, k=k, n_tasks=len(tasks))  # fmt: skip
+                            split=split, k=k, n_tasks=len(tasks), phase_id=phase_id)  # fmt: skip
     s.add(evaluation)
     s.flush()
     rollouts = [

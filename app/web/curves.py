@@ -35,3 +35,10 @@ def step_curves_chart(curves: dict[str, Points]) -> Markup:
         "mean reward": [(p["x"], p["y"]) for p in curves.get("train/mean_reward", [])],
     }, "sampling per step", "step", "rate", x_extent=(0, None), y_extent=(0, 1),
         integer_x=True)  # fmt: skip
+
+
+def best_success_chart(points: Points) -> Markup:
+    """A harness phase: the best success rate on the frontier after each iteration."""
+    return line_chart({"best success": [(p["x"], p["y"]) for p in points]},
+                      "harness split: best success on the frontier", "iteration", "success",
+                      x_extent=(0, None), y_extent=(0, 1), integer_x=True)  # fmt: skip

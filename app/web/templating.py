@@ -13,7 +13,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from app import ROOT
-from app.web.curves import loss_chart, step_curves_chart, test_curve_chart
+from app.web.curves import best_success_chart, loss_chart, step_curves_chart, test_curve_chart
 
 templates = Jinja2Templates(directory=ROOT / "templates")
 DASH = "\u2014"  # what a missing value looks like
@@ -116,8 +116,9 @@ templates.env.filters.update(
     short=short, pretty=pretty, text_of=text_of, python_html=python_html, size=size,
 )  # fmt: skip
 templates.env.globals.update(elapsed=elapsed, with_query=with_query, DASH=DASH)
-# the training pages' charts, drawn as inline SVG
-templates.env.globals.update(loss_chart=loss_chart, test_curve_chart=test_curve_chart,
+# the training and search charts, drawn as inline SVG
+templates.env.globals.update(best_success_chart=best_success_chart, loss_chart=loss_chart,
+                             test_curve_chart=test_curve_chart,
                              step_curves_chart=step_curves_chart)  # fmt: skip
 
 

@@ -34,6 +34,16 @@ class Store:
         result = self.writer.submit(insert).result()
         return result[0] if len(result) == 1 else list(result)
 
+    def write_values(self, row, **values):
+        """Update columns of a written row."""
+
+        def update(s):
+            stored = s.get(type(row), row.id)
+            for key, value in values.items():
+                setattr(stored, key, value)
+
+        self.writer.submit(update).result()
+
     def run(self, name: str = "eval seed.py", status: str = "done", **kw) -> Run:
         return self.write(Run(name=name, kind="eval", domain="arith", status=status, **kw))
 

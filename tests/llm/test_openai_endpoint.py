@@ -4,43 +4,21 @@ never stored or handed to a sandbox."""
 import os
 import sqlite3
 import textwrap
-import threading
-import time
 import zlib
 
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request
 
-from tests.conftest import free_port, whale_eval_json
+from tests.conftest import whale_eval_json
+from tests.openai_stub import openai_stub
 
 KEY = "sk-test-key-never-stored-0123456789"
 
 
 @pytest.fixture(scope="module")
 def hosted_api():
-    """A stand-in for a hosted chat API: answers "42" and remembers the headers it saw."""
-    app = FastAPI()
-    seen: list[dict] = []
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body = await request.json()
-        seen.append({"authorization": request.headers.get("authorization"), "body": body})
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": "The answer is 42"}}],
-                "usage": {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}}  # fmt: skip
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1", seen
-    server.should_exit = True
-    thread.join(5)
+    """A stand-in for a hosted chat API: answers "The answer is 42", remembers what it saw."""
+    with openai_stub("The answer is 42") as (url, seen):
+        yield url, seen
 
 
 def test_key_goes_to_the_endpoint_only(hosted_api, tmp_path, model_cache):

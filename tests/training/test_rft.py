@@ -4,11 +4,11 @@ import textwrap
 
 from sqlmodel import select
 
-from app.config import RFTConfig, Settings
+from app.config import RFTConfig
 from app.db.schema import Checkpoint, Metric, Rollout, TrainingJob
 from app.domains import get_domain
 from app.training.rft import rft_step
-from app.workbench import Workbench
+from tests.conftest import attached_settings, started_workbench
 
 # Calls the model (so there are model steps to learn from) but answers right by itself, so
 # every rollout is accepted: the test is about the plumbing, not about the model's skill.
@@ -24,13 +24,10 @@ NEVER = "def run(task, llm, tools):\n    llm.chat([{'role': 'user', 'content': '
 def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
     harness_path = tmp_path / "harness.py"
     harness_path.write_text(textwrap.dedent(code))
-    settings = Settings(home=tmp_path / "home", model_cache=model_cache, sandbox="process",
-                        llm_url=model_server.base_url, llm_model=model_server.model)  # fmt: skip
+    settings = attached_settings(tmp_path / "home", model_server, model_cache)
 
     async def main():
-        workbench = Workbench(settings, say=lambda m: None)
-        await workbench.start()
-        try:
+        async with started_workbench(settings) as workbench:
             run, harness, base = await workbench.start_run("rft", "rft", "arith", harness_path, {})
             job, checkpoint = await rft_step(workbench, run.id, harness, base,
                                              get_domain("arith"), cfg, step=0)  # fmt: skip
@@ -46,8 +43,6 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
                     "rollouts": s.exec(select(Rollout)).all(),
                 }
             return job, base, checkpoint, reply, stored
-        finally:
-            await workbench.stop()
 
     return asyncio.run(main())
 

@@ -1,0 +1,1 @@
+"""The harness phase: proposers write candidate harnesses, validation, Pareto selection."""

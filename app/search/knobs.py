@@ -1,0 +1,87 @@
+"""The `knobs` proposer: coordinate descent over a harness's declared PARAMS, no LLM.
+
+A harness declares `PARAMS = {"NAME": [choices...]}` and assigns each knob at module level
+(`NAME = value`). Each iteration picks the next knob in declaration order (cyclically) and proposes
+the accepted harness with that knob set to each choice not tried yet in this run; knobs whose
+choices are all tried are skipped. Candidates are the accepted code with one assignment
+rewritten, so a diff shows exactly the knob that moved.
+"""
+import ast
+
+from app.search.candidate import Candidate, Proposal
+from app.search.context import SearchContext
+
+
+def declared_params(code: str) -> dict[str, list]:
+    """PARAMS of the harness, {} when it declares none (or they are not literals)."""
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Assign) and _target(node) == "PARAMS":
+            try:
+                params = ast.literal_eval(node.value)
+            except ValueError:
+                return {}
+            return {k: list(v) for k, v in params.items()} if isinstance(params, dict) else {}
+    return {}
+
+
+def current_values(code: str) -> dict[str, object]:
+    values = {}
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Assign) and _target(node):
+            try:
+                values[_target(node)] = ast.literal_eval(node.value)
+            except ValueError:
+                pass
+    return values
+
+
+def with_knob(code: str, name: str, value) -> str:
+    """The code with the module-level assignment of `name` replaced by `name = value`."""
+    for node in ast.parse(code).body:
+        if isinstance(node, ast.Assign) and _target(node) == name:
+            lines = code.splitlines(keepends=True)
+            new = f"{name} = {value!r}\n"
+            return "".join(lines[: node.lineno - 1] + [new] + lines[node.end_lineno :])
+    raise KeyError(f"{name} is in PARAMS but never assigned at module level")
+
+
+def _target(node: ast.Assign) -> str | None:
+    if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    return None
+
+
+class KnobsProposer:
+    name = "knobs"
+
+    async def propose(self, ctx: SearchContext) -> Proposal:
+        accepted = ctx.accepted
+        params = declared_params(accepted.code)
+        if not params:
+            return Proposal(report="the accepted harness declares no PARAMS: nothing to tune")
+        values = current_values(accepted.code)
+        order = list(params)  # declaration order: the harness author's priorities
+        # Coordinate descent: start at this iteration's knob, move on while a knob is exhausted.
+        for offset in range(len(order)):
+            knob = order[(ctx.iteration - 1 + offset) % len(order)]
+            fresh = []
+            for choice in params[knob]:
+                if choice == values.get(knob):
+                    continue
+                code = with_knob(accepted.code, knob, choice)
+                if not ctx.seen(code):
+                    fresh.append((choice, code))
+            if fresh:
+                break
+        else:
+            return Proposal(report="every choice of every knob has been tried: exhausted")
+        candidates = [
+            Candidate(
+                name=f"{knob.lower()}-{choice}", code=code, axis=knob,
+                hypothesis=f"{knob} = {choice!r} scores better than {values.get(knob)!r}",
+                changes=f"{knob}: {values.get(knob)!r} -> {choice!r}", parent_ids=[accepted.id],
+            )  # fmt: skip
+            for choice, code in fresh[: ctx.k]
+        ]
+        return Proposal(candidates, report=f"coordinate {knob}: {len(candidates)} of "
+                        f"{len(params[knob]) - 1} alternatives proposed")  # fmt: skip

@@ -1,0 +1,15 @@
+"""The proposer a search config asks for. Every proposer has `name` and
+`async propose(ctx: SearchContext) -> Proposal`."""
+from app.config import SearchConfig
+from app.search.agent import AgentProposer
+from app.search.knobs import KnobsProposer
+from app.search.llm import LLMProposer
+
+
+def make_proposer(cfg: SearchConfig, workbench):
+    if cfg.proposer == "knobs":
+        return KnobsProposer()
+    if cfg.proposer == "llm":
+        return LLMProposer(cfg.llm)
+    s = workbench.settings
+    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden=[s.home])

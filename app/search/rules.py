@@ -1,0 +1,19 @@
+"""The rules every proposer is given (reference/whale.md, "Rules the proposer is given")."""
+
+CONTRACT = """\
+A harness is one Python file defining `run(task, llm, tools)`, which returns the answer (a string)
+or None. `task` holds the task's public fields. `llm.chat(messages, **sampling)` makes one model
+call and returns a message with `.content`; sampling accepts temperature, top_p, max_tokens,
+stop and seed. `tools.<name>(...)` calls the domain's tools. Module-level knobs may be declared
+in `PARAMS = {"NAME": [choices...]}`. The harness runs in a sandbox without network; only the
+standard library is available and some modules are forbidden by the domain."""
+
+RULES = """\
+- One mechanism per candidate: each candidate tests one idea, stated as a hypothesis.
+- No pure single-parameter tweaks: change how the harness works, not only a constant.
+- No dataset- or answer-specific hard-coding: the harness must work on unseen tasks.
+- Prototype before writing: read the traces and check your idea against real failures.
+- Name the axis each candidate touches (prompt, context, tools, sampling, voting, parsing,
+  control flow, stopping) and say what changed.
+- Keep `run(task, llm, tools)` and the tool calls intact; invalid candidates are recorded as
+  failures and cost an iteration."""

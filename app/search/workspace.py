@@ -1,0 +1,153 @@
+"""The run's archive as plain files: what the `agent` proposer (a coding agent) works in.
+
+    <archive>/runs/<run>/
+      SKILL.md                 the rules, the harness contract, this layout, what to write
+      accepted.py              the accepted harness
+      summary.tsv              every harness of the run: scores, hypothesis, axis, parents, error
+      frontier.json            the current Pareto frontier
+      harnesses/<id>-<name>/   harness.py, meta.json, scores.json (per checkpoint and split),
+                               traces.jsonl (every rollout with every step), failures.txt,
+                               successes.txt (a few flattened to text)
+      reports/                 one report per earlier iteration
+      candidates/              the agent writes <name>.py and <name>.json here
+
+Nothing from the test split is ever written here.
+"""
+import csv
+import json
+import re
+import shutil
+from pathlib import Path
+
+from sqlmodel import Session, func, select
+
+from app.db.schema import Evaluation, Harness, Rollout, SearchIteration
+from app.search import traces
+from app.search.context import SearchContext
+from app.search.rules import CONTRACT, RULES
+
+SKILL = """\
+# Harness search, iteration {iteration}
+
+You improve the harness of an LLM agent for the `{domain}` domain. Read the files here, find why
+rollouts fail, and write {k} new candidate harnesses.
+
+## The harness contract
+{contract}
+
+## Rules
+{rules}
+
+## What is here
+- `accepted.py`: the harness to improve (#{accepted_id}).
+- `summary.tsv`, `frontier.json`: every harness of this run and its scores (success rate on the
+  harness split, mean model calls per rollout).
+- `harnesses/<id>-<name>/`: code, notes, scores, `traces.jsonl` (every rollout, every model and
+  tool call), `failures.txt` and `successes.txt` (a few traces as text). Grep them.
+- `reports/`: what earlier iterations tried and found.
+
+## What to write
+- `candidates/<name>.py`: at most {k} complete harness files.
+- `candidates/<name>.json`: {{"hypothesis": "...", "axis": "...", "changes": "...",
+  "parents": [harness ids it builds on]}}.
+- `reports/iteration-{phase}-{iteration}.md`: a short report of what you looked at and why.
+Files anywhere else are ignored.
+"""
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "-", name).strip("-")[:60] or "harness"
+
+
+def harness_dir(root: Path, harness: Harness) -> Path:
+    return root / "harnesses" / f"{harness.id}-{_slug(Path(harness.name).stem)}"
+
+
+def materialize(ctx: SearchContext, root: Path) -> Path:
+    """Write (or bring up to date) the run's workspace; returns its path."""
+    root.mkdir(parents=True, exist_ok=True)
+    for sub in ("harnesses", "reports", "candidates"):
+        (root / sub).mkdir(exist_ok=True)
+    with ctx.workbench.session() as s:
+        harnesses = s.exec(select(Harness).where(Harness.run_id == ctx.run_id)
+                           .order_by(Harness.id)).all()  # fmt: skip
+        scores = _scores(s, ctx.run_id)
+        for harness in harnesses:
+            _write_harness(s, root, harness, scores.get(harness.id, []))
+        for it in s.exec(select(SearchIteration).where(SearchIteration.run_id == ctx.run_id)):
+            if it.report:
+                path = root / "reports" / f"iteration-{it.phase_id}-{it.iteration}.md"
+                if not path.exists():
+                    path.write_text(it.report)
+    (root / "accepted.py").write_text(ctx.accepted.code)
+    _write_summary(root / "summary.tsv", harnesses, ctx)
+    (root / "frontier.json").write_text(json.dumps([vars(p) for p in ctx.frontier], indent=1))
+    (root / "SKILL.md").write_text(SKILL.format(
+        iteration=ctx.iteration, phase=ctx.phase_id, domain=ctx.domain.name, k=ctx.k,
+        contract=CONTRACT, rules=RULES, accepted_id=ctx.accepted.id))  # fmt: skip
+    return root
+
+
+def _scores(s: Session, run_id: int) -> dict[int, list[dict]]:
+    """Finished non-test evaluations of the run's harnesses, by harness."""
+    rows = s.exec(select(Evaluation).where(Evaluation.run_id == run_id,
+                                           Evaluation.split != "test",
+                                           Evaluation.status == "done")).all()  # fmt: skip
+    scores: dict[int, list[dict]] = {}
+    for e in rows:
+        scores.setdefault(e.harness_id, []).append({
+            "checkpoint_id": e.checkpoint_id, "split": e.split, "k": e.k, "n_tasks": e.n_tasks,
+            "success": e.mean_at_k, "mean_turns": e.mean_turns, "evaluation_id": e.id})  # fmt: skip
+    return scores
+
+
+def _write_harness(s: Session, root: Path, harness: Harness, scores: list[dict]) -> None:
+    folder = harness_dir(root, harness)
+    folder.mkdir(exist_ok=True)
+    (folder / "harness.py").write_text(harness.code)
+    meta = {k: getattr(harness, k) for k in ("id", "name", "parent_ids", "proposer", "phase_id",
+                                             "iteration", "hypothesis", "axis", "changes",
+                                             "valid", "error")}  # fmt: skip
+    meta["parent_ids"] = harness.parent_ids or ([harness.parent_id] if harness.parent_id else [])
+    (folder / "meta.json").write_text(json.dumps(meta, indent=1))
+    (folder / "scores.json").write_text(json.dumps(scores, indent=1))
+    # Traces are append-only per harness: rewrite only when rollouts were added since last time.
+    n = s.exec(select(func.count()).select_from(Rollout).join(Evaluation)
+               .where(Rollout.harness_id == harness.id, Rollout.status != "pending",
+                      Evaluation.split != "test")).one()  # fmt: skip
+    stamp = folder / ".n_rollouts"
+    if stamp.exists() and stamp.read_text() == str(n):
+        return
+    rollouts = traces.rollouts_of(s, harness.id)
+    steps = traces.steps_of(s, [r.id for r in rollouts])
+    records = [traces.record(r, steps[r.id]) for r in rollouts]
+    with open(folder / "traces.jsonl", "w") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    failing = [r for r in records if r["status"] != "pass"][:5]
+    passing = [r for r in records if r["status"] == "pass"][:3]
+    (folder / "failures.txt").write_text("\n\n".join(traces.flatten(r) for r in failing))
+    (folder / "successes.txt").write_text("\n\n".join(traces.flatten(r) for r in passing))
+    stamp.write_text(str(n))
+
+
+def _write_summary(path: Path, harnesses: list[Harness], ctx: SearchContext) -> None:
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f, delimiter="\t")
+        out.writerow(["id", "name", "phase", "iteration", "proposer", "valid", "success",
+                      "mean_turns", "parents", "axis", "hypothesis", "error"])  # fmt: skip
+        for h in harnesses:
+            score = ctx.scores.get(h.id)
+            out.writerow([h.id, h.name, h.phase_id, h.iteration, h.proposer, h.valid,
+                          f"{score.success:.4f}" if score else "",
+                          f"{score.turns:.2f}" if score else "",
+                          ",".join(map(str, h.parent_ids or [])), h.axis or "",
+                          (h.hypothesis or "").replace("\n", " "),
+                          (h.error or "").replace("\n", " ")[:300]])  # fmt: skip
+
+
+def clear_candidates(root: Path) -> Path:
+    out = root / "candidates"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    return out

@@ -1,0 +1,51 @@
+"""A stand-in for a hosted LLM API: speaks the OpenAI chat-completions protocol over HTTP.
+
+Replies come from a script: a string is the answer to every request; a list is consumed in
+order (an int there makes that request fail with that status; past its end, 503s).
+"""
+import threading
+import time
+from contextlib import contextmanager
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from app.llm.local import free_port
+
+
+@contextmanager
+def openai_stub(script: str | list[str | int]):
+    """Yields (base_url, seen): each request's authorization header and body, in order."""
+    app = FastAPI()
+    seen: list[dict] = []
+    queue = [] if isinstance(script, str) else list(script)
+
+    @app.post("/v1/chat/completions")
+    async def complete(request: Request):
+        body = await request.json()
+        seen.append({"authorization": request.headers.get("authorization"), "body": body})
+        reply = script if isinstance(script, str) else (queue.pop(0) if queue else 503)
+        if isinstance(reply, int):
+            return JSONResponse({"error": {"message": "scripted failure"}}, status_code=reply)
+        completion_tokens = max(1, len(reply) // 4)
+        return {
+            "id": f"chatcmpl-{len(seen)}", "object": "chat.completion", "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": reply}}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": completion_tokens,
+                      "total_tokens": 1000 + completion_tokens},
+        }  # fmt: skip
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/v1", seen
+    finally:
+        server.should_exit = True
+        thread.join(5)
