@@ -115,6 +115,23 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ix_evaluation_harness ON evaluation(harness_id, checkpoint_id, split);
         """,
     ),
+    (
+        "004_loop",
+        """
+        -- what the user asked of a run (running | paused | stopped) and a one-shot action
+        -- (skip, force, promote) waiting for the loop to take it
+        ALTER TABLE run ADD COLUMN desired TEXT;
+        ALTER TABLE run ADD COLUMN command BLOB;
+        ALTER TABLE run ADD COLUMN strategy TEXT;
+        ALTER TABLE training_job ADD COLUMN phase_id INTEGER REFERENCES phase(id);
+        -- a test point names its evaluation (written once) and every x a curve may use
+        ALTER TABLE metric ADD COLUMN evaluation_id INTEGER REFERENCES evaluation(id);
+        ALTER TABLE metric ADD COLUMN weight_steps INTEGER;
+        ALTER TABLE metric ADD COLUMN wall_s FLOAT;
+        CREATE INDEX ix_training_job_phase ON training_job(phase_id, step);
+        CREATE INDEX ix_evaluation_phase ON evaluation(phase_id, split);
+        """,
+    ),
 ]
 
 

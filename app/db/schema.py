@@ -35,12 +35,16 @@ def zjson(**kw) -> Any:
 class Run(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     name: str
-    kind: str  # "eval" (one evaluation) now; loop strategies later
+    kind: str  # eval | rft | search (one phase, from the CLI) | experiment (the loop)
     domain: str
-    status: str = "created"  # created | running | done | failed
+    # created | resuming | running | paused | stopping | stopped | done | failed
+    status: str = "created"
     config: dict | None = zjson()
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
+    strategy: str | None = None  # experiments: whale | weight_only | harness_only | stagewise
+    desired: str | None = None  # what the user asked: running | paused | stopped
+    command: dict | None = zjson()  # a one-shot action (skip, force, promote) not yet taken
 
 
 class Harness(SQLModel, table=True):
@@ -158,6 +162,7 @@ class TrainingJob(SQLModel, table=True):
     log_tail: str | None = None
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
+    phase_id: int | None = Field(default=None, foreign_key="phase.id")
 
 
 class Phase(SQLModel, table=True):
@@ -208,7 +213,8 @@ class SearchIteration(SQLModel, table=True):
 
 
 class Metric(SQLModel, table=True):
-    """One point of a curve: series (e.g. "train/loss", "test/mean@k") at x, after `rollouts`."""
+    """One point of a curve: series (e.g. "train/loss", "test/mean@k") at x, after `rollouts`
+    (rollouts the run used so far, test evaluations not counted)."""
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: int = Field(foreign_key="run.id")
@@ -218,6 +224,9 @@ class Metric(SQLModel, table=True):
     rollouts: int
     y: float
     created_at: datetime = Field(default_factory=now)
+    evaluation_id: int | None = Field(default=None, foreign_key="evaluation.id")  # test points
+    weight_steps: int | None = None  # RFT steps done so far
+    wall_s: float | None = None  # seconds since the run started
 
 
 class Event(SQLModel, table=True):
