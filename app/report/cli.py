@@ -1,0 +1,99 @@
+"""`whale compare` and `whale export`: the report functions as commands over $WHALE_HOME."""
+import json
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from app.config import Settings
+from app.report.compare import compare_runs
+from app.report.export import export_run
+from app.report.plot import X_LABELS, plot_accuracy_vs_rollouts
+from app.report.runs import UnknownRuns
+
+err = Console(stderr=True)
+BAD_INPUT = 2  # the exit code of a usage error, as typer gives for a bad option
+
+
+@contextmanager
+def store_session():
+    """A read session on the store; unknown runs or no store end the command with a message."""
+    from app.db import open_engine, read_session
+
+    path = Settings().db_path
+    if not path.exists():  # opening would create an empty store
+        err.print(f"[red]no store at {path}[/red] (set WHALE_HOME)")
+        raise typer.Exit(BAD_INPUT)
+    engine = open_engine(path)
+    try:
+        with read_session(engine) as session:
+            yield session
+    except UnknownRuns as exc:
+        err.print(f"[red]{exc}[/red] ({path})")
+        raise typer.Exit(BAD_INPUT) from None
+    finally:
+        engine.dispose()
+
+
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def compare_table(rows: list[dict]) -> Table:
+    """One row per run. The numbers fit 80 columns; the free-text name comes last and is the
+    only column that wraps, so a narrow terminal folds it and never truncates a number."""
+    table = Table(title="test mean@k by run", box=box.SIMPLE_HEAD, padding=0)
+    for header in ("run", "strategy", "status"):
+        table.add_column(header, no_wrap=True)
+    for header in ("k", "best", "rollouts\nto best", "final", "rollouts\nused", "test\npoints"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("name", overflow="fold")
+    for r in rows:
+        table.add_row(f"#{r['id']}", r["strategy"], r["status"], _count(r["k"]),
+                      _score(r["best"]), _count(r["rollouts_to_best"]), _score(r["final"]),
+                      _count(r["rollouts_used"]), str(r["test_points"]), r["name"])  # fmt: skip
+    return table
+
+
+def compare(
+    run_ids: Annotated[list[int], typer.Argument(help="run ids to compare")],
+    plot: Annotated[Path, typer.Option(help="where to write the figure (PNG)")] = Path("compare.png"),
+    x: Annotated[str, typer.Option(help="x axis: rollouts | weight_steps | wall_s")] = "rollouts",
+    as_json: Annotated[bool, typer.Option("--json", help="print the table as JSON")] = False,
+):
+    """Runs side by side: best and final test mean@k, rollouts to the best; plus a figure."""
+    if x not in X_LABELS:
+        raise typer.BadParameter(f"{x!r} is not an x axis; use {' | '.join(X_LABELS)}",
+                                 param_hint="--x")  # fmt: skip
+    with store_session() as session:
+        rows = compare_runs(session, run_ids)
+        plot_accuracy_vs_rollouts(session, run_ids, plot, x)
+    if as_json:
+        print(json.dumps(rows))
+    else:
+        Console().print(compare_table(rows))
+    err.print(f"figure: {plot}")
+
+
+def export(
+    run_id: Annotated[int, typer.Argument(help="the run to export")],
+    out: Annotated[Optional[Path], typer.Option(help="folder (default: whale-export-run-<id>)")] = None,
+):
+    """A run as plain files: run.json, harness .py files, one JSON lines file per table."""
+    out = out or Path(f"whale-export-run-{run_id}")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):  # never mix two exports
+        err.print(f"[red]{out} is not empty[/red]; choose another --out")
+        raise typer.Exit(BAD_INPUT)
+    with store_session() as session:
+        counts = export_run(session, run_id, out)
+    for name, count in counts.items():
+        print(f"{name:<26}{count:>10,}")
+    print(f"run {run_id} exported to {out}")

@@ -1,0 +1,99 @@
+"""Test mean@k of several runs against their cost, in one figure fit for a paper."""
+from pathlib import Path
+
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter, MaxNLocator
+from sqlmodel import Session
+
+from app.db.schema import Metric, Run
+from app.report.compare import test_k, test_points
+from app.report.runs import get_runs
+
+X_LABELS = {"rollouts": "training rollouts used", "weight_steps": "RFT steps",
+            "wall_s": "wall-clock time"}  # fmt: skip
+# Colour and marker both change from run to run, so curves stay apart in greyscale too.
+MARKERS = "os^DvP*Xhp<>"
+LABEL_CHARS = 44
+
+
+def x_value(point: Metric, x: str) -> float | None:
+    if x == "weight_steps" and point.weight_steps is None:
+        return point.x  # runs from before the loop: x counted the RFT steps
+    return getattr(point, x)
+
+
+def time_unit(longest_s: float) -> tuple[float, str]:
+    """Seconds, minutes or hours, whichever keeps the tick labels short."""
+    if longest_s >= 2 * 3600:
+        return 3600, "h"
+    return (60, "min") if longest_s >= 120 else (1, "s")
+
+
+def label(run: Run) -> str:
+    text = f"#{run.id} {run.strategy or run.kind}: {run.name}"
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
+def curve(session: Session, run: Run, x: str) -> tuple[list[tuple[float, float]], str]:
+    """The run's points on this x axis, and a note for the legend when it has none."""
+    tests = test_points(session, run.id)
+    points = [(x_value(p, x), p.y) for p in tests if x_value(p, x) is not None]
+    note = "" if points else f" (no {x} recorded)" if tests else " (no test points)"
+    return points, note
+
+
+def x_axis(x: str, longest: float) -> tuple[float, str]:
+    """What to divide x by, and the axis label: wall time goes in minutes or hours."""
+    if x != "wall_s":
+        return 1, X_LABELS[x]
+    scale, unit = time_unit(longest)
+    return scale, f"{X_LABELS[x]} ({unit})"
+
+
+def style_axes(ax, x: str, xlabel: str, metric: str) -> None:
+    """Title, labels, limits, ticks; after plotting, since fixing a limit stops autoscaling."""
+    if x == "rollouts":
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))  # 20k, 1M: no offset text
+    elif x == "weight_steps":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"Test {metric} vs {X_LABELS[x]}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(f"test {metric}")
+    ax.set_ylim(0, 1)
+    ax.set_xlim(left=0)
+    ax.grid(alpha=0.3, linewidth=0.6)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.spines[["left", "bottom"]].set_position(("outward", 4))  # points at 0 stay in sight
+
+
+def plot_accuracy_vs_rollouts(session: Session, run_ids: list[int], path: Path,
+                              x: str = "rollouts") -> Path:  # fmt: skip
+    """Write a PNG of each run's test mean@k against x (rollouts, weight_steps or wall_s)."""
+    if x not in X_LABELS:
+        raise ValueError(f"x must be one of {', '.join(X_LABELS)}, not {x!r}")
+    runs = get_runs(session, run_ids)
+    curves = [curve(session, run, x) for run in runs]
+    ks = {test_k(run) for run in runs}
+    metric = f"mean@{ks.pop()}" if len(ks) == 1 and None not in ks else "mean@k"
+
+    columns = 2 if len(runs) > 3 else max(len(runs), 1)
+    legend_rows = -(-len(runs) // columns)
+    fig = Figure(figsize=(7, 4 + 0.2 * legend_rows), dpi=200, layout="constrained")
+    ax = fig.add_subplot()
+    scale, xlabel = x_axis(x, max((px for c, _ in curves for px, _ in c), default=0))
+    colors = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
+    for i, (run, (points, note)) in enumerate(zip(runs, curves)):
+        ax.plot([px / scale for px, _ in points], [py for _, py in points],
+                color=colors[i % len(colors)], marker=MARKERS[i % len(MARKERS)],
+                markersize=5, linewidth=1.6, alpha=0.9, clip_on=False,
+                label=label(run) + note)  # fmt: skip
+    style_axes(ax, x, xlabel, metric)
+    # Below the axes, not on them: ten curves leave no free corner.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=columns, fontsize=8,
+              frameon=False)  # fmt: skip
+    FigureCanvasAgg(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path

@@ -1,0 +1,33 @@
+"""compare_runs: best and final test mean@k, rollouts to the best, rollouts used, per run."""
+import pytest
+
+from app.report import UnknownRuns, compare_runs
+
+
+def test_summaries_in_the_order_asked(session, filled):
+    runs = filled.runs
+    order = ["harness_only", "whale", "rft", "weight_only", "stagewise"]
+    rows = compare_runs(session, [runs[s].id for s in order])
+    assert [row["strategy"] for row in rows] == order  # an rft run shows its kind
+    by = {row["strategy"]: row for row in rows}
+    # The whale run reaches 0.75 at 1024 rollouts and again at 2048: the first counts.
+    assert by["whale"] == {
+        "id": runs["whale"].id, "name": "arith whale", "strategy": "whale", "status": "done",
+        "k": 4, "best": 0.75, "rollouts_to_best": 1024, "final": 0.7,
+        "rollouts_used": 1536 + 2000,  # its phases counted more than its metrics
+        "test_points": 5,
+    }  # fmt: skip
+    assert (by["harness_only"]["best"], by["harness_only"]["rollouts_to_best"]) == (0.6, 800)
+    assert by["weight_only"]["rollouts_used"] == 2304  # a train metric after the last test
+    assert (by["rft"]["k"], by["rft"]["best"], by["rft"]["rollouts_to_best"]) == (2, 0.3, 64)
+    stagewise = by["stagewise"]  # no test point yet
+    assert (stagewise["status"], stagewise["test_points"], stagewise["rollouts_used"]) == (
+        "running", 0, 0)  # fmt: skip
+    assert stagewise["best"] is stagewise["rollouts_to_best"] is stagewise["final"] is None
+
+
+def test_unknown_runs_are_named(session, filled):
+    with pytest.raises(UnknownRuns) as caught:
+        compare_runs(session, [filled.runs["whale"].id, 998, 999])
+    assert caught.value.ids == [998, 999]
+    assert "998, 999" in str(caught.value)

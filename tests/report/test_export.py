@@ -1,0 +1,98 @@
+"""export_run: every table of the run as JSON lines, harness code as files, rollouts with their
+steps; what it writes matches what the store holds."""
+import json
+
+import pytest
+from sqlalchemy import func
+from sqlmodel import select
+
+from app.db.schema import (Evaluation, Event, Metric, Phase, Rollout, SearchIteration, Step,
+                           TrainingJob)  # fmt: skip
+from app.report import UnknownRuns, export_run
+from app.report.export import rollouts_with_steps
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def count(session, model, run_id) -> int:
+    return session.exec(select(func.count()).select_from(model).where(model.run_id == run_id)).one()
+
+
+@pytest.fixture
+def exported(session, filled, tmp_path):
+    out = tmp_path / "export"
+    return out, export_run(session, filled.runs["whale"].id, out)
+
+
+def test_counts_match_the_store(session, filled, exported):
+    out, counts = exported
+    run_id = filled.runs["whale"].id
+    tables = {"phases.jsonl": Phase, "search_iterations.jsonl": SearchIteration,
+              "training_jobs.jsonl": TrainingJob, "evaluations.jsonl": Evaluation,
+              "metrics.jsonl": Metric, "events.jsonl": Event,
+              "rollouts.jsonl": Rollout}  # fmt: skip
+    for name, model in tables.items():
+        assert counts[name] == len(lines(out / name)) == count(session, model, run_id), name
+        assert {row["run_id"] for row in lines(out / name)} == {run_id}
+    assert counts["rollouts.jsonl"] == 5  # the weight_only run's rollouts in between are not
+    run = json.loads((out / "run.json").read_text())
+    assert (run["id"], run["strategy"], run["config"]["experiment"]["test"]["k"]) == (
+        run_id, "whale", 4)  # fmt: skip
+
+
+def test_harnesses_with_lineage_and_code(filled, exported):
+    out, counts = exported
+    meta = lines(out / "harnesses.jsonl")
+    origin, seed, child, broken = filled.harnesses
+    # The run's first harness from the experiment, its lineage, and an ancestor from outside it.
+    assert {h.id for h in filled.harnesses} <= {m["id"] for m in meta}
+    assert counts["harnesses/"] == counts["harnesses.jsonl"] == len(meta)
+    assert len(list((out / "harnesses").iterdir())) == len(meta)
+    by_id = {m["id"]: m for m in meta}
+    assert "code" not in by_id[child.id]
+    assert by_id[seed.id]["parent_id"] == origin.id
+    assert (by_id[broken.id]["valid"], by_id[broken.id]["error"]) == (False, broken.error)
+    assert by_id[broken.id]["parent_ids"] == [child.id, seed.id]
+    assert by_id[broken.id]["file"] == f"harnesses/{broken.id}-broken_cand.py"  # a safe name
+    assert by_id[child.id]["file"] == f"harnesses/{child.id}-prompt-v1.py"
+    for harness in filled.harnesses:
+        assert (out / by_id[harness.id]["file"]).read_text() == harness.code
+
+
+def test_checkpoints_reach_the_base(filled, exported):
+    out, _ = exported
+    checkpoints = lines(out / "checkpoints.jsonl")
+    assert [(c["kind"], c["parent_id"]) for c in checkpoints] == [
+        ("base", None), ("lora", filled.base.id)]  # fmt: skip
+
+
+def test_rollouts_embed_their_steps_in_order(session, filled, exported):
+    out, _ = exported
+    rollouts = lines(out / "rollouts.jsonl")
+    assert [r["id"] for r in rollouts] == sorted(r["id"] for r in rollouts)
+    with_steps = [r for r in rollouts if r["steps"]]
+    assert len(with_steps) == 3  # the later evaluation's two rollouts have none
+    for rollout in with_steps:
+        steps = rollout["steps"]
+        assert [(s["idx"], s["kind"]) for s in steps] == [(0, "model"), (1, "tool"), (2, "model")]
+        assert {s["rollout_id"] for s in steps} == {rollout["id"]}
+        assert steps[0]["request"]["messages"][0]["content"].endswith("Ünïcödé")
+        assert steps[1]["response"] == {"result": 2}
+    assert sum(len(r["steps"]) for r in rollouts) == session.exec(
+        select(func.count()).select_from(Step).join(Rollout)
+        .where(Rollout.run_id == filled.runs["whale"].id)).one()  # fmt: skip
+    assert "Ünïcödé" in (out / "rollouts.jsonl").read_text()  # kept as text, not \u escapes
+
+
+def test_batches_give_the_same_rollouts(session, filled, exported):
+    out, _ = exported
+    run_id = filled.runs["whale"].id
+    assert list(rollouts_with_steps(session, run_id, batch=2)) == lines(out / "rollouts.jsonl")
+
+
+def test_unknown_run_writes_nothing(session, filled, tmp_path):
+    with pytest.raises(UnknownRuns):
+        export_run(session, 999, tmp_path / "none")
+    assert not (tmp_path / "none").exists()

@@ -1,0 +1,56 @@
+"""The comparison figure: a real PNG, a paper-sized one, for every x axis and for ten runs."""
+import struct
+
+import pytest
+from matplotlib.image import imread
+
+from app.db.schema import Metric, Run
+from app.report import UnknownRuns, plot_accuracy_vs_rollouts
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == PNG_SIGNATURE and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def assert_figure(path):
+    width, height = png_size(path)
+    assert 1000 <= width <= 2000 and 700 <= height <= 1600  # 7 inches at 200 dpi, legend below
+    pixels = imread(path)  # decodes: the file is whole
+    assert pixels.shape[:2] == (height, width)
+    assert pixels.std() > 0.05  # something was drawn
+
+
+# Warnings as errors: matplotlib warns, and still writes a PNG, when the axes collapse.
+pytestmark = pytest.mark.filterwarnings("error")
+
+
+@pytest.mark.parametrize("x", ["rollouts", "weight_steps", "wall_s"])
+def test_every_x_axis(session, filled, tmp_path, x):
+    path = plot_accuracy_vs_rollouts(session, [run.id for run in filled.runs.values()],
+                                     tmp_path / "figures" / f"{x}.png", x)  # fmt: skip
+    assert_figure(path)
+
+
+def test_ten_runs(session, store, tmp_path):
+    ids = []
+    for i in range(10):
+        strategy = ["whale", "weight_only", "harness_only"][i % 3]
+        run = store.write(Run(name=f"{strategy} seed {i}", kind="experiment", domain="arith",
+                              strategy=strategy))  # fmt: skip
+        store.write(*[Metric(run_id=run.id, series="test/mean@k", x=r, rollouts=r * 1000,
+                             y=min(1.0, 0.2 + 0.05 * r + 0.01 * i), weight_steps=r,
+                             wall_s=r * 900.0) for r in range(8)])  # fmt: skip
+        ids.append(run.id)
+    assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "ten.png"))
+
+
+def test_refuses_unknown_x_and_runs(session, filled, tmp_path):
+    with pytest.raises(ValueError, match="weight_steps"):
+        plot_accuracy_vs_rollouts(session, [filled.runs["whale"].id], tmp_path / "a.png", "x")
+    with pytest.raises(UnknownRuns):
+        plot_accuracy_vs_rollouts(session, [12345], tmp_path / "b.png")
+    assert not list(tmp_path.glob("*.png"))
