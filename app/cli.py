@@ -1,4 +1,4 @@
-"""The `whale` command line: serve, demo, eval, train, search."""
+"""The `whale` command line: serve, demo, eval, train, search, run and its controls, compare, export."""
 import asyncio
 import json
 import logging
@@ -9,14 +9,14 @@ from typing import Annotated, Optional
 
 import typer
 import uvicorn
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from app.config import Settings
 from app.domains import get_domain
+from app.loop.commands import COMMANDS
+from app.progress import err, phase_progress, progress_bars
+from app.report.cli import compare, export
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
-err = Console(stderr=True)
 
 
 def _workbench(say=None, **overrides):
@@ -42,47 +42,12 @@ async def _start_web(server: uvicorn.Server) -> asyncio.Task:
     return task
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("pass {task.fields[passed]}"), TimeElapsedColumn(), console=err,
-    )  # fmt: skip
-
-
-def _phase_progress(progress: Progress, quiet: bool):
-    """The progress callback of a phase: one bar per stage, a line per notable event."""
-    bar = progress.add_task("", total=None, passed=0, visible=not quiet)
-
-    def on(kind, data):
-        if kind == "phase":
-            progress.reset(bar, description=data["what"], total=None, passed=0)
-        elif kind == "rollout":
-            progress.update(bar, advance=1, passed=progress.tasks[bar].fields["passed"]
-                            + (data["rollout"].status == "pass"))  # fmt: skip
-        elif kind == "batch":
-            progress.update(bar, description=f"training batch {data['batch']}/{data['of']}"
-                            f" loss {data['loss']:.3f}")  # fmt: skip
-        elif quiet:
-            return
-        elif kind == "accepted":
-            progress.console.print(f"accepted {data['accepted']}/{data['total']} rollouts: "
-                                   f"{data['examples']} examples")  # fmt: skip
-        elif kind == "iteration":
-            it = data["iteration"]
-            progress.console.print(
-                f"iteration {it.iteration}: {it.n_valid}/{it.n_candidates} valid, best "
-                f"{it.best_success:.3f} (harness #{it.best_harness_id}), accepted "
-                f"#{it.accepted_harness_id}" + (f"; proposer failed: {it.error}" if it.error else ""))
-
-    return on
-
-
 async def _evaluate(workbench, harness: Path, domain: str, split: str, k: int,
                     limit: Optional[int], quiet: bool, on_start=None):  # fmt: skip
     """Run one evaluation with a progress bar; returns (run, evaluation, status counts)."""
     statuses: Counter = Counter()
     reasons: Counter = Counter()
-    with _progress() as progress:
+    with progress_bars() as progress:
         bar = progress.add_task(f"{harness.name} on {domain}/{split}", total=None, passed=0,
                                 visible=not quiet)  # fmt: skip
 
@@ -116,17 +81,31 @@ def _summary(evaluation, statuses: Counter, reasons: Counter) -> str:
 @cli.command()
 def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1")] = None,
           port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
-    """Serve the UI and API over the store in $WHALE_HOME."""
+    """Serve the UI and API over the store in $WHALE_HOME; resume its unfinished runs."""
+    from app.loop.lock import StoreBusy, StoreLock
+
     settings = Settings()
+    try:
+        lock = StoreLock(settings.home).acquire()
+    except StoreBusy as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
 
     async def main():
         workbench = _workbench()
         server = _web_server(workbench, host or settings.host, port or settings.port)
+        loops = server.config.app.state.loops
         err.print(f"serving {settings.db_path} at http://{server.config.host}:{server.config.port}")
         try:
-            await server.serve()
+            web = await _start_web(server)
+            resumed = await loops.resume_all()
+            if resumed:
+                err.print(f"resumed runs {', '.join(map(str, resumed))}")
+            await web
         finally:
+            await loops.stop()
             await workbench.stop()
+            lock.release()
 
     asyncio.run(main())
 
@@ -242,8 +221,8 @@ def train(
                       "test_limit": test_limit}  # fmt: skip
             run, first, base = await workbench.start_run(f"rft {harness.name}", "rft", domain,
                                                          harness, config)  # fmt: skip
-            with _progress() as progress:
-                on = _phase_progress(progress, quiet=as_json)
+            with progress_bars() as progress:
+                on = phase_progress(progress, quiet=as_json)
                 try:
                     result = await weight_phase(workbench, run.id, first, base, the_domain, cfg,
                                                 test_k, test_limit, on)  # fmt: skip
@@ -309,9 +288,9 @@ def search(
         workbench = _workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()
-            with _progress() as progress:
+            with progress_bars() as progress:
                 phase = await search_file(workbench, harness, domain, cfg,
-                                          _phase_progress(progress, quiet=as_json))  # fmt: skip
+                                          phase_progress(progress, quiet=as_json))  # fmt: skip
             with workbench.session() as s:
                 summary = _search_summary(s, phase)
         finally:
@@ -355,6 +334,11 @@ def _search_summary(s, phase) -> dict:
                       for h in harnesses],
     }  # fmt: skip
 
+
+for command, name in COMMANDS:
+    cli.command(name)(command)
+cli.command()(compare)
+cli.command()(export)
 
 sandbox_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
 cli.add_typer(sandbox_cli, name="sandbox")

@@ -41,6 +41,7 @@ class Workbench:
         self.sandbox: SandboxPool | None = None
         self._runtime: Path | None = None
         self.base_model_path: Path | None = None  # the weights RFT starts from
+        self.gates: dict = {}  # run id -> its loop's gate (pause/stop), see app/loop/runner.py
 
     def session(self):
         return read_session(self.engine)
@@ -133,7 +134,7 @@ class Workbench:
         s = self.settings
         budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
         return Evaluator(self.writer, self.gateway, self.sandbox, self._runtime / "harnesses",
-                         s.concurrency, budget)  # fmt: skip
+                         s.concurrency, budget, self.gates)  # fmt: skip
 
     async def serve_checkpoint(self, folder: Path) -> str:
         """Make a trained checkpoint servable; returns the model name requests use for it.

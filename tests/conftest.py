@@ -121,7 +121,8 @@ def whale_serve(env: dict[str, str]):
         yield url
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(30)
+        proc.stderr.close()
 
 
 @pytest.fixture(scope="session")

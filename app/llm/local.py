@@ -16,6 +16,8 @@ from pathlib import Path
 
 import httpx
 
+from app.children import die_with_parent
+
 log = logging.getLogger(__name__)
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -112,7 +114,10 @@ class LocalModelServer:
         log_file = open(self.log_path, "ab")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.proc = subprocess.Popen(
-            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            # tied to the starting thread: a worker of the default executor, which lives as
+            # long as the event loop
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

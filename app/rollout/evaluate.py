@@ -5,12 +5,13 @@ rollout's steps always have a row to point to and an interrupted evaluation show
 """
 import asyncio
 import hashlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from sqlmodel import Session
+from sqlalchemy import delete, func
+from sqlmodel import Session, col, select
 
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, now
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Step, now
 from app.db.writer import Writer
 from app.domains import Domain, Task
 from app.gateway import Gateway, Grant
@@ -42,15 +43,23 @@ def sha_of(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
+class RunStopped(Exception):
+    """Raised by a gate to start no more rollouts: the run is stopping."""
+
+
 class Evaluator:
     def __init__(self, writer: Writer, gateway: Gateway, sandbox: SandboxPool, harness_dir: Path,
-                 concurrency: int = 32, budget: dict | None = None):  # fmt: skip
+                 concurrency: int = 32, budget: dict | None = None,
+                 gates: dict[int, Callable[[], Awaitable[None]]] | None = None):  # fmt: skip
         self.budget = budget or {}  # per-rollout Grant limits: max_calls, max_tokens
         self.writer = writer
         self.gateway = gateway
         self.sandbox = sandbox
         self.harness_dir = harness_dir
         self.concurrency = concurrency
+        # A run's gate is awaited before each of its rollouts starts: it waits while the run is
+        # paused and raises RunStopped when it stops. Rollouts already running always finish.
+        self.gates = gates if gates is not None else {}
 
     async def evaluate(
         self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
@@ -60,27 +69,48 @@ class Evaluator:
     ) -> Evaluation:  # fmt: skip
         """k rollouts for each task of the split (its first `limit`, or the given `tasks`);
         `wall_s` overrides the per-rollout time limit."""
+        evaluation = await self.create(run_id, harness, checkpoint, domain, split, k, limit,
+                                       tasks, phase_id)  # fmt: skip
+        return await self.complete(evaluation, harness, checkpoint, domain, progress, wall_s)
+
+    async def create(self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
+                     split: str, k: int, limit: int | None = None, tasks: list[Task] | None = None,
+                     phase_id: int | None = None) -> Evaluation:  # fmt: skip
+        """The evaluation and its pending rollout rows, nothing run yet."""
         tasks = tasks if tasks is not None else domain.tasks(split)[:limit]
-        evaluation, rollouts = await self.writer.run(
+        return await self.writer.run(
             lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks, phase_id)
         )
+
+    async def complete(self, evaluation: Evaluation, harness: Harness, checkpoint: Checkpoint,
+                       domain: Domain, progress: Callable[[Rollout], None] | None = None,
+                       wall_s: float | None = None) -> Evaluation:  # fmt: skip
+        """Run the evaluation's pending rollouts - all of them when it is new, what is left when
+        it was interrupted (recorded rollouts are kept, never run twice) - and finish it."""
+        pending = await self.writer.run(lambda s: _pending(s, evaluation.id))
         path = harness_file(harness, self.harness_dir)
-        by_id = {t.id: t for t in tasks}
         semaphore = asyncio.Semaphore(self.concurrency)
+        gate = self.gates.get(evaluation.run_id)
 
         async def one(rollout: Rollout) -> Rollout:
             async with semaphore:
-                done = await self._rollout(rollout, by_id[rollout.task_id], path, checkpoint,
-                                           domain, wall_s)  # fmt: skip
+                if gate:
+                    await gate()
+                task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
+                done = await self._rollout(rollout, task, path, checkpoint, domain, wall_s)
             if progress:
                 progress(done)
             return done
 
         try:
-            finished = await asyncio.gather(*(one(r) for r in rollouts))
+            results = await asyncio.gather(*(one(r) for r in pending), return_exceptions=True)
         finally:
             await self.sandbox.release(path)
-        return await self.writer.run(lambda s: _finish(s, evaluation.id, finished))
+        # Every started rollout has finished by now; a stop or a failure surfaces only then.
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return await self.writer.run(lambda s: _finish(s, evaluation.id))
 
     async def _rollout(self, rollout: Rollout, task: Task, harness_path: Path,
                        checkpoint: Checkpoint, domain: Domain,
@@ -106,7 +136,7 @@ class Evaluator:
 
 
 def _create(s: Session, run_id: int, harness: Harness, checkpoint: Checkpoint, split: str,
-            k: int, tasks: list[Task], phase_id: int | None) -> tuple[Evaluation, list[Rollout]]:  # fmt: skip
+            k: int, tasks: list[Task], phase_id: int | None) -> Evaluation:  # fmt: skip
     evaluation = Evaluation(run_id=run_id, harness_id=harness.id, checkpoint_id=checkpoint.id,
                             split=split, k=k, n_tasks=len(tasks), phase_id=phase_id)  # fmt: skip
     s.add(evaluation)
@@ -117,7 +147,7 @@ def _create(s: Session, run_id: int, harness: Harness, checkpoint: Checkpoint, s
         for t in tasks for i in range(k)
     ]  # fmt: skip
     s.add_all(rollouts)
-    return evaluation, rollouts
+    return evaluation
 
 
 def _update(s: Session, rollout_id: int, values: dict) -> Rollout:
@@ -129,14 +159,30 @@ def _update(s: Session, rollout_id: int, values: dict) -> Rollout:
     return rollout
 
 
-def _finish(s: Session, evaluation_id: int, rollouts: list[Rollout]) -> Evaluation:
+def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
+    """The rollouts still to run. Steps an interrupted attempt left on them are dropped: that
+    attempt never finished, so the rollout runs again from the start."""
+    pending = s.exec(select(Rollout).where(Rollout.evaluation_id == evaluation_id,
+                                           Rollout.status == "pending")
+                     .order_by(Rollout.id)).all()  # fmt: skip
+    ids = [r.id for r in pending]
+    if ids:
+        s.exec(delete(Step).where(col(Step.rollout_id).in_(ids)))
+    return list(pending)
+
+
+def _finish(s: Session, evaluation_id: int) -> Evaluation:
     evaluation = s.get(Evaluation, evaluation_id)
-    n = len(rollouts)
+    n, reward, turns, tokens = s.exec(
+        select(func.count(), func.sum(Rollout.reward), func.sum(Rollout.turns),
+               func.sum(Rollout.prompt_tokens + Rollout.completion_tokens))
+        .where(Rollout.evaluation_id == evaluation_id)
+    ).one()  # fmt: skip
     # Every task has k samples, so mean@k (mean over tasks of the mean over samples) is the
     # plain mean of all rewards.
-    evaluation.mean_at_k = sum(r.reward for r in rollouts) / n if n else 0.0
-    evaluation.mean_turns = sum(r.turns for r in rollouts) / n if n else 0.0
-    evaluation.total_tokens = sum(r.prompt_tokens + r.completion_tokens for r in rollouts)
+    evaluation.mean_at_k = (reward or 0.0) / n if n else 0.0
+    evaluation.mean_turns = (turns or 0) / n if n else 0.0
+    evaluation.total_tokens = tokens or 0
     evaluation.status = "done"
     evaluation.finished_at = now()
     return evaluation

@@ -5,16 +5,22 @@ proposes K candidates, stores every one of them (invalid ones with their error),
 valid ones in the sandbox, evaluates the survivors on the harness split, and updates the Pareto
 frontier and the accepted harness. A proposer failure is recorded on its iteration; the phase
 goes on or ends per `on_proposer_error`.
+
+Everything lives in the database as it happens, so a phase interrupted by a crash resumes where
+it was: finished iterations are not run again, the candidates of an interrupted iteration are
+not proposed again, and recorded rollouts are kept (only the missing ones run).
 """
 import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from sqlmodel import select
+from sqlalchemy import func
+from sqlmodel import col, select
 
 from app.config import SearchConfig
-from app.db.schema import Checkpoint, Harness, Metric, Phase, Rollout, SearchIteration, now
+from app.db.schema import (Checkpoint, Evaluation, Harness, Metric, Phase, Rollout,
+                           SearchIteration, now)  # fmt: skip
 from app.domains import Domain
 from app.rollout.evaluate import sha_of
 from app.search.candidate import Candidate, Proposal
@@ -33,7 +39,8 @@ async def harness_phase(workbench, phase: Phase, incoming: Harness, checkpoint: 
                         domain: Domain, cfg: SearchConfig, proposer,
                         progress: Progress | None = None,
                         end_check: EndCheck | None = None) -> Phase:  # fmt: skip
-    """Run the phase to its end; returns the finished Phase (harness_out_id = accepted)."""
+    """Run (or resume) the phase to its end; returns the finished Phase (harness_out_id is the
+    accepted harness)."""
     return await _Search(workbench, phase, incoming, checkpoint, domain, cfg, proposer,
                          progress, end_check).run()  # fmt: skip
 
@@ -51,41 +58,59 @@ class _Search:
         self.say = progress or (lambda kind, data: None)
         self.end_check = end_check
         self.tasks = domain.tasks("harness")[: cfg.tasks]
-        self.harnesses: dict[int, Harness] = {incoming.id: incoming}
-        self.scores: dict[int, Score] = {}
-        self.iterations: list[SearchIteration] = []
-        self.rollouts = phase.rollouts
+
+    def _load(self) -> None:
+        """The phase so far, from the database."""
+        with self.wb.session() as s:
+            rows = s.exec(select(Harness).where(Harness.phase_id == self.phase.id)).all()
+            self.harnesses = {self.incoming.id: self.incoming, **{h.id: h for h in rows}}
+            self.iterations = list(s.exec(
+                select(SearchIteration).where(SearchIteration.phase_id == self.phase.id)
+                .order_by(SearchIteration.iteration)))  # fmt: skip
+            done = s.exec(select(Evaluation).where(
+                Evaluation.phase_id == self.phase.id, Evaluation.split == "harness",
+                Evaluation.checkpoint_id == self.checkpoint.id, Evaluation.status == "done"))  # fmt: skip
+            self.scores = {e.harness_id: Score(e.harness_id, e.mean_at_k, e.mean_turns) for e in done}
 
     async def run(self) -> Phase:
-        score = await self._score(self.incoming, 0)
-        self.incoming_score = score
-        self.accepted = score
-        await self._record(SearchIteration(
-            run_id=self.phase.run_id, phase_id=self.phase.id, iteration=0, proposer="incoming",
-            status="done", n_candidates=1, n_valid=1), started=time.monotonic())  # fmt: skip
+        self._load()
+        started = time.monotonic()
+        await self._score(self.incoming)  # found, not rerun, when iteration 0 is behind us
+        if not any(i.iteration == 0 for i in self.iterations):
+            await self._finish_iteration(SearchIteration(
+                run_id=self.phase.run_id, phase_id=self.phase.id, iteration=0,
+                proposer="incoming", n_candidates=1, n_valid=1), started)  # fmt: skip
         reason = "fixed"
-        for iteration in range(1, self.cfg.iterations + 1):
-            why = await self.end_check(self.iterations) if self.end_check else None
+        first = max(i.iteration for i in self.iterations if i.status != "running") + 1
+        for iteration in range(first, self.cfg.iterations + 1):
+            interrupted = next((i for i in self.iterations if i.iteration == iteration), None)
+            why = None if interrupted else (await self.end_check(self.iterations) if self.end_check else None)
             if why:
                 reason = why
                 break
-            record, proposal = await self._iterate(iteration)
-            if proposal.error and self.cfg.on_proposer_error == "end":
+            record = await self._iterate(iteration, interrupted)
+            if record.status == "failed" and self.cfg.on_proposer_error == "end":
                 reason = "proposer_error"
                 break
-            if not proposal.error and not proposal.candidates:
+            if record.status == "done" and record.n_candidates == 0:
                 reason = "exhausted"  # the proposer has nothing left to try
                 break
-        return await self._finish(reason)
+        return await self.wb.writer.run(lambda s: _end_phase(s, self.phase.id, reason,
+                                                             self._accepted().harness_id))  # fmt: skip
 
-    async def _iterate(self, iteration: int) -> tuple[SearchIteration, Proposal]:
+    def _accepted(self) -> Score:
+        return accept(self.scores[self.incoming.id], list(self.scores.values()))
+
+    async def _iterate(self, iteration: int, record: SearchIteration | None) -> SearchIteration:
         started = time.monotonic()
-        self.say("phase", {"what": f"harness iteration {iteration}/{self.cfg.iterations}: "
-                           f"{self.proposer.name} proposes {self.cfg.candidates}"})  # fmt: skip
-        proposal = await self._propose(iteration)
-        proposer_wall_s = time.monotonic() - started
-        stored = [await self._store(c, iteration) for c in proposal.candidates[: self.cfg.candidates]]
-        valid = [h for h in stored if h.valid]
+        if record is None:  # propose and store the candidates with their iteration, at once
+            self.say("phase", {"what": f"harness iteration {iteration}/{self.cfg.iterations}: "
+                               f"{self.proposer.name} proposes {self.cfg.candidates}"})  # fmt: skip
+            proposal = await self._propose(iteration)
+            record = await self._store(proposal, iteration, time.monotonic() - started)
+        candidates = [h for h in self.harnesses.values()
+                      if h.phase_id == self.phase.id and h.iteration == iteration]  # fmt: skip
+        valid = [h for h in candidates if h.valid]
         if self.cfg.smoke and valid:
             self.say("phase", {"what": f"smoke-testing {len(valid)} candidates"})
             # One at a time: a candidate that spins the CPU must not time out its siblings.
@@ -93,25 +118,18 @@ class _Search:
         if valid:
             self.say("phase", {"what": f"evaluating {len(valid)} candidates on "
                                f"{len(self.tasks)} harness tasks"})  # fmt: skip
-            await asyncio.gather(*(self._score(h, iteration) for h in valid))
-        record = SearchIteration(
-            run_id=self.phase.run_id, phase_id=self.phase.id, iteration=iteration,
-            proposer=self.proposer.name, status="failed" if proposal.error else "done",
-            error=proposal.error, n_candidates=len(stored), n_valid=len(valid),
-            prompt_tokens=proposal.prompt_tokens, completion_tokens=proposal.completion_tokens,
-            cost_usd=proposal.cost_usd, proposer_wall_s=proposer_wall_s,
-            report=proposal.report or None,
-        )  # fmt: skip
-        return await self._record(record, started), proposal
+            await asyncio.gather(*(self._score(h) for h in valid))
+        record.n_candidates, record.n_valid = len(candidates), len(valid)
+        return await self._finish_iteration(record, started)
 
     async def _propose(self, iteration: int) -> Proposal:
         ctx = SearchContext(
             workbench=self.wb, run_id=self.phase.run_id, phase_id=self.phase.id,
             round=self.phase.round, iteration=iteration, k=self.cfg.candidates,
             domain=self.domain, checkpoint_id=self.checkpoint.id,
-            accepted=self.harnesses[self.accepted.harness_id], incoming=self.incoming,
+            accepted=self.harnesses[self._accepted().harness_id], incoming=self.incoming,
             scores=dict(self.scores), frontier=frontier(list(self.scores.values())),
-            shas=self._run_shas(),
+            shas=self._run_column(Harness.sha),
         )  # fmt: skip
         try:
             return await asyncio.wait_for(self.proposer.propose(ctx), self.cfg.proposer_timeout_s)
@@ -122,93 +140,125 @@ class _Search:
             log.exception("proposer %s failed", self.proposer.name)
             return Proposal(error=f"{type(exc).__name__}: {exc}")
 
-    def _run_shas(self) -> set[str]:
+    def _run_column(self, column) -> set:
         with self.wb.session() as s:
-            return set(s.exec(select(Harness.sha).where(Harness.run_id == self.phase.run_id)))
+            return set(s.exec(select(column).where(Harness.run_id == self.phase.run_id)))
 
-    def _run_harness_ids(self) -> set[int]:
-        with self.wb.session() as s:
-            return set(s.exec(select(Harness.id).where(Harness.run_id == self.phase.run_id)))
+    async def _store(self, proposal: Proposal, iteration: int, wall_s: float) -> SearchIteration:
+        """Every candidate becomes a Harness row (invalid ones carry their error), written with
+        the iteration's record in one transaction."""
+        run_ids = self._run_column(Harness.id)  # parents may come from earlier rounds
+        shas = {h.sha: h for h in self.harnesses.values()}
+        rows = []
+        for candidate in proposal.candidates[: self.cfg.candidates]:
+            rows.append(self._candidate_row(candidate, iteration, run_ids, shas))
+            shas.setdefault(rows[-1].sha, rows[-1])
+        record = SearchIteration(
+            run_id=self.phase.run_id, phase_id=self.phase.id, iteration=iteration,
+            proposer=self.proposer.name, status="running", error=proposal.error,
+            prompt_tokens=proposal.prompt_tokens, completion_tokens=proposal.completion_tokens,
+            cost_usd=proposal.cost_usd, proposer_wall_s=wall_s, report=proposal.report or None,
+        )  # fmt: skip
+        record, rows = await self.wb.writer.run(lambda s: _added(s, record, *rows))
+        self.harnesses.update({h.id: h for h in rows})
+        self.iterations.append(record)
+        return record
 
-    async def _store(self, candidate: Candidate, iteration: int) -> Harness:
-        """Every candidate becomes a Harness row; invalid ones carry their error."""
+    def _candidate_row(self, candidate: Candidate, iteration: int, run_ids: set[int],
+                       shas: dict[str, Harness]) -> Harness:  # fmt: skip
         error = candidate.error or static_error(candidate.code, self.domain.forbidden_modules,
                                                 self.cfg.max_code_bytes)  # fmt: skip
-        code = candidate.code or ""
-        if error is None:
-            twin = next((h for h in self.harnesses.values() if h.sha == sha_of(code)), None)
-            if twin is not None:
-                error = f"duplicate of harness #{twin.id} ({twin.name})"
-        # Parents may come from earlier rounds (the agent reads the whole archive).
-        run_ids = self._run_harness_ids()
-        known = [p for p in candidate.parent_ids if p in run_ids] or [self.accepted.harness_id]
-        harness = Harness(
-            run_id=self.phase.run_id, parent_id=known[0], parent_ids=known,
-            name=candidate.name[:120] or f"candidate-{iteration}", code=code[: self.cfg.max_code_bytes],
-            sha=sha_of(code), hypothesis=candidate.hypothesis or None, proposer=self.proposer.name,
+        code = (candidate.code or "")[: self.cfg.max_code_bytes]
+        twin = shas.get(sha_of(code))
+        if error is None and twin is not None:
+            error = f"duplicate of harness #{twin.id} ({twin.name})" if twin.id else "duplicate"
+        parents = [p for p in candidate.parent_ids if p in run_ids] or [self._accepted().harness_id]
+        return Harness(
+            run_id=self.phase.run_id, parent_id=parents[0], parent_ids=parents,
+            name=candidate.name[:120] or f"candidate-{iteration}", code=code, sha=sha_of(code),
+            hypothesis=candidate.hypothesis or None, proposer=self.proposer.name,
             valid=error is None, error=error, phase_id=self.phase.id, iteration=iteration,
             axis=candidate.axis or None, changes=candidate.changes or None,
         )  # fmt: skip
-        harness = await self.wb.writer.run(lambda s: _added(s, harness))
-        self.harnesses[harness.id] = harness
-        return harness
+
+    async def _evaluation(self, harness: Harness, split: str, k: int, tasks,
+                          wall_s: float | None = None) -> Evaluation:  # fmt: skip
+        """The phase's evaluation of a harness on a split: the finished one, the interrupted one
+        completed, or a new one."""
+        evaluator = self.wb.evaluator()
+        same = (Evaluation.harness_id == harness.id, Evaluation.checkpoint_id == self.checkpoint.id,
+                Evaluation.split == split)  # fmt: skip
+        with self.wb.session() as s:
+            evaluation = s.exec(select(Evaluation).where(Evaluation.phase_id == self.phase.id,
+                                                         *same)).first()  # fmt: skip
+            if evaluation is None:  # scored the same way by an earlier phase: no need to redo it
+                evaluation = s.exec(select(Evaluation).where(
+                    Evaluation.run_id == self.phase.run_id, *same, Evaluation.status == "done",
+                    Evaluation.k == k, Evaluation.n_tasks == len(tasks))).first()  # fmt: skip
+        if evaluation is None:
+            evaluation = await evaluator.create(self.phase.run_id, harness, self.checkpoint,
+                                                self.domain, split, k, tasks=tasks,
+                                                phase_id=self.phase.id)  # fmt: skip
+        elif evaluation.status == "done":
+            return evaluation
+        return await evaluator.complete(evaluation, harness, self.checkpoint, self.domain,
+                                        lambda r: self.say("rollout", {"rollout": r}), wall_s)  # fmt: skip
 
     async def _smoke(self, harness: Harness) -> bool:
         """One rollout in the sandbox: a crash, a timeout or a refused import invalidates."""
-        evaluation = await self.wb.evaluator().evaluate(
-            self.phase.run_id, harness, self.checkpoint, self.domain, "smoke", 1,
-            tasks=self.tasks[:1], wall_s=self.cfg.smoke_timeout_s, phase_id=self.phase.id,
-        )  # fmt: skip
-        self.rollouts += evaluation.n_tasks
+        evaluation = await self._evaluation(harness, "smoke", 1, self.tasks[:1],
+                                            self.cfg.smoke_timeout_s)  # fmt: skip
         with self.wb.session() as s:
             rollout = s.exec(select(Rollout).where(Rollout.evaluation_id == evaluation.id)).one()
         if rollout.status in ("pass", "fail"):
             return True
         error = f"smoke rollout #{rollout.id}: {rollout.reason}: {(rollout.error or '')[-500:]}"
-        updated = await self.wb.writer.run(lambda s: _invalidate(s, harness.id, error))
-        self.harnesses[harness.id] = updated
+        self.harnesses[harness.id] = await self.wb.writer.run(
+            lambda s: _invalidate(s, harness.id, error))  # fmt: skip
         return False
 
-    async def _score(self, harness: Harness, iteration: int) -> Score:
-        evaluation = await self.wb.evaluator().evaluate(
-            self.phase.run_id, harness, self.checkpoint, self.domain, "harness", self.cfg.samples,
-            tasks=self.tasks, phase_id=self.phase.id,
-            progress=lambda r: self.say("rollout", {"rollout": r}),
-        )  # fmt: skip
-        self.rollouts += evaluation.n_tasks * evaluation.k
+    async def _score(self, harness: Harness) -> Score:
+        evaluation = await self._evaluation(harness, "harness", self.cfg.samples, self.tasks)
         score = Score(harness.id, evaluation.mean_at_k, evaluation.mean_turns)
         self.scores[harness.id] = score
         return score
 
-    async def _record(self, record: SearchIteration, started: float) -> SearchIteration:
-        points = list(self.scores.values())
-        self.accepted = accept(self.incoming_score, points)
-        front = frontier(points)
+    async def _finish_iteration(self, record: SearchIteration, started: float) -> SearchIteration:
+        front = frontier(list(self.scores.values()))
+        record.status = "failed" if record.error else "done"
         record.best_harness_id = front[0].harness_id
         record.best_success = front[0].success
-        record.accepted_harness_id = self.accepted.harness_id
+        record.accepted_harness_id = self._accepted().harness_id
         record.frontier = [vars(p) for p in front]
-        record.wall_s = time.monotonic() - started
+        record.wall_s = (record.wall_s or 0.0) + time.monotonic() - started
         record.finished_at = now()
-        rollouts, phase_id, run_id = self.rollouts, self.phase.id, self.phase.run_id
-        metric = Metric(run_id=run_id, series="harness/best_success", x=record.iteration,
-                        rollouts=rollouts, y=record.best_success)  # fmt: skip
-        record = await self.wb.writer.run(lambda s: _record_iteration(s, record, metric, phase_id,
-                                                                      rollouts))  # fmt: skip
-        self.iterations.append(record)
+        phase_id, run_id = self.phase.id, self.phase.run_id
+
+        def write(s):
+            rollouts = phase_rollouts(s, phase_id)
+            s.get(Phase, phase_id).rollouts = rollouts
+            s.add(Metric(run_id=run_id, series="harness/best_success", x=record.iteration,
+                         rollouts=rollouts, y=record.best_success))  # fmt: skip
+            return s.merge(record)
+
+        record = await self.wb.writer.run(write)
+        self.iterations = [i for i in self.iterations if i.iteration != record.iteration] + [record]
         self.say("iteration", {"iteration": record})
         return record
 
-    async def _finish(self, reason: str) -> Phase:
-        out = self.accepted.harness_id
-        return await self.wb.writer.run(lambda s: _end_phase(s, self.phase.id, reason, out,
-                                                             self.rollouts))  # fmt: skip
+
+def phase_rollouts(s, phase_id: int) -> int:
+    return s.exec(select(func.count()).select_from(Rollout)
+                  .join(Evaluation, Evaluation.id == Rollout.evaluation_id)
+                  .where(Evaluation.phase_id == phase_id, col(Evaluation.split) != "test",
+                         Rollout.status != "pending")).one()  # fmt: skip
 
 
-def _added(s, row):
-    s.add(row)
+def _added(s, first, *rows):
+    s.add(first)
+    s.add_all(rows)
     s.flush()
-    return row
+    return first, list(rows)
 
 
 def _invalidate(s, harness_id: int, error: str) -> Harness:
@@ -218,28 +268,18 @@ def _invalidate(s, harness_id: int, error: str) -> Harness:
     return harness
 
 
-def _record_iteration(s, record: SearchIteration, metric: Metric, phase_id: int,
-                      rollouts: int) -> SearchIteration:  # fmt: skip
-    s.add_all([record, metric])
-    s.get(Phase, phase_id).rollouts = rollouts
-    s.flush()
-    return record
-
-
-def _end_phase(s, phase_id: int, reason: str, harness_out_id: int, rollouts: int) -> Phase:
+def _end_phase(s, phase_id: int, reason: str, harness_out_id: int) -> Phase:
     phase = s.get(Phase, phase_id)
     phase.status = "done"
     phase.ended_reason = reason
     phase.harness_out_id = harness_out_id
-    phase.rollouts = rollouts
+    phase.rollouts = phase_rollouts(s, phase_id)
     phase.finished_at = now()
     return phase
 
 
-
 async def search_file(workbench, harness_path, domain_name: str, cfg: SearchConfig,
-                      progress: Progress | None = None, run_name: str | None = None,
-                      on_start: Callable[[object], None] | None = None) -> Phase:  # fmt: skip
+                      progress: Progress | None = None, run_name: str | None = None) -> Phase:  # fmt: skip
     """One harness phase from a harness file, as a new run of kind "search" (`whale search`)."""
     from app.domains import get_domain
     from app.search.proposers import make_proposer
@@ -250,9 +290,7 @@ async def search_file(workbench, harness_path, domain_name: str, cfg: SearchConf
         run_name or f"search {harness_path.name}", "search", domain_name, harness_path,
         {"harness": str(harness_path), "search": cfg.model_dump()},
     )  # fmt: skip
-    if on_start:
-        on_start(run)
-    phase = await workbench.writer.run(lambda s: _added(s, Phase(
+    phase, _ = await workbench.writer.run(lambda s: _added(s, Phase(
         run_id=run.id, kind="harness", round=1, harness_in_id=harness.id,
         checkpoint_in_id=checkpoint.id, checkpoint_out_id=checkpoint.id)))  # fmt: skip
     try:

@@ -5,6 +5,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from app.children import die_with_parent
+
 
 class TrainingError(RuntimeError):
     pass
@@ -23,7 +25,7 @@ async def run_trainer(spec: dict, job_dir: Path, on_event: Callable[[dict], None
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "app.training", str(spec_path),
-            stdout=asyncio.subprocess.PIPE, stderr=log,
+            stdout=asyncio.subprocess.PIPE, stderr=log, preexec_fn=die_with_parent,
         )  # fmt: skip
     done = None
     try:

@@ -9,15 +9,17 @@
 """
 import json
 import logging
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import func
+from sqlalchemy import delete
 from sqlmodel import select
 
 from app.config import RFTConfig
-from app.db.schema import Checkpoint, Harness, Metric, Rollout, TrainingJob, now
+from app.db.schema import Checkpoint, Evaluation, Harness, Metric, Rollout, TrainingJob, now
 from app.domains import Domain, Task
+from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
 from app.training.job import TrainingError, run_trainer
 
@@ -34,42 +36,32 @@ def prompt_batch(domain: Domain, cfg: RFTConfig, step: int) -> list[Task]:
 async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpoint,
                    domain: Domain, cfg: RFTConfig, step: int,
                    progress: Callable[[str, dict], None] | None = None,
+                   phase_id: int | None = None, job: TrainingJob | None = None,
                    ) -> tuple[TrainingJob, Checkpoint]:  # fmt: skip
-    """Run one RFT step; returns the job and the checkpoint to continue from (new or same)."""
+    """Run one RFT step; returns the job and the checkpoint to continue from (new or same).
+
+    Given an unfinished `job` (a run resumed after a crash), it goes on from where the job was:
+    the sampling's recorded rollouts are kept and only the missing ones run; an interrupted
+    training starts again from the accepted rollouts."""
     writer = workbench.writer
     say = progress or (lambda kind, data: None)
-    job = await writer.run(lambda s: _add(s, TrainingJob(
-        run_id=run_id, harness_id=harness.id, checkpoint_in_id=checkpoint.id, step=step,
-        config=cfg.model_dump())))  # fmt: skip
+    if job is None:
+        job = await writer.run(lambda s: _add(s, TrainingJob(
+            run_id=run_id, harness_id=harness.id, checkpoint_in_id=checkpoint.id, step=step,
+            config=cfg.model_dump(), phase_id=phase_id)))  # fmt: skip
 
-    # 1. sample
-    evaluation = await workbench.evaluator().evaluate(
-        run_id, harness, checkpoint, domain, "train", cfg.samples_per_prompt,
-        tasks=prompt_batch(domain, cfg, step), progress=lambda r: say("rollout", {"rollout": r}),
-    )  # fmt: skip
-    # 2. accept
+    # 1. sample (the evaluation is named on the job before any rollout runs)
+    if job.status == "sampling":
+        evaluator = workbench.evaluator()
+        evaluation = await _sampling(workbench, evaluator, job, harness, checkpoint, domain, cfg)
+        evaluation = await evaluator.complete(evaluation, harness, checkpoint, domain,
+                                              lambda r: say("rollout", {"rollout": r}))  # fmt: skip
+        job = await _accept(workbench, job, evaluation.id, cfg, step)
     with workbench.session() as s:
-        rewards = s.exec(select(Rollout.id, Rollout.reward)
-                         .where(Rollout.evaluation_id == evaluation.id)).all()  # fmt: skip
-        accepted = [rid for rid, reward in rewards if (reward or 0.0) > cfg.threshold]
-        examples = examples_from_rollouts(s, accepted)
-        used_before = s.exec(select(func.coalesce(func.sum(TrainingJob.n_rollouts), 0))
-                             .where(TrainingJob.run_id == run_id)).one()  # fmt: skip
-    mean_reward = sum(r or 0.0 for _, r in rewards) / len(rewards)
-    rollouts_used = used_before + len(rewards)
-    job = await writer.run(lambda s: _update(s, job.id,
-        evaluation_id=evaluation.id, n_rollouts=len(rewards), n_accepted=len(accepted),
-        mean_reward=mean_reward, n_examples=len(examples),
-        status="training" if accepted else "skipped"))  # fmt: skip
-    writer.add(
-        Metric(run_id=run_id, training_job_id=job.id, series="train/accept_rate", x=step,
-               rollouts=rollouts_used, y=len(accepted) / len(rewards)),
-        Metric(run_id=run_id, training_job_id=job.id, series="train/mean_reward", x=step,
-               rollouts=rollouts_used, y=mean_reward),
-    )  # fmt: skip
-    say("accepted", {"accepted": len(accepted), "total": len(rewards), "examples": len(examples)})
-    if not accepted:
-        await writer.run(lambda s: _update(s, job.id, finished_at=now()))
+        examples = _accepted_examples(s, job.evaluation_id, cfg.threshold)
+        rollouts_used = usage(s, run_id).rollouts
+    say("accepted", {"accepted": job.n_accepted, "total": job.n_rollouts, "examples": len(examples)})
+    if job.status != "training":  # skipped: nothing accepted
         return job, checkpoint
 
     # 3. train
@@ -80,6 +72,10 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
             f.write(json.dumps(example) + "\n")
     out = workbench.settings.home / "checkpoints" / f"run-{run_id}" / f"job-{job.id}"
     spec = _spec(workbench.base_model_path, checkpoint, cfg, job_dir / "examples.jsonl", out)
+    # A training interrupted by a crash is retried cleanly: whatever it wrote goes first.
+    shutil.rmtree(out, ignore_errors=True)
+    await writer.run(lambda s: s.exec(delete(Metric).where(Metric.training_job_id == job.id,
+                                                           Metric.series == "train/loss")))  # fmt: skip
 
     def on_batch(event: dict) -> None:
         writer.add(Metric(run_id=run_id, training_job_id=job.id, series="train/loss",
@@ -112,6 +108,50 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
     job = await writer.run(lambda s: s.get(TrainingJob, job.id))
     say("trained", {"loss": result["loss"], "tokens": result["tokens"], "checkpoint": new_checkpoint})
     return job, new_checkpoint
+
+
+async def _sampling(workbench, evaluator, job: TrainingJob, harness: Harness,
+                    checkpoint: Checkpoint, domain: Domain, cfg: RFTConfig) -> Evaluation:  # fmt: skip
+    """The job's sampling evaluation: the one it names, or a new one it is made to name."""
+    if job.evaluation_id is not None:
+        with workbench.session() as s:
+            return s.get(Evaluation, job.evaluation_id)
+    evaluation = await evaluator.create(job.run_id, harness, checkpoint, domain, "train",
+                                        cfg.samples_per_prompt, phase_id=job.phase_id,
+                                        tasks=prompt_batch(domain, cfg, job.step))  # fmt: skip
+    await workbench.writer.run(lambda s: _update(s, job.id, evaluation_id=evaluation.id))
+    return evaluation
+
+
+async def _accept(workbench, job: TrainingJob, evaluation_id: int, cfg: RFTConfig,
+                  step: int) -> TrainingJob:  # fmt: skip
+    """2. accept: count what the sampling accepted; the job moves on to training, or is skipped."""
+    with workbench.session() as s:
+        rewards = s.exec(select(Rollout.reward).where(Rollout.evaluation_id == evaluation_id)).all()
+        accepted = sum((r or 0.0) > cfg.threshold for r in rewards)
+        n_examples = len(_accepted_examples(s, evaluation_id, cfg.threshold))
+        rollouts_used = usage(s, job.run_id).rollouts
+    mean_reward = sum(r or 0.0 for r in rewards) / len(rewards)
+
+    def record(s):
+        s.add_all([
+            Metric(run_id=job.run_id, training_job_id=job.id, series="train/accept_rate", x=step,
+                   rollouts=rollouts_used, y=accepted / len(rewards)),
+            Metric(run_id=job.run_id, training_job_id=job.id, series="train/mean_reward", x=step,
+                   rollouts=rollouts_used, y=mean_reward),
+        ])  # fmt: skip
+        return _update(s, job.id, n_rollouts=len(rewards), n_accepted=accepted,
+                       mean_reward=mean_reward, n_examples=n_examples,
+                       status="training" if accepted else "skipped",
+                       finished_at=None if accepted else now())  # fmt: skip
+
+    return await workbench.writer.run(record)
+
+
+def _accepted_examples(s, evaluation_id: int, threshold: float) -> list[dict]:
+    accepted = s.exec(select(Rollout.id).where(Rollout.evaluation_id == evaluation_id,
+                                               Rollout.reward > threshold)).all()  # fmt: skip
+    return examples_from_rollouts(s, list(accepted))
 
 
 def _spec(base: Path, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out: Path) -> dict:

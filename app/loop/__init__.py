@@ -1,0 +1,1 @@
+"""The WHALE loop: experiments, strategies, switching rules, budgets, control, resume."""

@@ -1,0 +1,178 @@
+"""`whale run EXPERIMENT.toml` (headless) and the control commands: pause, resume, stop, skip,
+force, promote. Control commands write to the store; the process running the loop (`whale
+serve` or `whale run`) picks them up within a second."""
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from sqlmodel import select
+
+from app.config import Settings
+from app.db.schema import Event, Metric, Phase, Run
+from app.loop import control
+from app.loop.experiment import ExperimentError, config_hash, load
+from app.progress import err, phase_progress, progress_bars
+
+BAD_INPUT = 2
+
+
+def _fail(message: str) -> typer.Exit:
+    err.print(f"[red]{message}[/red]")
+    return typer.Exit(BAD_INPUT)
+
+
+def run(
+    experiment: Annotated[Path, typer.Argument(help="experiment TOML (see experiments/)")],
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary")] = False,
+):
+    """Run an experiment headless: progress per phase, a summary table at the end.
+
+    An unfinished run of the same experiment (same name, same file) is resumed."""
+    from app.loop.lock import StoreBusy, StoreLock
+    from app.loop.runner import Loop, start_run, unfinished_runs
+    from app.workbench import Workbench
+
+    try:
+        exp, text = load(experiment)
+    except ExperimentError as exc:
+        raise _fail(str(exc)) from None
+    settings = Settings(**exp.runtime.model_dump(exclude_none=True))
+    try:
+        lock = StoreLock(settings.home).acquire()
+    except StoreBusy as exc:
+        raise _fail(str(exc)) from None
+
+    async def main():
+        workbench = Workbench(settings, say=(lambda m: None) if as_json else
+                              (lambda m: err.print(f"[dim]{m}[/dim]")))  # fmt: skip
+        try:
+            same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
+            changed = [r for r in same if r.config.get("hash") != config_hash(text)]
+            if changed:
+                raise _fail(f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
+                            f"from a different {experiment.name}; stop it (whale stop "
+                            f"{changed[0].id}) or give the experiment another name")  # fmt: skip
+            await workbench.start()
+            row = same[0] if same else await start_run(workbench, exp, text, config_hash(text))
+            if same:
+                err.print(f"resuming run {row.id}")
+            with progress_bars() as progress:
+                await Loop(workbench, row.id, phase_progress(progress, quiet=as_json)).run()
+            with workbench.session() as s:
+                return summary(s, row.id)
+        finally:
+            await workbench.stop()
+            lock.release()
+
+    result = asyncio.run(main())
+    if as_json:
+        print(json.dumps(result))
+    else:
+        print_summary(result)
+
+
+def summary(s, run_id: int) -> dict:
+    run = s.get(Run, run_id)
+    phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
+    points = s.exec(select(Metric).where(Metric.run_id == run_id, Metric.series == "test/mean@k")
+                    .order_by(Metric.id)).all()  # fmt: skip
+    end = s.exec(select(Event).where(Event.run_id == run_id, Event.kind == "run_end")
+                 .order_by(Event.id.desc())).first()  # fmt: skip
+    best = max(points, key=lambda p: p.y, default=None)
+    return {
+        "run_id": run.id, "name": run.name, "strategy": run.strategy, "status": run.status,
+        "ended": end.detail["reason"] if end else None,
+        "best_test": best.y if best else None, "best_at_rollouts": best.rollouts if best else None,
+        "rollouts": max((p.rollouts for p in points), default=0),
+        "phases": [{"id": p.id, "kind": p.kind, "round": p.round, "status": p.status,
+                    "ended": p.ended_reason, "rollouts": p.rollouts,
+                    "harness_in": p.harness_in_id, "harness_out": p.harness_out_id,
+                    "checkpoint_in": p.checkpoint_in_id, "checkpoint_out": p.checkpoint_out_id}
+                   for p in phases],
+        "test_points": [{"rollouts": p.rollouts, "weight_steps": p.weight_steps,
+                         "wall_s": p.wall_s, "mean_at_k": p.y} for p in points],
+    }  # fmt: skip
+
+
+def print_summary(result: dict) -> None:
+    out = Console()
+    table = Table(title=f"run {result['run_id']} · {result['name']} · {result['strategy']}")
+    for column in ("phase", "round", "ended", "rollouts", "harness in -> out", "checkpoint in -> out"):
+        table.add_column(column)
+    for p in result["phases"]:
+        table.add_row(p["kind"], str(p["round"]), p["ended"] or p["status"], str(p["rollouts"]),
+                      f"{p['harness_in']} -> {p['harness_out']}",
+                      f"{p['checkpoint_in']} -> {p['checkpoint_out']}")  # fmt: skip
+    out.print(table)
+    curve = ", ".join(f"{p['mean_at_k']:.3f}@{p['rollouts']}" for p in result["test_points"])
+    out.print(f"test mean@k by rollouts used: {curve or 'none'}")
+    if result["best_test"] is not None:
+        out.print(f"best test mean@k {result['best_test']:.3f} after {result['best_at_rollouts']} "
+                  f"rollouts; run {result['status']} ({result['ended']})")  # fmt: skip
+
+
+def _control(run_id: int, action: str, reason: str, **args) -> None:
+    from app.db import Writer, open_engine
+
+    settings = Settings()
+    if not settings.db_path.exists():
+        raise _fail(f"no store at {settings.db_path} (set WHALE_HOME)")
+    engine = open_engine(settings.db_path)
+    writer = Writer(engine)
+    try:
+        asyncio.run(control.apply(writer, run_id, action, reason, "cli", **args))
+    except control.Refused as exc:
+        raise _fail(f"{action} refused: {exc}") from None
+    finally:
+        writer.close()
+        engine.dispose()
+    print(f"run {run_id}: {action} requested")
+
+
+RunId = Annotated[int, typer.Argument(help="run id")]
+Reason = Annotated[str, typer.Option(help="why, for the run's log")]
+
+
+def pause(run_id: RunId, reason: Reason = ""):
+    """Finish the rollouts in flight and the current training step; start nothing new."""
+    _control(run_id, "pause", reason)
+
+
+def resume(run_id: RunId, reason: Reason = ""):
+    """Go on after a pause."""
+    _control(run_id, "resume", reason)
+
+
+def stop(run_id: RunId, reason: Reason = ""):
+    """End the run once the rollouts in flight finish."""
+    _control(run_id, "stop", reason)
+
+
+def skip(run_id: RunId, reason: Reason = ""):
+    """End the current phase after its current step or iteration; the next one starts."""
+    _control(run_id, "skip", reason)
+
+
+def force(run_id: RunId, kind: Annotated[str, typer.Option(help="weight | harness")],
+          reason: Reason = ""):  # fmt: skip
+    """End the current phase and make the next one of this kind."""
+    _control(run_id, "force", reason, kind=kind)
+
+
+def promote(run_id: RunId,
+            harness: Annotated[Optional[int], typer.Option(help="harness id")] = None,
+            checkpoint: Annotated[Optional[int], typer.Option(help="checkpoint id")] = None,
+            reason: Reason = ""):  # fmt: skip
+    """Make the next phase start from this harness or checkpoint."""
+    args = {"harness_id": harness} if harness is not None else {}
+    if checkpoint is not None:
+        args["checkpoint_id"] = checkpoint
+    _control(run_id, "promote", reason, **args)
+
+
+COMMANDS = [(run, "run"), (pause, "pause"), (resume, "resume"), (stop, "stop"), (skip, "skip"),
+            (force, "force"), (promote, "promote")]  # fmt: skip

@@ -1,0 +1,63 @@
+"""The loops of one server: started from the API, resumed when the server starts again."""
+import asyncio
+import logging
+
+from app.db.schema import Run
+from app.loop.experiment import Experiment, ExperimentError, config_hash, parse
+from app.loop.runner import Loop, start_run, unfinished_runs
+
+log = logging.getLogger(__name__)
+
+
+class LoopManager:
+    def __init__(self, workbench):
+        self.wb = workbench
+        self.tasks: dict[int, asyncio.Task] = {}
+        self._starting = asyncio.Lock()
+
+    async def ensure_started(self) -> None:
+        """Start the model, gateway and sandboxes on first need: a server that only shows
+        finished runs never loads a model."""
+        async with self._starting:
+            if self.wb.gateway is None:
+                await self.wb.start()
+
+    async def resume_all(self) -> list[int]:
+        """Pick up every unfinished experiment run of the store."""
+        runs = unfinished_runs(self.wb)
+        if runs:
+            await self.ensure_started()
+        for run in runs:
+            self._launch(run.id)
+        return [r.id for r in runs]
+
+    async def start(self, toml_text: str, source: str = "api") -> Run:
+        """Validate an experiment (ExperimentError names the bad key) and start its run."""
+        experiment = parse(toml_text, source)
+        self.check_runtime(experiment)
+        await self.ensure_started()
+        run = await start_run(self.wb, experiment, toml_text, config_hash(toml_text))
+        self._launch(run.id)
+        return run
+
+    def check_runtime(self, experiment: Experiment) -> None:
+        """A server runs one backend and sandbox; an experiment asking for others is refused."""
+        s = self.wb.settings
+        wanted = experiment.runtime.model_dump(exclude_none=True)
+        have = {"backend": s.backend, "llm_url": s.llm_url, "llm_model": s.llm_model,
+                "sandbox": s.sandbox}  # fmt: skip
+        wrong = [f"runtime.{k} = {v!r} (this server: {have[k]!r})" for k, v in wanted.items()
+                 if have[k] != v]  # fmt: skip
+        if wrong:
+            raise ExperimentError("the experiment asks for another runtime: " + "; ".join(wrong))
+
+    def _launch(self, run_id: int) -> None:
+        task = asyncio.create_task(Loop(self.wb, run_id).run(), name=f"run-{run_id}")
+        self.tasks[run_id] = task
+        task.add_done_callback(lambda t: self.tasks.pop(run_id, None))
+
+    async def stop(self) -> None:
+        """Server shutdown: loops are cancelled where they are; they resume on the next start."""
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)

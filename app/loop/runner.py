@@ -1,0 +1,399 @@
+"""The loop driver: one run of an experiment, from the database state to its end.
+
+Everything the loop knows is in the database (run, phases, training jobs, search iterations,
+evaluations), so `Loop(workbench, run_id).run()` both starts a new run and resumes one after a
+crash: an unfinished phase continues where it was, a finished one is never run again, and
+rollouts already recorded are kept. Control requests (app/loop/control.py) are read from the
+run row every half second; pause and stop act through the evaluator's gate (no new rollout
+starts), skip, force and promote at the next step or iteration boundary.
+"""
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import func
+from sqlmodel import col, select
+
+from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Run,
+                           SearchIteration, TrainingJob, now)  # fmt: skip
+from app.domains import get_domain
+from app.loop.experiment import Experiment, stored
+from app.loop.switching import harness_phase_end, weight_phase_end
+from app.rollout.evaluate import RunStopped
+from app.rollout.usage import usage
+from app.search.phase import harness_phase, phase_rollouts
+from app.search.proposers import make_proposer
+from app.training.rft import rft_step
+
+log = logging.getLogger(__name__)
+POLL_S = 0.5
+UNLIMITED = 1_000_000  # iterations handed to a harness phase: the loop's end check decides
+
+
+class Loop:
+    def __init__(self, workbench, run_id: int, progress: Callable[[str, dict], None] | None = None):
+        self.wb = workbench
+        self.run_id = run_id
+        self.say = progress or (lambda kind, data: None)
+        with workbench.session() as s:
+            run = s.get(Run, run_id)
+        self.exp = Experiment.model_validate(run.config["experiment"])
+        self.start = run.config["start"]  # the incoming harness and checkpoint ids
+        self.created_at = run.created_at
+        self.domain = get_domain(self.exp.domain)
+        self.desired = run.desired or "running"
+        self.command = run.command
+
+    # -- control -----------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        """Follow the run row: what the user asked (pause, stop) and one-shot commands."""
+        while True:
+            with self.wb.session() as s:
+                run = s.get(Run, self.run_id)
+                self.desired, self.command = run.desired or "running", run.command
+            if self.desired == "paused":
+                await self._status("paused", only_from=("running", "resuming"))
+            elif self.desired == "running":
+                await self._status("running", only_from=("paused",))
+            await asyncio.sleep(POLL_S)
+
+    async def gate(self) -> None:
+        """Before any new rollout or step: wait while paused, end when stopping."""
+        while self.desired == "paused":
+            await asyncio.sleep(POLL_S / 2)
+        if self.desired == "stopped":
+            raise RunStopped()
+
+    async def _status(self, status: str, only_from: tuple[str, ...] | None = None) -> None:
+        def update(s):
+            run = s.get(Run, self.run_id)
+            if only_from is None or run.status in only_from:
+                run.status = status
+
+        await self.wb.writer.run(update)
+
+    async def _take_command(self, action: str, **detail) -> dict | None:
+        """Consume the waiting command if it is `action`; logged as applied."""
+        command = self.command
+        if not command or command["action"] != action:
+            return None
+
+        def take(s):
+            s.get(Run, self.run_id).command = None
+            s.add(Event(run_id=self.run_id, kind="control_applied", detail={**command, **detail}))
+
+        await self.wb.writer.run(take)
+        self.command = None
+        return command
+
+    # -- the run -----------------------------------------------------------------------------
+
+    async def run(self) -> Run:
+        watcher = asyncio.create_task(self._watch())
+        self.wb.gates[self.run_id] = self.gate
+        try:
+            await self._status("resuming" if self._phases() else "running")
+            await self._resume_checkpoint()
+            await self._complete_test_points()
+            if self.exp.test.at_start:
+                await self._test_point()
+            await self._status("running", only_from=("resuming",))
+            reason = await self._phases_until_the_end()
+            return await self._finish("done", reason)
+        except RunStopped:
+            return await self._finish("stopped", "stopped by request")
+        except asyncio.CancelledError:
+            raise  # the server is shutting down: the run resumes when it starts again
+        except Exception as exc:
+            log.exception("run %s failed", self.run_id)
+            return await self._finish("failed", f"{type(exc).__name__}: {exc}")
+        finally:
+            watcher.cancel()
+            self.wb.gates.pop(self.run_id, None)
+
+    async def _phases_until_the_end(self) -> str:
+        while True:
+            await self.gate()
+            phase = next((p for p in self._phases() if p.status == "running"), None)
+            if phase is None:
+                why_not = self._budget_reason(0)
+                if why_not:
+                    return why_not
+                phase = await self._next_phase()
+                if phase is None:
+                    return "the strategy has no further phase"
+            self.say("phase", {"what": f"{phase.kind} phase {phase.round}"})
+            if phase.kind == "weight":
+                phase = await self._weight_phase(phase)
+            else:
+                phase = await self._harness_phase(phase)
+            await self._take_command("skip", phase_id=phase.id)
+            if self.exp.test.after_phase:
+                await self._test_point()
+            if phase.ended_reason == "budget":
+                return "budget used up"
+            if phase.ended_reason == "exhausted" and self.exp.strategy == "harness_only":
+                return "the proposer has nothing left to try"
+
+    def _phases(self) -> list[Phase]:
+        with self.wb.session() as s:
+            return list(s.exec(select(Phase).where(Phase.run_id == self.run_id).order_by(Phase.id)))
+
+    def _current(self) -> tuple[int, int]:
+        """(harness id, checkpoint id) the next phase starts from."""
+        harness_id, checkpoint_id = self.start["harness_id"], self.start["checkpoint_id"]
+        for phase in self._phases():
+            if phase.status == "done":
+                harness_id = phase.harness_out_id or harness_id
+                checkpoint_id = phase.checkpoint_out_id or checkpoint_id
+        return harness_id, checkpoint_id
+
+    def _next_kind(self, phases: list[Phase]) -> str:
+        strategy = self.exp.strategy
+        if strategy in ("weight_only", "harness_only"):
+            return strategy.removesuffix("_only")
+        if strategy == "stagewise":  # one long weight stage, then harness phases
+            return "harness" if phases else "weight"
+        return "harness" if phases and phases[-1].kind == "weight" else "weight"
+
+    async def _next_phase(self) -> Phase | None:
+        phases = self._phases()
+        if len(phases) >= self.exp.budget.max_phases:
+            return None
+        kind = self._next_kind(phases)
+        forced = await self._take_command("force")
+        if forced:
+            kind = forced["kind"]
+        harness_id, checkpoint_id = self._current()
+        promoted = await self._take_command("promote")
+        if promoted:
+            harness_id = promoted.get("harness_id") or harness_id
+            checkpoint_id = promoted.get("checkpoint_id") or checkpoint_id
+            if promoted.get("checkpoint_id"):
+                await self._serve(checkpoint_id)
+        round_ = sum(p.kind == kind for p in phases) + 1
+        phase = Phase(run_id=self.run_id, kind=kind, round=round_, harness_in_id=harness_id,
+                      checkpoint_in_id=checkpoint_id,
+                      detail={"forced": bool(forced), "promoted": promoted})  # fmt: skip
+        return await self.wb.writer.run(lambda s: _added(s, phase))
+
+    def _rows(self, phase: Phase) -> tuple[Harness, Checkpoint]:
+        with self.wb.session() as s:
+            return s.get(Harness, phase.harness_in_id), s.get(Checkpoint, phase.checkpoint_in_id)
+
+    # -- weight phases ------------------------------------------------------------------------
+
+    async def _weight_phase(self, phase: Phase) -> Phase:
+        harness, checkpoint = self._rows(phase)
+        cfg = self.exp.rft
+        step_cost = cfg.prompts_per_step * cfg.samples_per_prompt
+        jobs = self._jobs(phase)
+        unfinished = next((j for j in jobs if j.status in ("sampling", "training")), None)
+        if unfinished:  # interrupted by a crash: finish that step first
+            _, checkpoint = await rft_step(self.wb, self.run_id, harness, self._checkpoint(
+                unfinished.checkpoint_in_id), self.domain, cfg, unfinished.step, self.say,
+                phase.id, job=unfinished)  # fmt: skip
+        elif jobs:
+            checkpoint = self._checkpoint(_last_checkpoint(jobs, checkpoint.id))
+        while True:
+            rewards = [j.mean_reward or 0.0 for j in self._jobs(phase) if j.status in ("done", "skipped")]
+            reason = self._weight_end(rewards, step_cost)
+            if reason:
+                break
+            await self.gate()
+            step = self._steps_done()
+            self.say("phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"})
+            _, checkpoint = await rft_step(self.wb, self.run_id, harness, checkpoint, self.domain,
+                                           cfg, step, self.say, phase.id)  # fmt: skip
+            every = self.exp.test.every_weight_steps
+            if every and self._steps_done() % every == 0:
+                await self._test_point(harness.id, checkpoint.id)
+        return await self._end_phase(phase, reason, checkpoint_out_id=checkpoint.id,
+                                     harness_out_id=harness.id)  # fmt: skip
+
+    def _weight_end(self, rewards: list[float], step_cost: int) -> str | None:
+        if self.command and self.command["action"] in ("skip", "force"):
+            return "manual"
+        budget = self._budget_reason(step_cost)
+        if budget:
+            return "budget"
+        if self.exp.strategy == "stagewise":
+            share = self.exp.stagewise_weight_share * self.exp.budget.rollouts
+            return "stage" if self._usage().rollouts + step_cost > share else None
+        return weight_phase_end(self.exp.switching, rewards)
+
+    def _jobs(self, phase: Phase) -> list[TrainingJob]:
+        with self.wb.session() as s:
+            return list(s.exec(select(TrainingJob).where(TrainingJob.phase_id == phase.id)
+                               .order_by(TrainingJob.id)))  # fmt: skip
+
+    def _steps_done(self) -> int:
+        with self.wb.session() as s:
+            return s.exec(select(func.count()).select_from(TrainingJob).where(
+                TrainingJob.run_id == self.run_id,
+                col(TrainingJob.status).in_(("done", "skipped")))).one()  # fmt: skip
+
+    def _checkpoint(self, checkpoint_id: int) -> Checkpoint:
+        with self.wb.session() as s:
+            return s.get(Checkpoint, checkpoint_id)
+
+    # -- harness phases -----------------------------------------------------------------------
+
+    async def _harness_phase(self, phase: Phase) -> Phase:
+        harness, checkpoint = self._rows(phase)
+        cfg = self.exp.search.model_copy(update={"iterations": UNLIMITED})
+        k, tasks = cfg.candidates, len(self.domain.tasks("harness")[: cfg.tasks])
+        iteration_cost = k * (tasks * cfg.samples + (1 if cfg.smoke else 0))
+
+        async def end_check(iterations: list[SearchIteration]) -> str | None:
+            await self.gate()
+            if self.command and self.command["action"] in ("skip", "force"):
+                return "manual"
+            if self._budget_reason(iteration_cost):
+                return "budget"
+            best = [i.best_success for i in sorted(iterations, key=lambda i: i.iteration)]
+            return harness_phase_end(self.exp.switching, best)
+
+        phase = await harness_phase(self.wb, phase, harness, checkpoint, self.domain, cfg,
+                                    make_proposer(cfg, self.wb), self.say, end_check)  # fmt: skip
+        return await self._end_phase(phase, phase.ended_reason, checkpoint_out_id=checkpoint.id)
+
+    async def _end_phase(self, phase: Phase, reason: str, **outs) -> Phase:
+        def end(s):
+            row = s.get(Phase, phase.id)
+            for key, value in outs.items():
+                setattr(row, key, value)
+            row.status, row.ended_reason, row.finished_at = "done", reason, row.finished_at or now()
+            row.rollouts = phase_rollouts(s, phase.id)
+            s.add(Event(run_id=self.run_id, kind="phase_end",
+                        detail={"phase_id": phase.id, "kind": row.kind, "round": row.round,
+                                "reason": reason}))  # fmt: skip
+            return row
+
+        return await self.wb.writer.run(end)
+
+    # -- budgets and test points --------------------------------------------------------------
+
+    def _usage(self):
+        with self.wb.session() as s:
+            return usage(s, self.run_id)
+
+    def _wall_s(self) -> float:
+        return (now() - self.created_at.replace(tzinfo=now().tzinfo)).total_seconds()
+
+    def _budget_reason(self, next_cost: int) -> str | None:
+        """Which budget the next unit of work (costing `next_cost` rollouts) would exceed."""
+        b, used = self.exp.budget, self._usage()
+        if b.rollouts is not None and used.rollouts + max(next_cost, 1) > b.rollouts:
+            return "budget: rollouts"
+        if b.tokens is not None and used.tokens >= b.tokens:
+            return "budget: tokens"
+        if b.proposer_usd is not None and used.proposer_usd >= b.proposer_usd:
+            return "budget: proposer cost"
+        if b.wall_s is not None and self._wall_s() >= b.wall_s:
+            return "budget: wall time"
+        return None
+
+    async def _test_point(self, harness_id: int | None = None, checkpoint_id: int | None = None):
+        """Test mean@k of a (harness, checkpoint) pair as a point of the run's curve. A pair
+        already evaluated is not evaluated again: its score is plotted at the new x."""
+        if harness_id is None:
+            harness_id, checkpoint_id = self._current()
+        with self.wb.session() as s:
+            evaluation = s.exec(select(Evaluation).where(
+                Evaluation.run_id == self.run_id, Evaluation.split == "test",
+                Evaluation.harness_id == harness_id, Evaluation.checkpoint_id == checkpoint_id)
+            ).first()  # fmt: skip
+            harness, checkpoint = s.get(Harness, harness_id), s.get(Checkpoint, checkpoint_id)
+        t = self.exp.test
+        evaluator = self.wb.evaluator()
+        if evaluation is None:
+            evaluation = await evaluator.create(self.run_id, harness, checkpoint, self.domain,
+                                                "test", t.k, t.tasks)  # fmt: skip
+        if evaluation.status != "done":
+            self.say("phase", {"what": f"test mean@{t.k}: harness {harness_id}, checkpoint {checkpoint_id}"})
+            evaluation = await evaluator.complete(evaluation, harness, checkpoint, self.domain,
+                                                  lambda r: self.say("rollout", {"rollout": r}))  # fmt: skip
+        await self._plot(evaluation)
+
+    async def _plot(self, evaluation: Evaluation) -> None:
+        rollouts, steps, wall = self._usage().rollouts, self._steps_done(), self._wall_s()
+
+        def write(s):
+            exists = s.exec(select(Metric.id).where(Metric.evaluation_id == evaluation.id,
+                                                    Metric.rollouts == rollouts)).first()  # fmt: skip
+            if exists is None:
+                s.add(Metric(run_id=self.run_id, series="test/mean@k", x=steps, rollouts=rollouts,
+                             y=evaluation.mean_at_k, evaluation_id=evaluation.id,
+                             weight_steps=steps, wall_s=wall))  # fmt: skip
+
+        await self.wb.writer.run(write)
+        self.say("test", {"evaluation": evaluation, "rollouts": rollouts})
+
+    async def _complete_test_points(self) -> None:
+        """Test evaluations a crash interrupted: finish them and plot them."""
+        with self.wb.session() as s:
+            open_ = s.exec(select(Evaluation).where(Evaluation.run_id == self.run_id,
+                                                    Evaluation.split == "test",
+                                                    Evaluation.status != "done")).all()  # fmt: skip
+        for evaluation in open_:
+            await self._test_point(evaluation.harness_id, evaluation.checkpoint_id)
+
+    async def _resume_checkpoint(self) -> None:
+        """After a restart the model server may not know the run's trained checkpoint yet."""
+        _, checkpoint_id = self._current()
+        running = next((p for p in self._phases() if p.status == "running"), None)
+        await self._serve(running.checkpoint_in_id if running else checkpoint_id)
+
+    async def _serve(self, checkpoint_id: int) -> None:
+        checkpoint = self._checkpoint(checkpoint_id)
+        if checkpoint.kind != "base" and checkpoint.path:
+            await self.wb.serve_checkpoint(Path(checkpoint.path))
+
+    async def _finish(self, status: str, reason: str) -> Run:
+        def finish(s):
+            run = s.get(Run, self.run_id)
+            run.status, run.finished_at = status, now()
+            s.add(Event(run_id=self.run_id, kind="run_end", detail={"status": status, "reason": reason}))
+            return run
+
+        self.say("end", {"status": status, "reason": reason})
+        return await self.wb.writer.run(finish)
+
+
+def _last_checkpoint(jobs: list[TrainingJob], default: int) -> int:
+    out = [j.checkpoint_out_id for j in jobs if j.checkpoint_out_id]
+    return out[-1] if out else default
+
+
+def _added(s, row):
+    s.add(row)
+    s.flush()
+    return row
+
+
+async def start_run(workbench, experiment: Experiment, source: str, config_hash: str) -> Run:
+    """A new run of an experiment: its incoming harness and base checkpoint are recorded."""
+    harness_path = experiment.harness or get_domain(experiment.domain).seed_harness
+    config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
+    run, harness, checkpoint = await workbench.start_run(experiment.name, "experiment",
+                                                         experiment.domain, harness_path, config)  # fmt: skip
+
+    def finish(s):
+        row = s.get(Run, run.id)
+        row.strategy, row.desired = experiment.strategy, "running"
+        row.config = {**config, "start": {"harness_id": harness.id, "checkpoint_id": checkpoint.id}}
+        s.add(Event(run_id=run.id, kind="run_start", detail={"strategy": experiment.strategy}))
+        return row
+
+    return await workbench.writer.run(finish)
+
+
+def unfinished_runs(workbench) -> list[Run]:
+    """Experiment runs a stopped or crashed server left unfinished."""
+    with workbench.session() as s:
+        return list(s.exec(select(Run).where(
+            Run.kind == "experiment",
+            col(Run.status).in_(("created", "resuming", "running", "paused")))))  # fmt: skip

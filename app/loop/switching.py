@@ -1,0 +1,34 @@
+"""When a phase ends (reference/whale.md, "When to switch"). Pure functions of what the phase
+has seen so far; each returns why the phase ends now ("fixed", "patience", "cap") or None."""
+from app.loop.experiment import Switching
+
+
+def harness_phase_end(rule: Switching, best_success: list[float]) -> str | None:
+    """`best_success[i]`: best frontier success after iteration i (0 = the incoming harness).
+    Asked before each proposing iteration."""
+    done = len(best_success) - 1  # proposing iterations finished
+    if rule.rule == "fixed":
+        return "fixed" if done >= rule.harness_iterations else None
+    if done >= rule.harness_max_iterations:
+        return "cap"
+    best = max(best_success)
+    best_iteration = best_success.index(best)  # the first time the best was reached
+    if done >= rule.harness_min_iterations and done - best_iteration >= rule.harness_patience:
+        return "patience"
+    return None
+
+
+def weight_phase_end(rule: Switching, mean_rewards: list[float]) -> str | None:
+    """`mean_rewards[i]`: mean training reward of step i of this phase. Asked before each step."""
+    done = len(mean_rewards)
+    if rule.rule == "fixed":
+        return "fixed" if done >= rule.weight_steps else None
+    if done >= rule.weight_max_steps:
+        return "cap"
+    if done <= rule.weight_burn_in or done < rule.weight_window:
+        return None
+    window = rule.weight_window
+    smoothed = [sum(mean_rewards[i - window + 1 : i + 1]) / window
+                for i in range(window - 1, done)]  # fmt: skip
+    best_step = (window - 1) + smoothed.index(max(smoothed))
+    return "patience" if (done - 1) - best_step >= rule.weight_patience else None

@@ -1,0 +1,40 @@
+"""Experiment files: every shipped example parses; a bad one fails before anything starts,
+naming the file and the offending key."""
+from pathlib import Path
+
+import pytest
+
+from app.loop.experiment import ExperimentError, load, parse
+from tests.conftest import REPO
+
+EXAMPLES = sorted((REPO / "experiments").glob("*.toml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_shipped_examples_parse(path: Path):
+    experiment, text = load(path)
+    assert experiment.name and text
+
+
+@pytest.mark.parametrize("text, message", [
+    ('name = "x"\nstrategy = "alternating"', "strategy: Input should be 'whale', 'weight_only'"),
+    ('name = "x"\n[switching]\nweight_steps = 0', "switching.weight_steps: Input should be greater than or equal to 1"),
+    ('name = "x"\n[budget]\nrollout = 100', "budget.rollout: Extra inputs are not permitted"),
+    ('name = "x"\n[rft]\nsteps = 3', "rft.steps is not used here: set switching.weight_steps"),
+    ('name = "x"\n[search]\niterations = 3', "search.iterations is not used here"),
+    ('name = "x"\nstrategy = "stagewise"', "strategy stagewise needs budget.rollouts"),
+    ('name = "x"\ndomain = "chess960"', "domain: unknown domain 'chess960'"),
+    ('name = "x"\nharness = "/nonexistent/h.py"', "harness: no file /nonexistent/h.py"),
+    ('name = "x"\n[search]\nproposer = "gpt"', "search.proposer: Input should be 'knobs', 'llm' or 'agent'"),
+    ('strategy = "whale"', "name: Field required"),
+    ('name = "x"\n[budget\nrollouts = 1', "not valid TOML"),
+])  # fmt: skip
+def test_bad_experiments_name_the_key(text, message):
+    with pytest.raises(ExperimentError) as exc:
+        parse(text, "bad.toml")
+    assert str(exc.value).startswith("bad.toml: ") and message in str(exc.value)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    with pytest.raises(ExperimentError, match="nope.toml: No such file"):
+        load(tmp_path / "nope.toml")

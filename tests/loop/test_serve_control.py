@@ -1,0 +1,72 @@
+"""Steering a run of `whale serve` over its API: start, pause (nothing new starts), resume,
+force a phase, stop; bad experiments and conflicting actions are refused with the reason."""
+import sqlite3
+import time
+
+import httpx
+
+from tests.conftest import whale_serve
+from tests.loop.conftest import quick_toml
+from tests.loop.test_crash import wait_for
+
+
+def finished_rollouts(db) -> int:
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT count(*) FROM rollout WHERE status != 'pending'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def settled(db, quiet_s: float = 8, timeout: float = 180) -> int:
+    """The finished-rollout count once it has not moved for `quiet_s`."""
+    count, since, deadline = finished_rollouts(db), time.monotonic(), time.monotonic() + timeout
+    while time.monotonic() - since < quiet_s:
+        assert time.monotonic() < deadline, "rollouts kept finishing while paused"
+        time.sleep(1)
+        now = finished_rollouts(db)
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
+def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
+    db = tmp_path / "home" / "whale.db"
+    with whale_serve(whale_env) as url:
+        bad = httpx.post(url + "/api/runs", json={"experiment": 'name = "x"\n[budget]\nrollout = 5'})
+        assert bad.status_code == 422 and "budget.rollout: Extra inputs are not permitted" in bad.text
+
+        text = quick_toml("steered", rollouts=400, rft={"samples_per_prompt": 4})
+        started = httpx.post(url + "/api/runs", json={"experiment": text}, timeout=300)
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run"]["id"]
+        act = lambda action, **body: httpx.post(f"{url}/api/runs/{run_id}/{action}",  # noqa: E731
+                                                json={"reason": "test", **body}, timeout=30)
+        status = lambda: httpx.get(f"{url}/api/runs/{run_id}").json()["run"]["status"]  # noqa: E731
+        wait_for(db, "SELECT count(*) > 3 FROM rollout WHERE status != 'pending'")
+
+        assert act("pause").status_code == 200
+        wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'paused'", 60)
+        before = settled(db)  # the rollouts in flight have finished...
+        time.sleep(8)
+        assert finished_rollouts(db) == before and status() == "paused"  # ...and none started
+        again = act("pause")
+        assert again.status_code == 409 and "already paused" in again.json()["detail"]
+
+        assert act("resume").status_code == 200
+        wait_for(db, f"SELECT count(*) > {before} FROM rollout WHERE status != 'pending'", 120)
+        assert status() == "running"
+
+        assert act("force", kind="harness").status_code == 200
+        wait_for(db, "SELECT count(*) FROM phase WHERE ended_reason = 'manual'", 300)
+        wait_for(db, "SELECT count(*) FROM phase WHERE status = 'running' AND kind = 'harness'", 120)
+
+        assert act("stop").status_code == 200
+        wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'stopped'", 300)
+        late = act("pause")
+        assert late.status_code == 409 and "the run is stopped" in late.json()["detail"]
+        events = httpx.get(f"{url}/api/runs/{run_id}/events").json()
+    kinds = [(e["kind"], (e["detail"] or {}).get("action")) for e in events]
+    assert ("control", "pause") in kinds and ("control_refused", "pause") in kinds
+    assert ("control_applied", "force") in kinds, kinds
+    assert kinds[-2:] == [("run_end", None), ("control_refused", "pause")]

@@ -1,0 +1,61 @@
+"""The strategies on the demo model: which phases each runs, within its rollout budget."""
+import asyncio
+import json
+import sqlite3
+
+from app.loop.experiment import config_hash, parse
+from app.loop.runner import Loop, start_run
+from tests.conftest import attached_settings, started_workbench, whale
+from tests.loop.conftest import quick_toml, store_invariants
+
+
+def test_whale_run_alternates_phases_within_the_budget(tmp_path, whale_env):
+    path = tmp_path / "quick.toml"
+    path.write_text(quick_toml(rollouts=60))
+    proc = whale("run", str(path), "--json", env=whale_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    kinds = [p["kind"] for p in result["phases"]]
+    assert kinds[:4] == ["weight", "harness", "weight", "harness"]
+    assert result["status"] == "done" and result["ended"] == "budget used up"
+    assert result["phases"][-1]["ended"] == "budget"
+    used = [p["rollouts"] for p in result["test_points"]]
+    assert used == sorted(used) and used[0] == 0 and 0 < used[-1] <= 60
+    # each phase starts from where the previous one ended
+    for before, after in zip(result["phases"], result["phases"][1:]):
+        assert after["harness_in"] == before["harness_out"]
+        assert after["checkpoint_in"] == before["checkpoint_out"]
+    counts = store_invariants(tmp_path / "home" / "whale.db")
+    assert counts["phase"] == len(kinds)
+
+
+def test_single_side_and_stagewise_strategies(tmp_path, model_server, model_cache):
+    settings = attached_settings(tmp_path / "home", model_server, model_cache)
+
+    async def main():
+        async with started_workbench(settings) as workbench:
+            kinds = {}
+            for strategy in ("weight_only", "harness_only", "stagewise"):
+                text = quick_toml(strategy, strategy, rollouts=34, test={"at_start": "false"})
+                run = await start_run(workbench, parse(text), text, config_hash(text))
+                await Loop(workbench, run.id).run()
+                kinds[strategy] = run.id
+            return kinds
+
+    runs = asyncio.run(main())
+    con = sqlite3.connect(tmp_path / "home" / "whale.db")
+
+    def phases(run_id):
+        return con.execute("SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id",
+                           (run_id,)).fetchall()  # fmt: skip
+
+    assert {k for k, _ in phases(runs["weight_only"])} == {"weight"}
+    assert {k for k, _ in phases(runs["harness_only"])} == {"harness"}
+    stagewise = phases(runs["stagewise"])
+    # one weight stage, until its share of the rollouts (half) is used, then harness phases
+    assert stagewise[0] == ("weight", "stage") and {k for k, _ in stagewise[1:]} == {"harness"}
+    for run_id in runs.values():
+        used = con.execute("""SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+                              WHERE r.run_id = ? AND e.split != 'test'""", (run_id,)).fetchone()[0]
+        assert used <= 34
+    store_invariants(tmp_path / "home" / "whale.db")
