@@ -32,7 +32,8 @@ async def test_point(workbench, run_id: int, harness: Harness, checkpoint: Check
         run_id, harness, checkpoint, domain, "test", k, limit, progress
     )
     workbench.writer.add(Metric(run_id=run_id, series="test/mean@k", x=x, rollouts=rollouts,
-                                y=evaluation.mean_at_k))  # fmt: skip
+                                y=evaluation.mean_at_k, evaluation_id=evaluation.id,
+                                weight_steps=int(x)))  # fmt: skip
     return evaluation
 
 
