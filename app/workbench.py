@@ -111,6 +111,11 @@ class Workbench:
         return launcher
 
     @property
+    def runtime(self) -> Path | None:
+        """The folder sandboxes bind (gateway socket, harness copies); None before start()."""
+        return self._runtime
+
+    @property
     def gateway_socket(self) -> Path:
         return self._runtime / "gateway.sock"
 

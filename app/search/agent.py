@@ -2,7 +2,8 @@
 
 The workspace is materialized (workspace.py), the user's command runs there (under bubblewrap by
 default: the whole filesystem read-only, the store hidden, only the workspace writable), and
-`candidates/*.py` with their notes are collected afterwards. The command's output is kept in
+`candidates/*.py` with their notes are collected afterwards (the store and the sandboxes'
+runtime folder are hidden from it). The command's output is kept in
 `agent-logs/` up to a cap; an agent that hangs is killed with its whole process group.
 """
 import asyncio
@@ -61,8 +62,9 @@ class AgentProposer:
     def _wrap(self, argv: list[str], root: Path) -> list[str]:
         if self.cfg.isolation == "none":
             return argv
-        wrapped = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                   "--tmpfs", "/tmp"]  # fmt: skip
+        # /tmp stays readable (tools may live there) but not writable: TMPDIR points into the
+        # workspace (see _run).
+        wrapped = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for path in self.hidden:
             wrapped += ["--tmpfs", str(path)]
         wrapped += ["--bind", str(root), str(root), "--unshare-all", "--die-with-parent",
@@ -73,6 +75,9 @@ class AgentProposer:
 
     async def _run(self, argv: list[str], root: Path, log_path: Path) -> tuple[int, str]:
         env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", *self.cfg.env) if k in os.environ}
+        if self.cfg.isolation == "bwrap":
+            (root / ".tmp").mkdir(exist_ok=True)
+            env["TMPDIR"] = str(root / ".tmp")
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=root, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

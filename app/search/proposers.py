@@ -12,4 +12,7 @@ def make_proposer(cfg: SearchConfig, workbench):
     if cfg.proposer == "llm":
         return LLMProposer(cfg.llm)
     s = workbench.settings
-    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden=[s.home])
+    # hidden from the agent: the store (test-split rollouts live there) and the sandboxes'
+    # runtime folder (the gateway socket, harness copies)
+    hidden = [s.home] + ([workbench.runtime] if workbench.runtime else [])
+    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden=hidden)
