@@ -270,7 +270,7 @@ def search(
 
     from pydantic import ValidationError
 
-    from app.config import SearchConfig
+    from app.config import SearchConfig, describe
     from app.search.phase import search_file
 
     try:
@@ -280,8 +280,10 @@ def search(
             samples=samples, llm={"url": llm_url, "model": llm_model},
             agent={"command": shlex.split(agent_command or "")},
         )  # fmt: skip
-    except (ValueError, ValidationError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
+    except ValidationError as exc:
+        raise typer.BadParameter(describe(exc)) from None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
     harness = harness or the_domain.seed_harness
 
     async def main():

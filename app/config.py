@@ -2,8 +2,14 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def describe(exc: ValidationError) -> str:
+    """A validation error as one line naming each offending key: `budget.rollouts: ...`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+                     for e in exc.errors())  # fmt: skip
 
 
 class Settings(BaseSettings):
@@ -90,6 +96,12 @@ class LLMProposerConfig(BaseModel):
     successes: int = Field(default=2, ge=0, description="passing traces shown to the model")
     price_in_per_mtok: float | None = Field(default=None, description="$ per 1M prompt tokens")
     price_out_per_mtok: float | None = Field(default=None, description="$ per 1M output tokens")
+
+    @model_validator(mode="after")
+    def _model_with_url(self):
+        if self.url and not self.model:
+            raise ValueError("a proposer url needs its model name (llm.model)")
+        return self
 
 
 class AgentProposerConfig(BaseModel):

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from app.config import RFTConfig, SearchConfig
+from app.config import RFTConfig, SearchConfig, describe
 
 Strategy = Literal["whale", "weight_only", "harness_only", "stagewise"]
 
@@ -103,9 +103,7 @@ def parse(text: str, source: str = "experiment") -> Experiment:
     try:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
-        problems = [f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
-                    for e in exc.errors()]  # fmt: skip
-        raise ExperimentError(f"{source}: " + "; ".join(problems)) from None
+        raise ExperimentError(f"{source}: {describe(exc)}") from None
     from app.domains import get_domain
 
     try:
