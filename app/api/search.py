@@ -26,6 +26,10 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
         select(Evaluation).where(Evaluation.phase_id == phase.id, Evaluation.split == "harness",
                                  Evaluation.status == "done"))}  # fmt: skip
     incoming = s.get(Harness, phase.harness_in_id) if phase.harness_in_id else None
+    if incoming and incoming.id not in scores:  # iteration 0 reused an earlier phase's score
+        scores[incoming.id] = s.exec(select(Evaluation).where(
+            Evaluation.harness_id == incoming.id, Evaluation.checkpoint_id == phase.checkpoint_in_id,
+            Evaluation.split == "harness", Evaluation.status == "done")).first()  # fmt: skip
 
     def row(h: Harness) -> dict[str, Any]:
         score = scores.get(h.id)
