@@ -4,8 +4,8 @@
 
 Runs each experiment with `whale run` into one store (default: a fresh temporary one), then
 prints the comparison, writes the accuracy-vs-rollouts figure to docs/strategies.png and
-appends the table to docs/benchmarks.md. Resumable: run it again with the same --home and the
-finished runs are not repeated, an interrupted one resumes.
+appends the table to docs/benchmarks.md. Run it again with the same --home after an
+interruption: the interrupted run resumes (finished ones would run again: list only the rest).
 """
 import argparse
 import json

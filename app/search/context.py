@@ -22,6 +22,7 @@ class SearchContext:
     scores: dict[int, Score] = field(default_factory=dict)  # harness id -> score, this phase
     frontier: list[Score] = field(default_factory=list)
     shas: set[str] = field(default_factory=set)  # every harness code of the run so far
+    proposals_before: int = 0  # proposing iterations of the run before this one, all phases
 
     def seen(self, code: str) -> bool:
         return sha_of(code) in self.shas

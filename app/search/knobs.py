@@ -1,7 +1,8 @@
 """The `knobs` proposer: coordinate descent over a harness's declared PARAMS, no LLM.
 
 A harness declares `PARAMS = {"NAME": [choices...]}` and assigns each knob at module level
-(`NAME = value`). Each iteration picks the next knob in declaration order (cyclically) and proposes
+(`NAME = value`). Each iteration picks the next knob in declaration order, cycling across the
+phases of the run (a new phase goes on where the last one stopped), and proposes
 the accepted harness with that knob set to each choice not tried yet in this run; knobs whose
 choices are all tried are skipped. Candidates are the accepted code with one assignment
 rewritten, so a diff shows exactly the knob that moved.
@@ -63,7 +64,7 @@ class KnobsProposer:
         order = list(params)  # declaration order: the harness author's priorities
         # Coordinate descent: start at this iteration's knob, move on while a knob is exhausted.
         for offset in range(len(order)):
-            knob = order[(ctx.iteration - 1 + offset) % len(order)]
+            knob = order[(ctx.proposals_before + offset) % len(order)]
             fresh = []
             for choice in params[knob]:
                 if choice == values.get(knob):

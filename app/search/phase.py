@@ -129,7 +129,7 @@ class _Search:
             domain=self.domain, checkpoint_id=self.checkpoint.id,
             accepted=self.harnesses[self._accepted().harness_id], incoming=self.incoming,
             scores=dict(self.scores), frontier=frontier(list(self.scores.values())),
-            shas=self._run_column(Harness.sha),
+            shas=self._run_column(Harness.sha), proposals_before=self._proposals_before(),
         )  # fmt: skip
         try:
             return await asyncio.wait_for(self.proposer.propose(ctx), self.cfg.proposer_timeout_s)
@@ -139,6 +139,11 @@ class _Search:
         except Exception as exc:  # noqa: BLE001 - a proposer failure is data, not a crash
             log.exception("proposer %s failed", self.proposer.name)
             return Proposal(error=f"{type(exc).__name__}: {exc}")
+
+    def _proposals_before(self) -> int:
+        with self.wb.session() as s:
+            return s.exec(select(func.count()).select_from(SearchIteration).where(
+                SearchIteration.run_id == self.phase.run_id, SearchIteration.iteration > 0)).one()  # fmt: skip
 
     def _run_column(self, column) -> set:
         with self.wb.session() as s:

@@ -18,11 +18,12 @@ def run(task, llm, tools):
 '''
 
 
-def propose(code: str, iteration: int, seen: set[str] = frozenset(), k: int = 3):
+def propose(code: str, proposal: int, seen: set[str] = frozenset(), k: int = 3):
+    """The run's `proposal`-th proposing iteration (1-based, counted over all its phases)."""
     harness = SimpleNamespace(id=7, code=code)
-    ctx = SearchContext(workbench=None, run_id=1, phase_id=1, round=1, iteration=iteration, k=k,
+    ctx = SearchContext(workbench=None, run_id=1, phase_id=1, round=1, iteration=1, k=k,
                         domain=get_domain("arith"), checkpoint_id=1, accepted=harness,
-                        incoming=harness, shas=set(seen))  # fmt: skip
+                        incoming=harness, shas=set(seen), proposals_before=proposal - 1)  # fmt: skip
     return asyncio.run(KnobsProposer().propose(ctx))
 
 
@@ -38,7 +39,7 @@ def test_rewriting_a_knob_changes_only_its_line():
     assert current_values(new)["VOTES"] == 3
 
 
-def test_each_iteration_moves_the_next_coordinate():
+def test_each_iteration_moves_the_next_coordinate_across_phases():
     first = propose(CODE, 1)
     assert [c.changes for c in first.candidates] == ["STYLE: 'a' -> 'b'", "STYLE: 'a' -> 'c'"]
     assert all(c.parent_ids == [7] and c.axis == "STYLE" for c in first.candidates)
