@@ -11,7 +11,7 @@ from app.db.schema import Metric, Run
 from app.report.compare import test_k, test_points
 from app.report.runs import get_runs
 
-X_LABELS = {"rollouts": "training rollouts used", "weight_steps": "RFT steps",
+X_LABELS = {"rollouts": "rollouts used (training + harness search)", "weight_steps": "RFT steps",
             "wall_s": "wall-clock time"}  # fmt: skip
 # Colour and marker both change from run to run, so curves stay apart in greyscale too.
 MARKERS = "os^DvP*Xhp<>"
