@@ -4,11 +4,13 @@ The data functions in runs.py, harnesses.py and rollouts.py return plain dicts; 
 return them as they are and the HTML pages render them, so both always show the same data.
 """
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Depends, HTTPException, Path, Query, Request
 from sqlmodel import Session, SQLModel
+
+from app.db.schema import utc
 
 # Every value Rollout.status can take; a filter with any other value is refused (422).
 RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout"]
@@ -39,13 +41,6 @@ class NotFound(HTTPException):
 
     def __init__(self, what: str, id: int):
         super().__init__(status_code=404, detail=f"{what.capitalize()} {id} not found")
-
-
-def utc(value: datetime | None) -> datetime | None:
-    """SQLite hands datetimes back without a zone; they were written in UTC, so say so."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value
 
 
 def as_dict(row: SQLModel) -> dict[str, Any]:

@@ -13,6 +13,13 @@ def now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def utc(value: datetime | None) -> datetime | None:
+    """SQLite hands datetimes back without a zone; they were written in UTC, so say so."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
 class ZJSON(TypeDecorator):
     """JSON compressed with zlib: messages and stdout dominate the database size."""
 

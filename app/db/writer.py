@@ -40,6 +40,15 @@ class Writer:
         """Insert rows without waiting (fire and forget; ordering with later writes is kept)."""
         return self.submit(lambda s: s.add_all(rows))
 
+    async def insert(self, row: T, *more) -> T:
+        """Insert rows in one transaction and wait, so they come back with their ids set."""
+        def add(s: Session) -> T:
+            s.add_all((row, *more))
+            s.flush()
+            return row
+
+        return await self.run(add)
+
     def flush(self) -> None:
         self.submit(lambda s: None).result()
 

@@ -16,13 +16,13 @@ from sqlalchemy import func
 from sqlmodel import col, select
 
 from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Run,
-                           SearchIteration, TrainingJob, now)  # fmt: skip
+                           SearchIteration, TrainingJob, now, utc)  # fmt: skip
 from app.domains import get_domain
 from app.loop.experiment import Experiment, stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
-from app.search.phase import harness_phase, phase_rollouts
+from app.search.phase import end_phase, harness_phase
 from app.search.proposers import make_proposer
 from app.training.rft import rft_step
 
@@ -177,7 +177,7 @@ class Loop:
         phase = Phase(run_id=self.run_id, kind=kind, round=round_, harness_in_id=harness_id,
                       checkpoint_in_id=checkpoint_id,
                       detail={"forced": bool(forced), "promoted": promoted})  # fmt: skip
-        return await self.wb.writer.run(lambda s: _added(s, phase))
+        return await self.wb.writer.insert(phase)
 
     def _rows(self, phase: Phase) -> tuple[Harness, Checkpoint]:
         with self.wb.session() as s:
@@ -190,28 +190,28 @@ class Loop:
         cfg = self.exp.rft
         step_cost = cfg.prompts_per_step * cfg.samples_per_prompt
         jobs = self._jobs(phase)
+        # a step interrupted by a crash is finished first, then new steps run until the phase ends
         unfinished = next((j for j in jobs if j.status in ("sampling", "training")), None)
-        if unfinished:  # interrupted by a crash: finish that step first
-            _, checkpoint = await rft_step(self.wb, self.run_id, harness, self._checkpoint(
-                unfinished.checkpoint_in_id), self.domain, cfg, unfinished.step, self.say,
-                phase.id, job=unfinished)  # fmt: skip
-        elif jobs:
-            checkpoint = self._checkpoint(_last_checkpoint(jobs, checkpoint.id))
+        checkpoint = self._checkpoint(unfinished.checkpoint_in_id if unfinished
+                                      else _last_checkpoint(jobs, checkpoint.id))  # fmt: skip
         while True:
-            rewards = [j.mean_reward or 0.0 for j in self._jobs(phase) if j.status in ("done", "skipped")]
-            reason = self._weight_end(rewards, step_cost)
-            if reason:
-                break
-            await self.gate()
-            step = self._steps_done()
-            self.say("phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"})
+            if unfinished is None:
+                rewards = [j.mean_reward or 0.0 for j in self._jobs(phase)
+                           if j.status in ("done", "skipped")]  # fmt: skip
+                reason = self._weight_end(rewards, step_cost)
+                if reason:
+                    break
+                await self.gate()
+                self.say("phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"})
+            step = unfinished.step if unfinished else self._steps_done()
             _, checkpoint = await rft_step(self.wb, self.run_id, harness, checkpoint, self.domain,
-                                           cfg, step, self.say, phase.id)  # fmt: skip
+                                           cfg, step, self.say, phase.id, job=unfinished)  # fmt: skip
+            unfinished = None
             every = self.exp.test.every_weight_steps
             if every and self._steps_done() % every == 0:
                 await self._test_point(harness.id, checkpoint.id)
-        return await self._end_phase(phase, reason, checkpoint_out_id=checkpoint.id,
-                                     harness_out_id=harness.id)  # fmt: skip
+        return await self.wb.writer.run(lambda s: end_phase(
+            s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id))
 
     def _weight_end(self, rewards: list[float], step_cost: int) -> str | None:
         if self.command and self.command["action"] in ("skip", "force"):
@@ -256,23 +256,8 @@ class Loop:
             best = [i.best_success for i in sorted(iterations, key=lambda i: i.iteration)]
             return harness_phase_end(self.exp.switching, best)
 
-        phase = await harness_phase(self.wb, phase, harness, checkpoint, self.domain, cfg,
-                                    make_proposer(cfg, self.wb), self.say, end_check)  # fmt: skip
-        return await self._end_phase(phase, phase.ended_reason, checkpoint_out_id=checkpoint.id)
-
-    async def _end_phase(self, phase: Phase, reason: str, **outs) -> Phase:
-        def end(s):
-            row = s.get(Phase, phase.id)
-            for key, value in outs.items():
-                setattr(row, key, value)
-            row.status, row.ended_reason, row.finished_at = "done", reason, row.finished_at or now()
-            row.rollouts = phase_rollouts(s, phase.id)
-            s.add(Event(run_id=self.run_id, kind="phase_end",
-                        detail={"phase_id": phase.id, "kind": row.kind, "round": row.round,
-                                "reason": reason}))  # fmt: skip
-            return row
-
-        return await self.wb.writer.run(end)
+        return await harness_phase(self.wb, phase, harness, checkpoint, self.domain, cfg,
+                                   make_proposer(cfg, self.wb), self.say, end_check)  # fmt: skip
 
     # -- budgets and test points --------------------------------------------------------------
 
@@ -281,7 +266,7 @@ class Loop:
             return usage(s, self.run_id)
 
     def _wall_s(self) -> float:
-        return (now() - self.created_at.replace(tzinfo=now().tzinfo)).total_seconds()
+        return (now() - utc(self.created_at)).total_seconds()
 
     def _budget_reason(self, next_cost: int) -> str | None:
         """Which budget the next unit of work (costing `next_cost` rollouts) would exceed."""
@@ -366,12 +351,6 @@ class Loop:
 def _last_checkpoint(jobs: list[TrainingJob], default: int) -> int:
     out = [j.checkpoint_out_id for j in jobs if j.checkpoint_out_id]
     return out[-1] if out else default
-
-
-def _added(s, row):
-    s.add(row)
-    s.flush()
-    return row
 
 
 async def start_run(workbench, experiment: Experiment, source: str, config_hash: str) -> Run:

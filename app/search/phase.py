@@ -19,7 +19,7 @@ from sqlalchemy import func
 from sqlmodel import col, select
 
 from app.config import SearchConfig
-from app.db.schema import (Checkpoint, Evaluation, Harness, Metric, Phase, Rollout,
+from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Rollout,
                            SearchIteration, now)  # fmt: skip
 from app.domains import Domain
 from app.rollout.evaluate import sha_of
@@ -95,8 +95,9 @@ class _Search:
             if record.status == "done" and record.n_candidates == 0:
                 reason = "exhausted"  # the proposer has nothing left to try
                 break
-        return await self.wb.writer.run(lambda s: _end_phase(s, self.phase.id, reason,
-                                                             self._accepted().harness_id))  # fmt: skip
+        return await self.wb.writer.run(lambda s: end_phase(
+            s, self.phase.id, reason, harness_out_id=self._accepted().harness_id,
+            checkpoint_out_id=self.checkpoint.id))  # fmt: skip
 
     def _accepted(self) -> Score:
         return accept(self.scores[self.incoming.id], list(self.scores.values()))
@@ -164,7 +165,7 @@ class _Search:
             prompt_tokens=proposal.prompt_tokens, completion_tokens=proposal.completion_tokens,
             cost_usd=proposal.cost_usd, proposer_wall_s=wall_s, report=proposal.report or None,
         )  # fmt: skip
-        record, rows = await self.wb.writer.run(lambda s: _added(s, record, *rows))
+        record = await self.wb.writer.insert(record, *rows)
         self.harnesses.update({h.id: h for h in rows})
         self.iterations.append(record)
         return record
@@ -259,13 +260,6 @@ def phase_rollouts(s, phase_id: int) -> int:
                          Rollout.status != "pending")).one()  # fmt: skip
 
 
-def _added(s, first, *rows):
-    s.add(first)
-    s.add_all(rows)
-    s.flush()
-    return first, list(rows)
-
-
 def _invalidate(s, harness_id: int, error: str) -> Harness:
     harness = s.get(Harness, harness_id)
     harness.valid = False
@@ -273,13 +267,16 @@ def _invalidate(s, harness_id: int, error: str) -> Harness:
     return harness
 
 
-def _end_phase(s, phase_id: int, reason: str, harness_out_id: int) -> Phase:
+def end_phase(s, phase_id: int, reason: str, **outs) -> Phase:
+    """Close a phase of either kind: why it ended, what it handed on, the rollouts it used."""
     phase = s.get(Phase, phase_id)
-    phase.status = "done"
-    phase.ended_reason = reason
-    phase.harness_out_id = harness_out_id
+    for key, value in outs.items():
+        setattr(phase, key, value)
+    phase.status, phase.ended_reason = "done", reason
+    phase.finished_at = phase.finished_at or now()
     phase.rollouts = phase_rollouts(s, phase_id)
-    phase.finished_at = now()
+    s.add(Event(run_id=phase.run_id, kind="phase_end", detail={
+        "phase_id": phase_id, "kind": phase.kind, "round": phase.round, "reason": reason}))
     return phase
 
 
@@ -295,9 +292,9 @@ async def search_file(workbench, harness_path, domain_name: str, cfg: SearchConf
         run_name or f"search {harness_path.name}", "search", domain_name, harness_path,
         {"harness": str(harness_path), "search": cfg.model_dump()},
     )  # fmt: skip
-    phase, _ = await workbench.writer.run(lambda s: _added(s, Phase(
+    phase = await workbench.writer.insert(Phase(
         run_id=run.id, kind="harness", round=1, harness_in_id=harness.id,
-        checkpoint_in_id=checkpoint.id, checkpoint_out_id=checkpoint.id)))  # fmt: skip
+        checkpoint_in_id=checkpoint.id, checkpoint_out_id=checkpoint.id))  # fmt: skip
     try:
         phase = await harness_phase(workbench, phase, harness, checkpoint, domain, cfg, proposer,
                                     progress)  # fmt: skip

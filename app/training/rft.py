@@ -46,9 +46,9 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
     writer = workbench.writer
     say = progress or (lambda kind, data: None)
     if job is None:
-        job = await writer.run(lambda s: _add(s, TrainingJob(
+        job = await writer.insert(TrainingJob(
             run_id=run_id, harness_id=harness.id, checkpoint_in_id=checkpoint.id, step=step,
-            config=cfg.model_dump(), phase_id=phase_id)))  # fmt: skip
+            config=cfg.model_dump(), phase_id=phase_id))  # fmt: skip
 
     # 1. sample (the evaluation is named on the job before any rollout runs)
     if job.status == "sampling":
@@ -168,12 +168,6 @@ def _spec(base: Path, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, ou
     elif checkpoint.kind == "full":
         spec["base_model"] = str(Path(checkpoint.path) / "merged")
     return spec
-
-
-def _add(s, row):
-    s.add(row)
-    s.flush()
-    return row
 
 
 def _update(s, job_id: int, **values) -> TrainingJob:

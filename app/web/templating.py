@@ -13,6 +13,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from app import ROOT
+from app.db.schema import utc
 from app.web.curves import best_success_chart, loss_chart, step_curves_chart, test_curve_chart
 
 templates = Jinja2Templates(directory=ROOT / "templates")
@@ -22,9 +23,7 @@ DASH = "\u2014"  # what a missing value looks like
 def when(value: datetime | None) -> str:
     if value is None:
         return DASH
-    if value.tzinfo is None:  # stored in UTC
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc(value).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def score(value: float | None) -> str:
