@@ -27,10 +27,19 @@ def _workbench(say=None, **overrides):
 
 
 def _web_server(workbench, host: str, port: int) -> uvicorn.Server:
+    """Off loopback the server requires an access token: $WHALE_TOKEN, else a fresh one."""
     from app.server import create_app
+    from app.web.security import access_token
 
-    config = uvicorn.Config(create_app(workbench), host=host, port=port, log_level="warning")
-    return uvicorn.Server(config)
+    app = create_app(workbench, token=access_token(host, Settings().token))
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+
+
+def _link(server: uvicorn.Server, path: str = "/") -> str:
+    """A URL to open in a browser; it carries the access token when the server needs one."""
+    host, token = server.config.host, server.config.app.state.token
+    host = f"[{host}]" if ":" in host else host  # IPv6
+    return f"http://{host}:{server.config.port}{path}" + (f"?token={token}" if token else "")
 
 
 async def _start_web(server: uvicorn.Server) -> asyncio.Task:
@@ -79,7 +88,8 @@ def _summary(evaluation, statuses: Counter, reasons: Counter) -> str:
 
 
 @cli.command()
-def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1")] = None,
+def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1; any other "
+                                                        "address requires a token")] = None,
           port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
     """Serve the UI and API over the store in $WHALE_HOME; resume its unfinished runs."""
     from app.loop.lock import StoreBusy, StoreLock
@@ -95,7 +105,7 @@ def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1")]
         workbench = _workbench()
         server = _web_server(workbench, host or settings.host, port or settings.port)
         loops = server.config.app.state.loops
-        err.print(f"serving {settings.db_path} at http://{server.config.host}:{server.config.port}")
+        err.print(f"serving {settings.db_path} at {_link(server)}", soft_wrap=True)
         try:
             web = await _start_web(server)
             resumed = await loops.resume_all()
@@ -112,6 +122,8 @@ def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1")]
 
 @cli.command()
 def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] = False,
+         host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1; any other "
+                                                          "address requires a token")] = None,
          port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
     """Evaluate the arith seed harness with the embedded model while the UI shows it."""
     settings = Settings()
@@ -120,20 +132,21 @@ def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] 
 
     async def main():
         workbench = _workbench()
-        server = _web_server(workbench, settings.host, port or settings.port)
+        server = _web_server(workbench, host or settings.host, port or settings.port)
         web = None
         try:
             await workbench.start()
             web = await _start_web(server)
-            base = f"http://{server.config.host}:{server.config.port}"
-            err.print(f"UI: {base}")
+            err.print(f"UI: {_link(server)}", soft_wrap=True)
             run, evaluation, statuses, reasons = await _evaluate(
                 workbench, domain.seed_harness, "arith", "test", k, limit, quiet=False,
-                on_start=lambda r: err.print(f"run {r.id}: {base}/runs/{r.id}"),
+                on_start=lambda r: err.print(f"run {r.id}: {_link(server, f'/runs/{r.id}')}",
+                                             soft_wrap=True),
             )  # fmt: skip
             print(_summary(evaluation, statuses, reasons))
             if not quick:
-                err.print(f"results at {base}/runs/{run.id} - Ctrl-C to stop")
+                err.print(f"results at {_link(server, f'/runs/{run.id}')} - Ctrl-C to stop",
+                          soft_wrap=True)  # fmt: skip
                 await web
         finally:
             server.should_exit = True

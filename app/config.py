@@ -31,6 +31,8 @@ class Settings(BaseSettings):
     runtime_dir: Path | None = Field(default=None, description="sockets and files sandboxes bind")
     host: str = "127.0.0.1"
     port: int = 8000
+    token: str | None = Field(default=None, description="web access token (default: generated "
+                              "when host is not loopback)")  # fmt: skip
     concurrency: int = 32  # rollouts in flight at once
     rollout_timeout: float = 180.0  # wall-clock seconds one rollout may take, model calls included
     rollout_memory_mb: int = 1024

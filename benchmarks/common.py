@@ -27,13 +27,21 @@ def table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def report(title: str, body: str, notes: str = "") -> None:
-    """Print the section and append it to docs/benchmarks.md."""
+def report(title: str, body: str, notes: str = "", replace: bool = False) -> None:
+    """Print the section and append it to docs/benchmarks.md; with `replace`, put it in place of
+    an earlier section of the same title instead (a benchmark that keeps one current figure)."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     section = f"\n## {title}\n{stamp}; {machine()}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
     print(section)
-    with open(REPO / "docs" / "benchmarks.md", "a") as f:
-        f.write(section)
+    path = REPO / "docs" / "benchmarks.md"
+    text = path.read_text()
+    start = text.find(f"\n## {title}\n")
+    if replace and start >= 0:
+        end = text.find("\n## ", start + 1)
+        path.write_text(text[:start] + section + (text[end:] if end >= 0 else ""))
+    else:
+        with open(path, "a") as f:
+            f.write(section)
 
 
 def start_zero_llm(port: int) -> subprocess.Popen:

@@ -125,6 +125,11 @@ def whale_serve(env: dict[str, str]):
         proc.stderr.close()
 
 
+def csrf_headers(url: str) -> dict[str, str]:
+    """The header every POST to the workbench at `url` must carry (from GET /api/csrf)."""
+    return {"X-CSRF-Token": httpx.get(url + "/api/csrf", timeout=30).json()["csrf_token"]}
+
+
 @pytest.fixture(scope="session")
 def server_url(evaluated_home, model_cache):
     """`whale serve` over the evaluated store."""

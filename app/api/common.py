@@ -7,21 +7,15 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
-from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi import Depends, HTTPException, Path, Request
 from sqlmodel import Session, SQLModel
 
 from app.db.schema import utc
 
-# Every value Rollout.status can take; a filter with any other value is refused (422).
+# Every value Rollout.status can take.
 RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout"]
 ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
 FAILED_STATUSES = ("fail", "error", "timeout")
-
-# Rollout list filters, shared by the JSON route and the HTML page so both refuse the same input.
-RunFilter = Annotated[int | None, Query(le=2**63 - 1, description="only this run's rollouts")]
-EvaluationFilter = Annotated[int | None, Query(le=2**63 - 1, description="only this evaluation's rollouts")]
-StatusFilter = Annotated[RolloutStatus | None, Query(description="only rollouts in this status")]
-Page = Annotated[int, Query(ge=1, description="1-based page of 50 rollouts")]
 
 # An id in a path. SQLite keeps ids in signed 64 bits: a larger number is malformed (422), where
 # a plain int would reach the database and overflow there (500).

@@ -1,19 +1,35 @@
-"""Rollouts: the filtered, paged list and one rollout with its trace (the ordered steps).
+"""Rollouts: the filtered list, status counts, and one rollout with its trace (its steps in order,
+or a window of them when the trace is long).
 
-Queries are shaped for the indexes in app/db/migrations.py - rollout(run_id, status, id),
-rollout(evaluation_id, id), step(rollout_id, idx) - so a page costs the same at a million rows.
+The list pages by id (`after` / `before`), never by OFFSET: every filter walks an index that keeps
+id order (app/db/migrations.py, 005) and stops after one page, so the 20,000th page costs what the
+first does at a million rollouts. The text search cannot use an index; it reads a bounded number
+of rows per page and says where it stopped (docs/benchmarks.md has the figures).
 """
-from typing import Any
+from typing import Annotated, Any
 
-from sqlalchemy import func
+from fastapi import HTTPException, Query
+from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
-from app.api.common import (
-    FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc,
-)  # fmt: skip
+from app.api.common import FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc
+from app.api.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
 
 PAGE_SIZE = 50
+# Rows of the filtered list one page of a text search reads at most. A LIKE over every row of a
+# million takes ~0.4 s; 20,000 rows take ~5-15 ms. (An FTS5 trigram index was measured instead:
+# +27% database size and a write on every rollout update, and a common word under a run and
+# status filter still took ~80 ms; see docs/benchmarks.md.)
+SEARCH_ROWS = 20_000
+# A long trace shows its first and last steps and links to the rest, a window at a time.
+TRACE_HEAD = 20
+TRACE_TAIL = 5
+STEPS_PER_VIEW = 200
+
+StepsQuery = Annotated[str | None, Query(
+    pattern=r"^\d{1,9}-\d{1,9}$",
+    description=f"only the steps a-b (indexes, inclusive; at most {STEPS_PER_VIEW})")]  # fmt: skip
 
 # The list leaves out the large columns (stdout/stderr tails, error tracebacks): the trace page
 # shows them.
@@ -34,13 +50,21 @@ def question_of(task: dict | None) -> str | None:
     return next((v for v in task.values() if isinstance(v, str)), None)
 
 
-def _list_item(row) -> dict[str, Any]:
+def list_item(row) -> dict[str, Any]:
     item = dict(row._mapping)
     item["created_at"] = utc(item["created_at"])
     item["finished_at"] = utc(item["finished_at"])
     item["question"] = question_of(item["task"])
     item["tokens"] = item["prompt_tokens"] + item["completion_tokens"]
     return item
+
+
+def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
+    """List items of the rollouts `ids` (what a table row of them shows), by id."""
+    if not ids:
+        return {}
+    rows = s.exec(select(*LIST_COLUMNS).where(col(Rollout.id).in_(set(ids)))).all()
+    return {row.id: list_item(row) for row in rows}
 
 
 def status_counts(s: Session, run_id: int | None = None,
@@ -70,56 +94,124 @@ def recent_failures(s: Session, run_id: int, limit: int = 10) -> list[dict[str, 
             .order_by(col(Rollout.id).desc())
             .limit(limit)
         )
-        found += [_list_item(row) for row in s.exec(query)]
+        found += [list_item(row) for row in s.exec(query)]
     return sorted(found, key=lambda r: r["id"], reverse=True)[:limit]
 
 
-def list_rollouts(s: Session, run: int | None = None, evaluation: int | None = None,
-                  status: str | None = None, page: int = 1) -> dict[str, Any]:  # fmt: skip
-    """One page of rollouts in id order (tasks in order, samples together), filtered."""
-    context: dict[str, Any] = {"run": None, "evaluation": None}
-    query = select(*LIST_COLUMNS)
-    if run is not None:
-        found = s.get(Run, run)
-        if found is None:
-            raise NotFound("run", run)
-        context["run"] = {"id": found.id, "name": found.name, "status": found.status}
-        query = query.where(Rollout.run_id == run)
-    if evaluation is not None:
-        found = s.get(Evaluation, evaluation)
-        if found is None:
-            raise NotFound("evaluation", evaluation)
-        context["evaluation"] = {"id": found.id, "run_id": found.run_id, "split": found.split,
-                                 "k": found.k, "harness_id": found.harness_id}  # fmt: skip
-        query = query.where(Rollout.evaluation_id == evaluation)
-    if status is not None:
-        query = query.where(Rollout.status == status)
-    # One row more than a page tells whether there is a next page without counting them all.
-    query = query.order_by(Rollout.id).offset((page - 1) * PAGE_SIZE).limit(PAGE_SIZE + 1)
-    items = [_list_item(row) for row in s.exec(query)]
+def _walk(s: Session, columns: list, terms: list, after: int | None, before: int | None,
+          limit: int, offset: int = 0) -> list:  # fmt: skip
+    """Up to `limit` rows matching `terms` on one side of the cursor, nearest first."""
+    query = select(*columns).where(*terms)
+    if before is not None:
+        query = query.where(Rollout.id < before).order_by(col(Rollout.id).desc())
+    else:
+        query = query.where(Rollout.id > (after or 0)).order_by(Rollout.id)
+    return s.exec(query.offset(offset).limit(limit)).all()
+
+
+def _exists(s: Session, terms: list) -> bool:
+    return s.exec(select(Rollout.id).where(*terms).limit(1)).first() is not None
+
+
+def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
+    """One page of rollouts in id order (tasks in order, samples together), filtered; the
+    keyword arguments are those of RolloutFilters."""
+    f = RolloutFilters(**filters)
+    context = scope(s, f)
+    terms = conditions(f)
+    backward = f.before is not None
+    search, edge = None, None
+    page_terms = terms
+    if f.q is not None:
+        # The id where this page's search stops: SEARCH_ROWS filtered rows from the cursor
+        # (None: fewer are left, the search reaches the end).
+        [edge] = _walk(s, [Rollout.id], terms, f.after, f.before, 1, SEARCH_ROWS - 1) or [None]
+        page_terms = [*terms, text_condition(f.q)]
+        if edge is not None:
+            page_terms.append(Rollout.id >= edge if backward else Rollout.id <= edge)
+    rows = _walk(s, LIST_COLUMNS, page_terms, f.after, f.before, PAGE_SIZE + 1)
+    more = len(rows) > PAGE_SIZE  # more matches beyond this page, in the walking direction
+    rows = rows[:PAGE_SIZE][:: -1 if backward else 1]
+    items = [list_item(row) for row in rows]
+    cut = edge is not None and not more  # the page is short because the search stopped
+    if f.q is not None:
+        search = {"q": f.q, "rows_limit": SEARCH_ROWS, "complete": not cut,
+                  "stopped_at": edge if cut else None}  # fmt: skip
+
+    # The cursors of the neighbouring pages. Ahead (the walking direction): past the last row
+    # shown, or past where the search stopped. Behind: only if the filters match a row there.
+    ahead = None
+    if more:
+        ahead = items[0]["id"] if backward else items[-1]["id"]
+    elif cut:
+        ahead = edge
+    if backward:
+        prev_before = ahead
+        next_after = None
+        if _exists(s, [*terms, Rollout.id >= f.before]):
+            next_after = items[-1]["id"] if items else f.before - 1
+    else:
+        next_after = ahead
+        prev_before = None
+        if f.after is not None and _exists(s, [*terms, Rollout.id <= f.after]):
+            prev_before = items[0]["id"] if items else min(f.after + 1, MAX_ID)
+
     counts = None
-    if run is not None or evaluation is not None:  # unfiltered counts would scan every rollout
-        counts = status_counts(s, run_id=run, evaluation_id=evaluation)
+    narrowed = any(v is not None for v in (f.phase, f.harness, f.checkpoint, f.task, f.q))
+    if (f.run is not None or f.evaluation is not None) and not narrowed:
+        # Counted from the (run_id, status) or (evaluation_id) index. Over the whole table a count
+        # reads every rollout, and with another filter the database reads every row of the run
+        # to test it (~60 ms for 125k rollouts): no counts then.
+        counts = status_counts(s, run_id=f.run, evaluation_id=f.evaluation)
     return {
-        "items": items[:PAGE_SIZE],
-        "page": page,
+        "items": items,
         "page_size": PAGE_SIZE,
-        "has_more": len(items) > PAGE_SIZE,
-        "filters": {"run": run, "evaluation": evaluation, "status": status},
+        "filters": f.model_dump(),
+        "next_after": next_after,
+        "prev_before": prev_before,
+        "has_more": next_after is not None,
+        "search": search,
         "status_counts": counts,
         **context,
     }
 
 
-def get_rollout(s: Session, rollout_id: int) -> dict[str, Any]:
-    """One rollout with everything its trace page shows: names around it and its steps in order."""
+def parse_steps(steps: str) -> tuple[int, int]:
+    """"20-69" -> (20, 69): the step indexes (inclusive) one view of a long trace shows."""
+    first, last = (int(part) for part in steps.split("-"))
+    if last < first:
+        raise HTTPException(422, f"steps: {steps} ends before it starts")
+    if last - first + 1 > STEPS_PER_VIEW:
+        raise HTTPException(422, f"steps: at most {STEPS_PER_VIEW} steps at a time")
+    return first, last
+
+
+def get_rollout(s: Session, rollout_id: int, steps: str | None = None,
+                window: bool = False) -> dict[str, Any]:  # fmt: skip
+    """One rollout with what its trace page shows: names around it and its steps in order.
+
+    All steps by default; `steps="a-b"` only those; `window=True` (the pages) only the first
+    and last steps of a long trace. `shown` lists the index ranges returned (None: all).
+    """
     rollout = s.get(Rollout, rollout_id)
     if rollout is None:
         raise NotFound("rollout", rollout_id)
     run = s.get(Run, rollout.run_id)
     harness = s.get(Harness, rollout.harness_id)
     checkpoint = s.get(Checkpoint, rollout.checkpoint_id)
-    steps = s.exec(select(Step).where(Step.rollout_id == rollout_id).order_by(Step.idx)).all()
+    evaluation = s.get(Evaluation, rollout.evaluation_id)
+    first, last, n_steps = s.exec(
+        select(func.min(Step.idx), func.max(Step.idx), func.count()).where(Step.rollout_id == rollout_id)
+    ).one()  # fmt: skip
+    shown = None
+    if steps is not None:
+        shown = [parse_steps(steps)]
+    elif window and n_steps > TRACE_HEAD + TRACE_TAIL + 5:  # hide at least a few, or none
+        shown = [(first, first + TRACE_HEAD - 1), (last - TRACE_TAIL + 1, last)]
+    query = select(Step).where(Step.rollout_id == rollout_id)
+    if shown is not None:
+        query = query.where(or_(*(col(Step.idx).between(a, b) for a, b in shown)))
+    loaded = s.exec(query.order_by(Step.idx)).all()
     return {
         "rollout": {
             **as_dict(rollout),
@@ -129,5 +221,22 @@ def get_rollout(s: Session, rollout_id: int) -> dict[str, Any]:
         "run": {"id": run.id, "name": run.name, "domain": run.domain, "status": run.status},
         "harness": {"id": harness.id, "name": harness.name, "sha": harness.sha},
         "checkpoint": {"id": checkpoint.id, "name": checkpoint.name, "kind": checkpoint.kind},
-        "steps": [as_dict(step) for step in steps],
+        "evaluation": {"id": evaluation.id, "split": evaluation.split, "k": evaluation.k,
+                       "phase_id": evaluation.phase_id},  # fmt: skip
+        "n_steps": n_steps,
+        "first_step": first,
+        "last_step": last,
+        "shown": shown,
+        "steps": [as_dict(step) for step in loaded],
     }
+
+
+def model_step_before(s: Session, rollout_id: int, idx: int) -> dict[str, Any] | None:
+    """The last model call before step `idx`: a window of a trace folds what it already said."""
+    step = s.exec(
+        select(Step)
+        .where(Step.rollout_id == rollout_id, Step.idx < idx, Step.kind == "model")
+        .order_by(col(Step.idx).desc())
+        .limit(1)
+    ).first()
+    return None if step is None else as_dict(step)

@@ -9,7 +9,8 @@ from app.api.evaluations import evaluation_rows
 from app.api.rollouts import recent_failures, status_counts
 from app.api.search import get_harness_phases
 from app.api.training import get_weight_phase
-from app.db.schema import Evaluation, Run
+from app.db.schema import Evaluation, Metric, Phase, Run
+from app.report.compare import TEST_SERIES, rollouts_used
 
 
 def list_runs(s: Session) -> list[dict[str, Any]]:
@@ -37,9 +38,24 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
     )
     return [
         {**as_dict(run), "n_evaluations": n_evaluations or 0, "best_mean_at_k": best,
-         "n_rollouts": n_rollouts or 0, "n_done": n_done or 0}  # fmt: skip
+         "n_rollouts": n_rollouts or 0, "n_done": n_done or 0, **_progress(s, run)}  # fmt: skip
         for run, n_evaluations, best, n_rollouts, n_done in s.exec(query)
     ]
+
+
+def _progress(s: Session, run: Run) -> dict[str, Any]:
+    """Where a run is: its latest phase, best test mean@k, rollouts used and left. A few indexed
+    lookups per run, none over its rollouts."""
+    phase = s.exec(select(Phase).where(Phase.run_id == run.id).order_by(col(Phase.id).desc())).first()
+    best_test = s.exec(select(func.max(Metric.y)).where(Metric.run_id == run.id,
+                                                        Metric.series == TEST_SERIES)).one()  # fmt: skip
+    used = rollouts_used(s, run.id)
+    limit = (((run.config or {}).get("experiment") or {}).get("budget") or {}).get("rollouts")
+    return {
+        "phase": f"{phase.kind} {phase.round}" if phase else None,
+        "best_test": best_test, "rollouts_used": used,
+        "rollouts_left": None if limit is None else max(limit - used, 0),
+    }  # fmt: skip
 
 
 def get_run(s: Session, run_id: int) -> dict[str, Any]:

@@ -132,6 +132,21 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ix_evaluation_phase ON evaluation(phase_id, split);
         """,
     ),
+    (
+        "005_trace_browser",
+        """
+        -- the trace browser pages by id after each filter (keyset paging): every filter walks
+        -- its own index in id order, so a page reads about one page of rows at any table size
+        CREATE INDEX ix_rollout_status ON rollout(status, id);
+        CREATE INDEX ix_rollout_harness ON rollout(harness_id, id);
+        CREATE INDEX ix_rollout_checkpoint ON rollout(checkpoint_id, id);
+        CREATE INDEX ix_rollout_task ON rollout(task_id, id);
+        -- "fails under A, passes under B" counts a harness's (or checkpoint's) rollouts per task
+        -- and status from the index alone
+        CREATE INDEX ix_rollout_harness_task ON rollout(harness_id, task_id, status);
+        CREATE INDEX ix_rollout_checkpoint_task ON rollout(checkpoint_id, task_id, status);
+        """,
+    ),
 ]
 
 

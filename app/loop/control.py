@@ -31,7 +31,7 @@ async def apply(writer, run_id: int, action: str, reason: str = "", source: str 
 
 def _request(s: Session, run_id: int, action: str, detail: dict, args: dict) -> Event:
     run = s.get(Run, run_id)
-    _check(s, run, action, args)
+    check(s, run, action, args)
     if action == "pause":
         run.desired = "paused"
     elif action == "resume":
@@ -45,7 +45,9 @@ def _request(s: Session, run_id: int, action: str, detail: dict, args: dict) -> 
     return event
 
 
-def _check(s: Session, run: Run | None, action: str, args: dict) -> None:
+def check(s: Session, run: Run | None, action: str, args: dict) -> None:
+    """Raise Refused when the run would not take this action now (also asked by the UI, which
+    greys out such buttons)."""
     if run is None:
         raise Refused("no such run")
     if run.kind != "experiment":

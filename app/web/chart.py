@@ -8,10 +8,15 @@ from collections.abc import Sequence
 from markupsafe import Markup, escape
 
 # One color per series, in order; the first matches the links, the second the "pass" green.
-COLORS = ("#0969da", "#1a7f37", "#bc4c00", "#8250df")
+# Ten, so ten runs overlaid on the compare page stay apart.
+COLORS = ("#0969da", "#1a7f37", "#bc4c00", "#8250df", "#cf222e", "#1b7c83", "#9a6700",
+          "#bf3989", "#24292f", "#8c959f")  # fmt: skip
+DASHES = ("6 4", "2 3", "10 3 2 3")
 WIDTH, HEIGHT = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 52, 14, 26, 40  # room for tick labels, title and axis label
 MAX_MARKERS = 60  # above this many points a dot per point is clutter: the line alone
+CHAR_W = 6.5  # estimated width of a legend or title character, in pixels
+LEGEND_ROW, LEGEND_COLUMNS = 16, 2
 
 Point = tuple[float, float]
 Extent = tuple[float | None, float | None]  # what an axis covers at least; None: fit the points
@@ -62,7 +67,8 @@ def _text(x: float, y: float, body: str, css: str, anchor: str = "middle", **att
 def _stroke(i: int) -> str:
     """The i-th series' line style: its color; after the first, thinner and dashed, so a curve
     lying on top of another still lets it show."""
-    style = ' stroke-width="1.4" stroke-dasharray="6 4"' if i else ' stroke-width="2.6"'
+    dashes = DASHES[(i - 1) % len(DASHES)]
+    style = f' stroke-width="1.6" stroke-dasharray="{dashes}"' if i else ' stroke-width="2.6"'
     return f'stroke="{COLORS[i % len(COLORS)]}"{style}'
 
 
@@ -94,7 +100,7 @@ class _Plot:
             parts.append(_text(self.px(x), bottom + 16, tick_label(x, self.xs[1] - self.xs[0]),
                                "chart-tick"))  # fmt: skip
         middle = TOP + self.h / 2
-        parts.append(_text(LEFT + self.w / 2, HEIGHT - 6, x_label, "chart-label"))
+        parts.append(_text(LEFT + self.w / 2, bottom + 34, x_label, "chart-label"))
         parts.append(_text(12, middle, y_label, "chart-label",
                            transform=f"rotate(-90 12 {middle:.1f})"))  # fmt: skip
         return parts
@@ -115,12 +121,26 @@ def _frame() -> str:
             f'height="{HEIGHT - TOP - BOTTOM}"/>')  # fmt: skip
 
 
+def _legend_rows(labels: list[str]) -> list[str]:
+    """Label and line sample per series in rows under the plot, LEGEND_COLUMNS to a row."""
+    parts, column_w = [], (WIDTH - LEFT) / LEGEND_COLUMNS
+    chars = int(column_w / CHAR_W) - 5
+    for i, label in enumerate(labels):
+        row, column = divmod(i, LEGEND_COLUMNS)
+        x, y = LEFT + column * column_w, HEIGHT + row * LEGEND_ROW + 4
+        parts.append(f'<line class="chart-line" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y - 4}" '
+                     f'y2="{y - 4}" {_stroke(i)}/>')  # fmt: skip
+        text = label if len(label) <= chars else label[: chars - 1] + "\u2026"
+        parts.append(_text(x + 28, y, text, "chart-legend", anchor="start"))
+    return parts
+
+
 def _legend(labels: list[str]) -> list[str]:
     """Label and line sample per series, right-aligned above the plot (text width estimated)."""
     parts, right = [], WIDTH - RIGHT
     for i, label in reversed(list(enumerate(labels))):
         parts.append(_text(right, 15, label, "chart-legend", anchor="end"))
-        right -= 6.5 * len(label) + 6
+        right -= CHAR_W * len(label) + 6
         parts.append(f'<line class="chart-line" x1="{right - 18:.1f}" x2="{right:.1f}" y1="11" '
                      f'y2="11" {_stroke(i)}/>')  # fmt: skip
         right -= 32
@@ -135,7 +155,12 @@ def line_chart(series: dict[str, Sequence[Point]], title: str, x_label: str, y_l
     The extents pin what the axes cover at least, e.g. 0..1 for rates, so curves from different
     pages compare; `integer_x` keeps x ticks on whole numbers (steps, rollout counts).
     """
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+    # The legend goes beside the title when it fits there, else in rows under the plot.
+    legend_w = sum(CHAR_W * len(name) + 38 for name in series)
+    fits = len(series) < 2 or LEFT + CHAR_W * len(title) + 16 + legend_w <= WIDTH - RIGHT
+    rows = 0 if fits else -(-len(series) // LEGEND_COLUMNS)
+    height = HEIGHT + rows * LEGEND_ROW + (8 if rows else 0)
+    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
              f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
              f"<title>{escape(title)}</title>",
              _text(LEFT, 15, title, "chart-title", anchor="start")]  # fmt: skip
@@ -150,6 +175,8 @@ def line_chart(series: dict[str, Sequence[Point]], title: str, x_label: str, y_l
     parts.append(_frame())
     for i, (label, pts) in enumerate(series.items()):
         parts += plot.line(i, label, pts)
-    if len(series) > 1:
+    if rows:
+        parts += _legend_rows(list(series))
+    elif len(series) > 1:
         parts += _legend(list(series))
     return Markup("".join(parts) + "</svg>")

@@ -7,6 +7,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from app.report.plot import x_axis
 from app.web.chart import line_chart
 
 Points = list[dict[str, Any]]
@@ -17,15 +18,6 @@ def loss_chart(points: Points, step: int) -> Markup:
     return line_chart({"loss": [(p["x"], p["y"]) for p in points]}, "training loss per batch",
                       "step (fraction of its batches done)", "loss",
                       x_extent=(step, step + 1))  # fmt: skip
-
-
-def test_curve_chart(curves: dict[str, Points], rollouts_used: int = 0) -> Markup:
-    """Test mean@k against the training rollouts used before it: the cost of each gain. The x
-    axis reaches the rollouts used so far, so a run between test points shows how far it got."""
-    points = [(p["rollouts"], p["y"]) for p in curves.get("test/mean@k", [])]
-    return line_chart({"test mean@k": points}, "test mean@k", "training rollouts used",
-                      "mean@k", x_extent=(0, rollouts_used or None), y_extent=(0, 1),
-                      integer_x=True)  # fmt: skip
 
 
 def step_curves_chart(curves: dict[str, Points]) -> Markup:
@@ -41,4 +33,22 @@ def best_success_chart(points: Points) -> Markup:
     """A harness phase: the best success rate on the frontier after each iteration."""
     return line_chart({"best success": [(p["x"], p["y"]) for p in points]},
                       "harness split: best success on the frontier", "iteration", "success",
+                      x_extent=(0, None), y_extent=(0, 1), integer_x=True)  # fmt: skip
+
+
+def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k") -> Markup:
+    """Test mean@k of one or more runs (label -> points) against rollouts used, RFT steps or
+    wall time; wall time in the unit that keeps the ticks short."""
+    longest = max((p["x"] for points in curves.values() for p in points), default=0)
+    scale, x_label = x_axis(x, longest)
+    return line_chart({name: [(p["x"] / scale, p["y"]) for p in points]
+                       for name, points in curves.items()},
+                      title, x_label, "mean@k", x_extent=(0, None), y_extent=(0, 1),
+                      integer_x=x != "wall_s")  # fmt: skip
+
+
+def harness_success_chart(points: Points) -> Markup:
+    """Best harness-split success after each search iteration, across the run's harness phases."""
+    return line_chart({"best success": [(p["x"], p["y"]) for p in points]},
+                      "harness split: best success", "search iteration (all phases)", "success",
                       x_extent=(0, None), y_extent=(0, 1), integer_x=True)  # fmt: skip

@@ -14,7 +14,8 @@ from pygments.lexers import PythonLexer
 
 from app import ROOT
 from app.db.schema import utc
-from app.web.curves import best_success_chart, loss_chart, step_curves_chart, test_curve_chart
+from app.web.curves import (best_success_chart, harness_success_chart, loss_chart,
+                            runs_test_chart, step_curves_chart)
 
 templates = Jinja2Templates(directory=ROOT / "templates")
 DASH = "\u2014"  # what a missing value looks like
@@ -24,6 +25,26 @@ def when(value: datetime | None) -> str:
     if value is None:
         return DASH
     return utc(value).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def when_short(value: datetime | None) -> str:
+    """Month, day and time: enough for the lines of a run's event log."""
+    return DASH if value is None else utc(value).strftime("%m-%d %H:%M:%S")
+
+
+def duration(total_s: float) -> str:
+    hours, rest = divmod(int(total_s), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+
+
+def budget_value(name: str, value: float | None) -> str:
+    """A budget's amount in its unit: counts, dollars or a duration."""
+    if value is None:
+        return DASH
+    if name == "proposer_usd":
+        return f"${value:,.2f}"
+    return duration(value) if name == "wall_s" else f"{int(value):,}"
 
 
 def score(value: float | None) -> str:
@@ -64,10 +85,7 @@ def percent(value: float | None) -> str:
 def elapsed(start: datetime | None, end: datetime | None) -> str:
     if start is None or end is None:
         return DASH
-    total = int((end - start).total_seconds())
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m {secs:02d}s"
+    return duration((end - start).total_seconds())
 
 
 def short(text: Any, limit: int = 80) -> str:
@@ -113,12 +131,14 @@ def python_html(code: str) -> Markup:
 templates.env.filters.update(
     when=when, score=score, count=count, seconds=seconds, millis=millis, percent=percent,
     short=short, pretty=pretty, text_of=text_of, python_html=python_html, size=size,
+    when_short=when_short,
 )  # fmt: skip
-templates.env.globals.update(elapsed=elapsed, with_query=with_query, DASH=DASH)
+templates.env.globals.update(elapsed=elapsed, with_query=with_query, DASH=DASH,
+                             budget_value=budget_value)  # fmt: skip
 # the training and search charts, drawn as inline SVG
 templates.env.globals.update(best_success_chart=best_success_chart, loss_chart=loss_chart,
-                             test_curve_chart=test_curve_chart,
-                             step_curves_chart=step_curves_chart)  # fmt: skip
+                             step_curves_chart=step_curves_chart, runs_test_chart=runs_test_chart,
+                             harness_success_chart=harness_success_chart)  # fmt: skip
 
 
 def render(request: Request, template: str, context: dict[str, Any],

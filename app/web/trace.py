@@ -3,8 +3,14 @@
 A multi-turn harness resends the whole conversation on every model call, so each request
 repeats the previous one. The page folds the messages a reader has already seen (the previous
 model call's request and its completion) and shows only what is new.
+
+A long trace shows a window of its steps (see get_rollout); the hidden ones become gaps that
+link to the next windows.
 """
+from collections.abc import Callable
 from typing import Any
+
+GAP_WINDOW = 50  # steps one "show steps a-b" link of a long trace opens
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -45,14 +51,58 @@ def _tool_view(step: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def step_views(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _conversation_after(view: dict[str, Any]) -> list[dict]:
+    return view["messages"] + ([view["completion"]] if view["completion"] else [])
+
+
+def step_views(steps: list[dict[str, Any]],
+               previous_model_step: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Views of consecutive steps; a window that starts mid-trace passes the model call before
+    it, so its first call folds what that one said."""
     views = []
-    seen: list[dict] = []  # the conversation as of the previous model call
+    # the conversation as of the previous model call
+    seen = _conversation_after(_model_view(previous_model_step, [])) if previous_model_step else []
     for step in steps:
         if step["kind"] == "model":
             view = _model_view(step, seen)
-            seen = view["messages"] + ([view["completion"]] if view["completion"] else [])
+            seen = _conversation_after(view)
         else:
             view = _tool_view(step)
         views.append(view)
     return views
+
+
+def _gap(first: int, last: int) -> dict[str, Any]:
+    """Steps not shown, with the windows that open them from either end."""
+    n = last - first + 1
+    windows = [(first, min(first + GAP_WINDOW - 1, last))]
+    if n > GAP_WINDOW:
+        windows.append((last - GAP_WINDOW + 1, last))
+    return {"gap": {"first": first, "last": last, "n": n, "windows": windows}}
+
+
+def trace_segments(data: dict[str, Any],
+                   model_step_before: Callable[[int], dict[str, Any] | None]) -> list[dict[str, Any]]:  # fmt: skip
+    """A trace as the page lays it out: runs of shown steps ({"steps": views}) and the gaps
+    between them ({"gap": ...}), from what get_rollout returned (`shown`: the index ranges
+    loaded, None for all)."""
+    steps, first, last = data["steps"], data["first_step"], data["last_step"]
+    if first is None:
+        return []
+    if data["shown"] is None:
+        return [{"steps": step_views(steps)}]
+    segments: list[dict[str, Any]] = []
+    next_idx = first  # the first index not laid out yet
+    for a, b in data["shown"]:
+        a, b = max(a, next_idx), min(b, last)
+        if a > b:
+            continue
+        if a > next_idx:
+            segments.append(_gap(next_idx, a - 1))
+        window = [st for st in steps if a <= st["idx"] <= b]
+        previous = model_step_before(a) if a > first else None
+        segments.append({"steps": step_views(window, previous)})
+        next_idx = b + 1
+    if next_idx <= last:
+        segments.append(_gap(next_idx, last))
+    return segments

@@ -7,9 +7,9 @@ import pytest
     ("/api/harnesses/1.5", "harness_id"),
     ("/api/rollouts/x", "rollout_id"),
     ("/api/rollouts?status=bogus", "status"),
-    ("/api/rollouts?page=-1", "page"),
-    ("/api/rollouts?page=0", "page"),
-    ("/api/rollouts?page=two", "page"),
+    ("/api/rollouts?after=-1", "after"),
+    ("/api/rollouts?before=two", "before"),
+    ("/api/rollouts?after=1&before=9", "after and before"),
     ("/api/rollouts?run=first", "run"),
     ("/api/rollouts?evaluation=%00", "evaluation"),
     # beyond SQLite's 64-bit ids: malformed, not a database overflow
@@ -21,7 +21,7 @@ import pytest
     # the HTML pages refuse the same input the same way
     ("/runs/abc", "run_id"),
     ("/rollouts?status=PASS", "status"),
-    ("/rollouts?page=-3", "page"),
+    ("/rollouts?after=-3", "after"),
 ])  # fmt: skip
 def test_malformed_request_is_a_422_with_a_message(client, url, mentions):
     response = client.get(url)

@@ -28,13 +28,13 @@ def demo(tmp_path_factory, model_cache):
 
 
 def all_rollouts(client, run_id: int) -> list[dict]:
-    items, page = [], 1
+    items, after = [], None
     while True:
-        data = client.get("/api/rollouts", params={"run": run_id, "page": page}).json()
+        data = client.get("/api/rollouts", params={"run": run_id, "after": after}).json()
         items += data["items"]
-        if not data["has_more"]:
+        if data["next_after"] is None:
             return items
-        page += 1
+        after = data["next_after"]
 
 
 def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):

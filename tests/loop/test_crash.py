@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from app.llm.local import free_port
-from tests.conftest import WHALE, whale
+from tests.conftest import WHALE, csrf_headers, whale
 from tests.loop.conftest import quick_toml, store_invariants
 from tests.search.conftest import seed_with
 
@@ -65,7 +65,8 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     text = text.replace('domain = "arith"', f'domain = "arith"\nharness = "{harness}"')
     proc, url = serve(whale_env)
     try:
-        response = httpx.post(url + "/api/runs", json={"experiment": text}, timeout=300)
+        response = httpx.post(url + "/api/runs", headers=csrf_headers(url), json={"experiment": text},
+                              timeout=300)  # fmt: skip
         assert response.status_code == 201, response.text
         run_id = response.json()["run"]["id"]
         # a second server on the same store is refused

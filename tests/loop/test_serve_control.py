@@ -5,7 +5,7 @@ import time
 
 import httpx
 
-from tests.conftest import whale_serve
+from tests.conftest import csrf_headers, whale_serve
 from tests.loop.conftest import quick_toml
 from tests.loop.test_crash import wait_for
 
@@ -33,15 +33,18 @@ def settled(db, quiet_s: float = 8, timeout: float = 180) -> int:
 def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
     db = tmp_path / "home" / "whale.db"
     with whale_serve(whale_env) as url:
-        bad = httpx.post(url + "/api/runs", json={"experiment": 'name = "x"\n[budget]\nrollout = 5'})
+        csrf = csrf_headers(url)
+        bad = httpx.post(url + "/api/runs", headers=csrf,
+                         json={"experiment": 'name = "x"\n[budget]\nrollout = 5'})
         assert bad.status_code == 422 and "budget.rollout: Extra inputs are not permitted" in bad.text
 
         text = quick_toml("steered", rollouts=400, rft={"samples_per_prompt": 4})
-        started = httpx.post(url + "/api/runs", json={"experiment": text}, timeout=300)
+        started = httpx.post(url + "/api/runs", headers=csrf, json={"experiment": text}, timeout=300)
         assert started.status_code == 201, started.text
         run_id = started.json()["run"]["id"]
         act = lambda action, **body: httpx.post(f"{url}/api/runs/{run_id}/{action}",  # noqa: E731
-                                                json={"reason": "test", **body}, timeout=30)
+                                                headers=csrf, json={"reason": "test", **body},
+                                                timeout=30)  # fmt: skip
         status = lambda: httpx.get(f"{url}/api/runs/{run_id}").json()["run"]["status"]  # noqa: E731
         wait_for(db, "SELECT count(*) > 3 FROM rollout WHERE status != 'pending'")
 

@@ -1,28 +1,11 @@
 """The UI in a real headless Chromium over a store holding a real evaluation by the real model."""
 import re
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+from tests.web.conftest import ARTIFACTS, CHROMIUM
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
-
-
-@pytest.fixture
-def page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.errors = []  # JavaScript errors, e.g. htmx failing to load
-        page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-        yield page
-        browser.close()
 
 
 def test_click_from_runs_to_a_failing_trace(server_url, page):

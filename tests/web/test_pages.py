@@ -52,7 +52,7 @@ def test_running_run_polls_its_live_part_until_done(store, client):
     page = client.get(f"/runs/{run.id}").text
     fragment = client.get(f"/runs/{run.id}/live").text
 
-    assert f'hx-get="/runs/{run.id}/live"' in page
+    assert f'hx-get="/runs/{run.id}/live?x=rollouts"' in page
     assert 'hx-trigger="every 2s"' in fragment
     assert "<html" not in fragment  # a fragment, not a page
 
@@ -73,15 +73,17 @@ def test_harness_page_highlights_code(client, evaluated):
 def test_rollout_list_keeps_filters_in_links(store, client):
     run = store.run()
     evaluation = store.evaluation(run, store.harness(run), store.checkpoint(), n_tasks=60)
-    store.rollouts(evaluation, ["fail"] * 55 + ["pass"] * 5)
+    rollouts = store.rollouts(evaluation, ["fail"] * 55 + ["pass"] * 5)
 
     page = client.get(f"/rollouts?run={run.id}&status=fail").text
 
     assert page.count('href="/rollouts/') == 50
-    assert f'href="/rollouts?run={run.id}&amp;status=fail&amp;page=2"' in page  # next page
+    fiftieth = rollouts[49].id
+    next_page = f"/rollouts?run={run.id}&status=fail&after={fiftieth}"
+    assert f'href="{next_page.replace("&", "&amp;")}"' in page  # next page, keyset cursor
     assert f'href="/rollouts?run={run.id}&amp;status=pass"' in page  # status filter links
     assert f'href="/rollouts?run={run.id}"' in page  # "all"
-    second = client.get(f"/rollouts?run={run.id}&status=fail&page=2").text
+    second = client.get(next_page).text
     assert second.count('href="/rollouts/') == 5
     assert "previous" in second and "next" not in second
 
@@ -97,7 +99,7 @@ def test_trace_page_shows_every_step(client, evaluated):
     assert "temperature=0.2" in page
     assert "unknown tool &#39;nope&#39;" in page
     assert re.search(r"finish: stop", page)
-    assert f'href="/api/rollouts/{failed.id}" download=' in page
+    assert f'href="/api/rollouts/{failed.id}/raw" download=' in page
 
 
 @pytest.mark.parametrize("url", ["/runs/999", "/harnesses/999", "/rollouts/999",

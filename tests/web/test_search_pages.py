@@ -12,7 +12,7 @@ def test_run_page_shows_the_harness_phase(store, client):
     good = store.harness(run, name="program", parent_id=seed.id, parent_ids=[seed.id],
                          phase_id=phase.id, iteration=1, proposer="llm", axis="solver",
                          hypothesis="let the model write the expression")  # fmt: skip
-    bad = store.harness(run, name="syntax", parent_id=seed.id, phase_id=phase.id, iteration=1,
+    store.harness(run, name="syntax", parent_id=seed.id, phase_id=phase.id, iteration=1,
                         proposer="llm", valid=False, error="syntax error: line 1: expected ':'")  # fmt: skip
     for harness, success in ((seed, 0.05), (good, 0.55)):
         ev = store.evaluation(run, harness, ckpt, n_tasks=16, status="done", mean_at_k=success,

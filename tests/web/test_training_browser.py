@@ -11,7 +11,7 @@ from app.workbench import Workbench
 from tests.api.synthetic_store import Store
 from tests.api.synthetic_training import weight_phase
 from tests.conftest import whale_serve
-from tests.web.test_browser import ARTIFACTS, CHROMIUM, page  # noqa: F401 - fixture
+from tests.web.conftest import ARTIFACTS, CHROMIUM
 
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")

@@ -96,7 +96,7 @@ def test_run_page_has_a_weight_phase_with_jobs_chain_and_charts(store, client):
         assert f'href="/training/{job.id}"' in page
     assert f'href="/checkpoints/{phase.checkpoints[0].id}"' in page
     assert page.count("<svg") == 2
-    assert "training rollouts used" in page and "accept rate" in page
+    assert "rollouts used (training + harness search)" in page and "accept rate" in page
 
 
 def test_run_without_training_looks_as_before(store, client):

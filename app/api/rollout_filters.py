@@ -1,0 +1,144 @@
+"""The trace browser's filters: one query model that the JSON list and the HTML page both take,
+the SQL condition each filter adds, and the names of what the filters point at.
+
+All of them live in the URL, so a filtered view can be shared. A GET form sends the fields a
+user left blank as empty values; those mean "no filter", not a malformed value.
+"""
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from sqlmodel import Session, col, select
+
+from app.api.common import FAILED_STATUSES, NotFound
+from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run
+
+MAX_ID = 2**63 - 1  # SQLite ids are signed 64-bit: a larger number is malformed, not unknown
+# A status, or "failed": fail, error and timeout together (in the order the chips show them).
+StatusChoice = Literal["pending", "pass", "failed", "fail", "error", "timeout"]
+STATUS_CHOICES: tuple[str, ...] = get_args(StatusChoice)
+
+
+def id_param(what: str, required: bool = False) -> Any:
+    return Field(default=... if required else None, ge=0, le=MAX_ID, description=what)
+
+
+class FormParams(BaseModel):
+    """Query parameters a GET form sends: a field left blank is no value."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return value.strip() or None
+        return value
+
+
+class RolloutFilters(FormParams):
+    """Query parameters of /rollouts and /api/rollouts. Filters combine with AND."""
+
+    run: int | None = id_param("only this run's rollouts")
+    evaluation: int | None = id_param("only this evaluation's rollouts")
+    phase: int | None = id_param("only rollouts of this phase's evaluations")
+    harness: int | None = id_param("only rollouts under this harness")
+    checkpoint: int | None = id_param("only rollouts under this checkpoint")
+    task: Annotated[str | None, Field(max_length=200, description="only this task id")] = None
+    status: StatusChoice | None = Field(default=None, description='a status, or "failed" '
+                                        "for fail, error and timeout together")  # fmt: skip
+    q: Annotated[str | None, Field(max_length=200, description=(
+        "text in the answer, error or failure reason (case-insensitive); searches a bounded "
+        "number of rows per page, see `search` in the answer"))] = None  # fmt: skip
+    after: int | None = id_param("the page after this rollout id (the `next_after` of a page)")
+    before: int | None = id_param("the page before this rollout id (the `prev_before` of a page)")
+
+    @model_validator(mode="after")
+    def _one_cursor(self) -> "RolloutFilters":
+        if self.after is not None and self.before is not None:
+            raise ValueError("after and before cannot be combined: a page starts from one side")
+        return self
+
+    def url_params(self) -> dict[str, Any]:
+        """The filters (not the cursor) as they appear in a URL; links keep them."""
+        return {k: v for k, v in self.model_dump(exclude={"after", "before"}).items()
+                if v is not None}  # fmt: skip
+
+
+def statuses_of(status: str | None) -> tuple[str, ...]:
+    if status is None:
+        return ()
+    return FAILED_STATUSES if status == "failed" else (status,)
+
+
+def conditions(f: RolloutFilters) -> list:
+    """The WHERE terms of the filters (the text search aside). Each one has an index that keeps
+    id order (see migration 005), so the database walks it and stops after a page."""
+    terms = []
+    for value, column in ((f.run, Rollout.run_id), (f.evaluation, Rollout.evaluation_id),
+                          (f.harness, Rollout.harness_id), (f.checkpoint, Rollout.checkpoint_id),
+                          (f.task, Rollout.task_id)):  # fmt: skip
+        if value is not None:
+            terms.append(column == value)
+    if f.phase is not None:  # rollouts belong to a phase through their evaluation
+        in_phase = select(Evaluation.id).where(Evaluation.phase_id == f.phase)
+        terms.append(col(Rollout.evaluation_id).in_(in_phase))
+    statuses = statuses_of(f.status)
+    if statuses:
+        terms.append(col(Rollout.status).in_(statuses))
+    return terms
+
+
+def text_condition(q: str):
+    """`q` anywhere in the answer, error or reason; LIKE is case-insensitive for ASCII."""
+    fields = (Rollout.answer, Rollout.error, Rollout.reason)
+    terms = [col(c).contains(q, autoescape=True) for c in fields]
+    return terms[0] | terms[1] | terms[2]
+
+
+def scope(s: Session, f: RolloutFilters) -> dict[str, Any]:
+    """What the id filters name, for the page's title; an id that names nothing is a 404."""
+    found: dict[str, Any] = {"run": None, "evaluation": None, "phase": None, "harness": None,
+                             "checkpoint": None}  # fmt: skip
+    if f.run is not None:
+        run = _get(s, Run, f.run, "run")
+        found["run"] = {"id": run.id, "name": run.name, "status": run.status}
+    if f.evaluation is not None:
+        e = _get(s, Evaluation, f.evaluation, "evaluation")
+        found["evaluation"] = {"id": e.id, "run_id": e.run_id, "split": e.split, "k": e.k,
+                               "harness_id": e.harness_id}  # fmt: skip
+    if f.phase is not None:
+        p = _get(s, Phase, f.phase, "phase")
+        found["phase"] = {"id": p.id, "run_id": p.run_id, "kind": p.kind, "round": p.round}
+    if f.harness is not None:
+        h = _get(s, Harness, f.harness, "harness")
+        found["harness"] = {"id": h.id, "name": h.name, "run_id": h.run_id}
+    if f.checkpoint is not None:
+        c = _get(s, Checkpoint, f.checkpoint, "checkpoint")
+        found["checkpoint"] = {"id": c.id, "name": c.name, "kind": c.kind}
+    return found
+
+
+def _get(s: Session, table, id: int, what: str):
+    row = s.get(table, id)
+    if row is None:
+        raise NotFound(what, id)
+    return row
+
+
+def filter_choices(s: Session, run: int | None, limit: int = 300) -> dict[str, list[dict[str, Any]]]:
+    """Harnesses, checkpoints and phases the filter form suggests: the run's when the list is
+    scoped to one, otherwise the newest. Read from the small tables, never from rollouts."""
+    def newest(table, *columns):
+        query = select(*columns)
+        if run is not None:  # the run's own, and those of no run (the base model)
+            query = query.where((table.run_id == run) | col(table.run_id).is_(None))
+        return s.exec(query.order_by(col(table.id).desc()).limit(limit)).all()
+
+    return {
+        "harnesses": [{"id": i, "label": f"{name} (run {r})" if r else name}
+                      for i, name, r in newest(Harness, Harness.id, Harness.name, Harness.run_id)],
+        "checkpoints": [{"id": i, "label": f"{name} ({kind})"}
+                        for i, name, kind in newest(Checkpoint, Checkpoint.id, Checkpoint.name,
+                                                    Checkpoint.kind)],
+        "phases": [{"id": i, "label": f"{kind} {rnd} (run {r})"}
+                   for i, kind, rnd, r in newest(Phase, Phase.id, Phase.kind, Phase.round,
+                                                 Phase.run_id)],
+    }  # fmt: skip

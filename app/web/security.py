@@ -1,0 +1,125 @@
+"""Who may talk to the workbench server: an access token off loopback, CSRF checks on writes.
+
+Access token (like Jupyter): a server listening beyond 127.0.0.1 is reachable by anyone on the
+network, so then every request - page, static file, API call - must carry the token printed at
+start: as `Authorization: Bearer <token>`, as `?token=<token>`, or as the cookie that a first
+visit with `?token=` sets (that visit is redirected to the same URL without the token, so it does
+not linger in the address bar and the history).
+
+CSRF: a browser sends the cookie, or on loopback merely reaches the server, for any page that
+asks, including another site's. That site can make a browser post a form, but it can neither
+read our pages nor add a custom header without a CORS preflight we never answer. So every
+state-changing request must carry `X-CSRF-Token` equal to this server's CSRF token, which pages
+hold in a meta tag (htmx sends it on every request) and other clients get from GET /api/csrf.
+A request from a foreign Origin is refused as well, in case a browser lets a header through.
+"""
+import hmac
+import ipaddress
+import secrets
+from html import escape
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+CSRF_HEADER = "X-CSRF-Token"
+
+router = APIRouter()
+
+
+@router.get("/csrf")
+def csrf(request: Request) -> dict:
+    """The value of the X-CSRF-Token header that POST requests must carry."""
+    return {"csrf_token": request.app.state.csrf_token}
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def access_token(host: str, given: str | None) -> str | None:
+    """The token a server listening on `host` requires: the one given (it protects a loopback
+    server too, from the machine's other users), else a fresh one unless only loopback listens."""
+    if given:
+        return given
+    return None if is_loopback(host) else new_secret()
+
+
+def _same(given: str | None, secret: str) -> bool:
+    # constant time, so that response timing does not reveal how much of a guess was right
+    return given is not None and hmac.compare_digest(given.encode(), secret.encode())
+
+
+def _refusal(path: str, status: int, title: str, message: str) -> Response:
+    if path.startswith("/api"):  # API clients read JSON
+        return JSONResponse({"detail": message}, status)
+    page = (f'<!doctype html><meta charset="utf-8"><title>{escape(title)} · Whale</title>'
+            f"<h1>{escape(title)}</h1><p>{escape(message)}</p>")  # fmt: skip
+    return HTMLResponse(page, status)
+
+
+class WebSecurity:
+    """ASGI middleware in front of the whole app, static files included."""
+
+    def __init__(self, app: ASGIApp, token: str | None, csrf_token: str):
+        self.app, self.token, self.csrf_token = app, token, csrf_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The app serves plain HTTP only (no websockets); lifespan events pass through.
+        if scope["type"] == "http":
+            request = Request(scope)
+            refused = (self.token and self.check_token(request)) or self.check_write(request)
+            if refused:
+                return await refused(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def check_token(self, request: Request) -> Response | None:
+        """None when the request carries the access token, else the answer to give instead."""
+        path = request.url.path
+        # One cookie per port: servers on other ports of the same host keep theirs.
+        cookie = f"whale-token-{(request.scope.get('server') or ('', ''))[1]}"
+        in_query = request.query_params.get("token")
+        if _same(in_query, self.token) and request.method == "GET" and not path.startswith("/api"):
+            rest = request.url.remove_query_params("token")
+            back = RedirectResponse(rest.path + (f"?{rest.query}" if rest.query else ""), 303)
+            back.set_cookie(cookie, self.token, httponly=True, samesite="lax")
+            return back
+        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+        bearer = bearer if scheme.lower() == "bearer" else None
+        offered = (in_query, request.cookies.get(cookie), bearer)
+        if any(_same(given, self.token) for given in offered):
+            return None
+        refused = _refusal(path, 401, "Access token required",
+                           "This workbench needs its access token: open the URL printed by "
+                           "whale serve (it ends in ?token=...), or send the header "
+                           "Authorization: Bearer <token>.")  # fmt: skip
+        refused.headers["WWW-Authenticate"] = "Bearer"
+        return refused
+
+    def check_write(self, request: Request) -> Response | None:
+        """None unless a state-changing request lacks the CSRF token or comes from elsewhere."""
+        if request.method in SAFE_METHODS:
+            return None
+        path, method = request.url.path, request.method
+        origin, host = request.headers.get("origin"), request.headers.get("host", "")
+        if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
+            return _refusal(path, 403, "Cross-origin request refused",
+                            f"Refused: a {method} from {origin}; this workbench only accepts "
+                            "changes from its own pages.")  # fmt: skip
+        if not _same(request.headers.get(CSRF_HEADER), self.csrf_token):
+            return _refusal(path, 403, "CSRF token missing or wrong",
+                            f"Refused: a {method} needs the header {CSRF_HEADER} with this "
+                            "server's CSRF token; get it from GET /api/csrf.")  # fmt: skip
+        return None

@@ -1,0 +1,168 @@
+"""The trace browser's pages: the filtered list with its form, the long trace in windows, two
+traces side by side, and "fails under A, passes under B"."""
+import re
+
+import pytest
+
+from tests.api.test_contrast import write as write_outcomes
+from tests.api.test_trace import long_trace
+
+
+def amp(url: str) -> str:
+    """A URL as it appears in an href attribute."""
+    return url.replace("&", "&amp;")
+
+
+@pytest.fixture
+def two_harnesses(store):
+    run = store.run()
+    checkpoint = store.checkpoint()
+    first, second = store.harness(run, name="first.py"), store.harness(run, name="second.py")
+    failing, other_task = store.rollouts(store.evaluation(run, first, checkpoint, 2), ["fail", "fail"])
+    [passing] = store.rollouts(store.evaluation(run, second, checkpoint, 1), ["pass"])
+    return run, first, second, failing, passing, other_task
+
+
+def test_filter_form_and_chips_keep_every_filter(client, two_harnesses):
+    run, first, *_ = two_harnesses
+
+    page = client.get(f"/rollouts?run={run.id}&harness={first.id}&q=nope&task=test-1").text
+
+    form = page[page.index('<form class="form-row filters"'):page.index("</form>")]
+    assert 'method="get" action="/rollouts"' in form
+    assert 'name="q" value="nope"' in form and 'name="task" value="test-1"' in form
+    assert f'name="harness" min="0" value="{first.id}"' in form
+    assert f'name="run" min="0" value="{run.id}"' in form
+    # a status chip keeps the other filters (and drops any page cursor)
+    failed_chip = f"/rollouts?run={run.id}&harness={first.id}&task=test-1&q=nope&status=failed"
+    assert f'href="{amp(failed_chip)}"' in page
+    assert "first.py" in page  # the title names the harness
+    # the contrast form starts from the harness filtered on
+    contrast = page[page.index('action="/rollouts/contrast"'):]
+    assert f'name="a_harness" min="0" list="harness-choices" class="id-input" value="{first.id}"' in contrast
+
+
+def test_blank_form_submission_lists_everything(client, two_harnesses):
+    page = client.get("/rollouts?q=&task=&harness=&checkpoint=&phase=&run=&evaluation=")
+    assert page.status_code == 200
+    assert page.text.count('href="/rollouts/') == 3
+
+
+def test_a_short_search_page_says_how_far_it_searched(client, store, monkeypatch):
+    from app.api import rollouts as rollouts_module
+
+    monkeypatch.setattr(rollouts_module, "SEARCH_ROWS", 4)
+    run = store.run()
+    rollouts = store.rollouts(store.evaluation(run, store.harness(run), store.checkpoint(), 10),
+                              ["fail"] * 10)  # fmt: skip
+
+    page = client.get("/rollouts?q=nope").text
+
+    note = re.sub(r"\s+", " ", page[page.index('id="search-note"'):page.index("</p>", page.index('id="search-note"'))])
+    assert f"Searched 4 rollouts up to id {rollouts[3].id} and found 4" in note
+    assert f'href="/rollouts?q=nope&amp;after={rollouts[3].id}">continue searching' in note
+
+
+def test_pager_links_first_previous_next_and_last(client, store):
+    run = store.run()
+    rollouts = store.rollouts(store.evaluation(run, store.harness(run), store.checkpoint(), 120),
+                              ["pass"] * 120)  # fmt: skip
+
+    middle = client.get(f"/rollouts?run={run.id}&after={rollouts[49].id}").text
+
+    assert f'href="/rollouts?run={run.id}">&laquo; first' in middle
+    assert f'href="/rollouts?run={run.id}&amp;before={rollouts[50].id}" rel="prev"' in middle
+    assert f'href="/rollouts?run={run.id}&amp;after={rollouts[99].id}" rel="next"' in middle
+    assert f'href="/rollouts?run={run.id}&amp;before={2**63 - 1}">last' in middle
+    last = client.get(f"/rollouts?run={run.id}&before={2**63 - 1}").text
+    assert last.count('href="/rollouts/') == 50 and f'href="/rollouts/{rollouts[119].id}"' in last
+    assert 'rel="next"' not in last and 'rel="prev"' in last
+
+
+def test_long_trace_shows_its_first_and_last_steps_and_links_the_rest(store, client, two_harnesses):
+    rollout = two_harnesses[3]
+    long_trace(store, rollout, 120)
+
+    page = client.get(f"/rollouts/{rollout.id}").text
+
+    shown = [int(i) for i in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', page)]
+    assert shown == list(range(20)) + list(range(115, 120))
+    gap = re.sub(r"\s+", " ", page[page.index('class="step-gap"'):page.index("</p>", page.index('class="step-gap"'))])
+    assert "95 steps (20&ndash;114) not shown" in gap
+    assert f'href="/rollouts/{rollout.id}?steps=20-69#step-20"' in gap
+    assert f'href="/rollouts/{rollout.id}?steps=65-114#step-65"' in gap
+    assert page.count("<details open>") == 25  # each step folds on a click
+
+
+def test_a_window_of_a_long_trace_folds_what_came_before_it(store, client, two_harnesses):
+    rollout = two_harnesses[3]
+    long_trace(store, rollout, 120)
+
+    page = client.get(f"/rollouts/{rollout.id}?steps=20-69").text
+
+    shown = [int(i) for i in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', page)]
+    assert shown == list(range(20, 70))
+    assert "20 steps (0&ndash;19) not shown" in page and "50 steps (70&ndash;119) not shown" in page
+    step_20 = page[page.index('id="step-20"'):page.index('id="step-21"')]
+    # step 20 resends the 21 messages of the calls before it: folded, only its new one shown
+    assert "20 earlier messages, as in the previous call" in step_20
+    assert "go on after 18" in step_20
+    assert f'href="/rollouts/{rollout.id}#steps">first and last steps' in page
+    assert client.get(f"/rollouts/{rollout.id}?steps=70-20").status_code == 422
+
+
+def test_trace_page_offers_the_same_task_elsewhere_to_compare(client, two_harnesses):
+    _, _, second, failing, passing, other_task = two_harnesses
+
+    page = client.get(f"/rollouts/{failing.id}").text
+
+    assert f'href="/rollouts/compare?a={failing.id}&amp;b={passing.id}"' in page
+    assert "second.py" in page
+    assert f'href="/rollouts/compare?a={failing.id}&amp;b={other_task.id}"' not in page
+    assert 'href="/rollouts?task=test-0"' in page
+
+
+def test_compare_page_shows_both_traces_side_by_side(store, client, two_harnesses):
+    _, first, second, failing, passing, _ = two_harnesses
+    store.model_step(failing, 0, [{"role": "user", "content": "What is 0 + 1?"}], "It is 7.")
+    store.model_step(passing, 0, [{"role": "user", "content": "What is 0 + 1?"}], "It is 1.")
+
+    page = client.get(f"/rollouts/compare?a={failing.id}&b={passing.id}").text
+
+    left = page[page.index('id="side-1"'):page.index('id="side-2"')]
+    right = page[page.index('id="side-2"'):]
+    assert f'href="/rollouts/{failing.id}"' in left and "first.py" in left and "It is 7." in left
+    assert f'href="/rollouts/{passing.id}"' in right and "second.py" in right and "It is 1." in right
+    assert 'class="badge status-fail"' in left and 'class="badge status-pass"' in right
+    assert "task-mismatch" not in page
+    assert f'href="/rollouts/compare?a={passing.id}&amp;b={failing.id}"' in page  # swap sides
+
+
+def test_compare_page_warns_when_the_tasks_differ(client, two_harnesses):
+    failing, other_task = two_harnesses[3], two_harnesses[5]
+
+    page = client.get(f"/rollouts/compare?a={failing.id}&b={other_task.id}").text
+
+    warning = page[page.index('id="task-mismatch"'):page.index("</p>", page.index('id="task-mismatch"'))]
+    assert "Different tasks" in warning and "test-0" in warning and "test-1" in warning
+
+
+def test_contrast_page_lists_tasks_with_a_trace_of_each_side(store, client):
+    run = store.run()
+    a, b = store.harness(run, name="a.py"), store.harness(run, name="b.py")
+    checkpoint = store.checkpoint()
+    under_a = write_outcomes(store, store.evaluation(run, a, checkpoint, n_tasks=9), 0)
+    under_b = write_outcomes(store, store.evaluation(run, b, checkpoint, n_tasks=9), 1)
+
+    empty = client.get("/rollouts/contrast").text
+    page = client.get(f"/rollouts/contrast?a_harness={a.id}&b_harness={b.id}&run=").text
+
+    assert 'id="contrast-form"' in empty and 'id="contrast"' not in empty
+    rows = page[page.index('<table id="contrast">'):page.index("</table>")]
+    assert re.findall(r'href="/rollouts\?task=(t\d)"', rows) == ["t0", "t3"]
+    failing_t0 = under_a["t0"][0].id
+    passing_t0 = next(r.id for r in under_b["t0"] if r.status == "pass")
+    assert f'href="/rollouts/compare?a={failing_t0}&amp;b={passing_t0}"' in rows
+    assert "<b>2</b> tasks fail under A" in page
+    refused = client.get(f"/rollouts/contrast?a_harness={a.id}")
+    assert refused.status_code == 422 and "b_harness or b_checkpoint" in refused.text
