@@ -78,8 +78,10 @@ class SandboxPool:
 
     async def run(self, harness: Path, task: dict, token: str,
                   forbidden_modules: frozenset[str] = frozenset(),
-                  wall_s: float | None = None) -> SandboxResult:  # fmt: skip
-        """One rollout; `wall_s` overrides the pool's wall-clock limit for this one."""
+                  wall_s: float | None = None,
+                  sandbox_tools: dict[str, dict] | None = None) -> SandboxResult:  # fmt: skip
+        """One rollout; `wall_s` overrides the pool's wall-clock limit for this one;
+        `sandbox_tools` (name -> limits) are the domain's tools that run inside the sandbox."""
         start = time.monotonic()
         try:
             server = await (self._acquire(harness) if self.warm else self._start(harness))
@@ -88,17 +90,18 @@ class SandboxPool:
                                  wall_s=time.monotonic() - start)  # fmt: skip
         try:
             return await self._call(server, task, token, forbidden_modules, start,
-                                    wall_s or self.limits.wall_s)
+                                    wall_s or self.limits.wall_s, sandbox_tools or {})
         finally:
             server.in_flight -= 1
             if not self.warm or server.dead:
                 await self._retire(server)
 
     async def _call(self, server: _Server, task: dict, token: str, forbidden: frozenset[str],
-                    start: float, wall_s: float) -> SandboxResult:  # fmt: skip
+                    start: float, wall_s: float,
+                    sandbox_tools: dict[str, dict]) -> SandboxResult:  # fmt: skip
         request = {"task": task, "token": token, "wall_s": wall_s,
                    "memory_mb": self.limits.memory_mb, "output_bytes": self.limits.output_bytes,
-                   "forbidden_modules": sorted(forbidden)}  # fmt: skip
+                   "forbidden_modules": sorted(forbidden), "sandbox_tools": sandbox_tools}  # fmt: skip
         writer = None
         try:
             reader, writer = await asyncio.open_unix_connection(

@@ -8,7 +8,10 @@ rollout's wall-clock, memory and output limits and answers one JSON line with th
 from a warm server is what makes a rollout cost milliseconds instead of an interpreter start.
 
 The harness's `llm.chat` and `tools.<name>` reach the gateway through the Unix socket named by
-WHALE_GATEWAY, with the rollout's token; nothing else is reachable.
+WHALE_GATEWAY, with the rollout's token; nothing else is reachable. The exception: a domain's
+sandbox-side tools (the request's "sandbox_tools", e.g. math's `python`) run here, inside the
+sandbox, in a child process of their own under their own limits; each call is then reported to
+the gateway so that it is counted and shows in the trace.
 """
 import http.client
 import io
@@ -20,12 +23,15 @@ import signal
 import socket
 import socketserver
 import sys
+import tempfile
 import time
 import traceback
 
 TAIL_CHARS = 4000
 MAX_ANSWER_CHARS = 65536
 _token = None  # this worker's rollout token, set after the fork
+_sandbox_tools = {}  # name -> limits of the tools that run in here, set after the fork
+TOOL_OUTPUT_CHARS = 8000  # of stdout and of stderr, each, that a sandbox-side tool returns
 
 
 class GatewayError(Exception):
@@ -89,10 +95,110 @@ class Tools:
         if name.startswith("_"):
             raise AttributeError(name)
 
+        if name in _sandbox_tools and name in SANDBOX_TOOLS:
+            return lambda *args, **kwargs: _sandbox_call(name, args, kwargs)
+
         def call(*args, **kwargs):
             return _post(f"/tools/{name}", {"args": list(args), "kwargs": kwargs})["result"]
 
         return call
+
+
+def _sandbox_call(name, args, kwargs):
+    """Run a sandbox-side tool, then report the call to the gateway: it counts against the
+    rollout's budget and becomes a step of its trace. A refused report (budget) fails the call."""
+    start = time.monotonic()
+    result = SANDBOX_TOOLS[name](*args, **kwargs, **_sandbox_tools[name])
+    _post(f"/tools/{name}/record", {
+        "args": list(args), "kwargs": kwargs, "result": result,
+        "latency_ms": (time.monotonic() - start) * 1000,
+    })  # fmt: skip
+    return result
+
+
+def _truncate(data):
+    text = data.decode(errors="replace")
+    if len(text) <= TOOL_OUTPUT_CHARS:
+        return text
+    return text[:TOOL_OUTPUT_CHARS] + f"\n... [{len(text) - TOOL_OUTPUT_CHARS} more characters cut]"
+
+
+def run_python(code, timeout_s=10.0, memory_mb=512):
+    """Run `code` with this sandbox's Python in a child process of its own: a wall-clock limit,
+    an address-space limit, stdout and stderr captured (cut to TOOL_OUTPUT_CHARS each).
+    fork/exec rather than the subprocess module, which a domain may forbid to the harness."""
+    if not isinstance(code, str):
+        raise TypeError(f"python(code) takes the code as a string, not {type(code).__name__}")
+    fd, path = tempfile.mkstemp(suffix=".py", prefix="tool-")  # under /tmp: the writable place
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(code)
+        return _run_child([sys.executable, "-I", path], float(timeout_s), int(memory_mb) << 20)
+    finally:
+        os.unlink(path)
+
+
+def _run_child(argv, timeout_s, memory_bytes):
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: limits, then exec
+        try:
+            # It stays in the worker's process group, so the rollout's end kills it and whatever
+            # it started; its own timeout kills the child itself.
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            if memory_bytes:  # never above the rollout's own limit, which cannot be raised
+                hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+                if hard != resource.RLIM_INFINITY:
+                    memory_bytes = min(memory_bytes, hard)
+                resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+            cpu = int(timeout_s) + 1
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+            os.execv(argv[0], argv)
+        finally:
+            os._exit(127)
+    os.close(out_w)
+    os.close(err_w)
+    deadline = time.monotonic() + timeout_s
+    chunks = {out_r: b"", err_r: b""}
+    open_fds, timed_out = {out_r, err_r}, False
+    while open_fds:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select(list(open_fds), [], [], left)
+        for fd in ready:
+            data = os.read(fd, 65536)
+            if not data:
+                open_fds.discard(fd)
+            elif len(chunks[fd]) <= 4 * TOOL_OUTPUT_CHARS:  # the rest is drained, not kept
+                chunks[fd] += data
+    status = None
+    while not timed_out and status is None:  # output closed; the code may still be running
+        done, status = os.waitpid(pid, os.WNOHANG)
+        status = status if done else None
+        if status is None:
+            timed_out = time.monotonic() > deadline
+            time.sleep(0.01)
+    if status is None:
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+    os.close(out_r)
+    os.close(err_r)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+    stderr = _truncate(chunks[err_r])
+    if timed_out:
+        stderr += f"\n[timed out after {timeout_s:g}s]"
+    return {"stdout": _truncate(chunks[out_r]), "stderr": stderr, "exit_code": code,
+            "timed_out": timed_out}  # fmt: skip
+
+
+SANDBOX_TOOLS = {"python": run_python}  # the tools a domain may ask to run inside the sandbox
 
 
 class _Tail(io.TextIOBase):
@@ -191,7 +297,7 @@ def _make_undumpable():
 
 def _worker(harness_path, request, out_w, err_w, res_w):
     """The forked child that runs the harness. Never returns."""
-    global _token
+    global _token, _sandbox_tools
     try:
         os.setsid()  # its own process group: the supervisor kills everything it starts
         os.dup2(out_w, 1)
@@ -205,6 +311,7 @@ def _worker(harness_path, request, out_w, err_w, res_w):
         cpu = int(float(request.get("wall_s") or 60)) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         _token = request["token"]
+        _sandbox_tools = request.get("sandbox_tools") or {}
         _forbid(request.get("forbidden_modules"))
         result = run_task(harness_path, request["task"])
         data = json.dumps(result).encode()

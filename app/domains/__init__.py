@@ -1,6 +1,6 @@
 """Domains: where tasks, tools and verifiers come from.
 
-A domain provides
+A domain is a class with
 - `name`
 - `tasks(split)`: the tasks of a split ("train", "harness", "test"), deterministic;
   each `Task` has public fields (what the harness sees) and a hidden gold answer
@@ -9,10 +9,23 @@ A domain provides
 - `seed_harness`: path of the starting harness file
 - `forbidden_modules`: top-level modules a harness may not import (the sandbox is the security
   boundary; this keeps harnesses honest, e.g. no subprocess where the task is pure reasoning)
+- optionally `episode(task) -> Episode`: for a domain whose tools keep state per rollout (a
+  chess board), the tools and the scorer of one rollout
+- optionally `sandbox_tools`: name -> limits of tools that run inside the sandbox instead of
+  through the gateway (math's `python`: {"timeout_s", "memory_mb"}; see sandbox/runner.py)
+
+Domains are found through the Python entry point group `whale.domains` (name = "module:Class"),
+so a package of the user's adds one by declaring it in its own pyproject.toml; the built-in
+domains are declared the same way in this project's.
 """
 from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Protocol
+
+ENTRY_POINTS = "whale.domains"
+SPLITS = ("train", "harness", "test")
 
 
 @dataclass(frozen=True)
@@ -20,6 +33,14 @@ class Task:
     id: str
     public: dict[str, Any]  # given to the harness; never contains the answer
     gold: str
+
+
+class Episode(Protocol):
+    """One rollout's environment: the tools its harness may call and how its answer scores."""
+
+    tools: dict[str, Callable[..., Any]]
+
+    def score(self, answer: str | None) -> float: ...
 
 
 class Domain(Protocol):
@@ -33,13 +54,43 @@ class Domain(Protocol):
     def score(self, answer: str | None, task: Task) -> float: ...
 
 
-SPLITS = ("train", "harness", "test")
+@dataclass
+class _Shared:
+    """The episode of a domain without per-rollout state: its tools and its scorer."""
+
+    domain: Domain
+    task: Task
+
+    @property
+    def tools(self) -> dict[str, Callable[..., Any]]:
+        return self.domain.tools
+
+    def score(self, answer: str | None) -> float:
+        return self.domain.score(answer, self.task)
 
 
+def episode(domain: Domain, task: Task) -> Episode:
+    make = getattr(domain, "episode", None)
+    return make(task) if make else _Shared(domain, task)
+
+
+class UnknownDomain(ValueError):
+    pass
+
+
+def known_domains() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=ENTRY_POINTS))
+
+
+@cache
 def get_domain(name: str) -> Domain:
-    from app.domains.arith import Arith
-
-    domains = {"arith": Arith}
-    if name not in domains:
-        raise ValueError(f"unknown domain {name!r}; known: {', '.join(sorted(domains))}")
-    return domains[name]()
+    """The domain registered under `name` (one instance per process: loading data is slow)."""
+    found = [ep for ep in entry_points(group=ENTRY_POINTS) if ep.name == name]
+    if not found:
+        raise UnknownDomain(f"unknown domain {name!r}; known: {', '.join(known_domains()) or 'none'}"
+                            f" (domains register under the entry point group {ENTRY_POINTS!r})")
+    try:
+        return found[0].load()()
+    except Exception as exc:  # a broken plugin names itself, not a traceback from importlib
+        raise UnknownDomain(f"domain {name!r} ({found[0].value}) failed to load: "
+                            f"{type(exc).__name__}: {exc}") from exc

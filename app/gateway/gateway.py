@@ -33,6 +33,10 @@ class Grant:
     max_calls: int = 32
     max_tokens: int = 16384  # prompt + completion over the whole rollout
     max_tokens_per_call: int = 1024
+    # Tools that run inside the sandbox (a code interpreter) and report each call afterwards.
+    sandbox_tools: frozenset[str] = frozenset()
+    max_sandbox_tool_calls: int = 16
+    sandbox_tool_calls: int = 0
     calls: int = 0
     steps: int = 0
     prompt_tokens: int = 0
@@ -80,12 +84,10 @@ class Gateway:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request):
-            grant = self._authorize(request)
-            if grant is None:
-                return _refuse(401, "bad_token", "unknown or expired rollout token")
-            body = await _json_body(request)
-            if body is None:
-                return _refuse(400, "bad_request", "the request body must be a JSON object")
+            opened = await self._open(request)
+            if isinstance(opened, JSONResponse):
+                return opened
+            grant, body = opened
             messages = body.pop("messages", None)
             if not isinstance(messages, list):
                 return _refuse(400, "bad_request", "messages must be a list")
@@ -126,12 +128,10 @@ class Gateway:
 
         @app.post("/tools/{name}")
         async def tool(name: str, request: Request):
-            grant = self._authorize(request)
-            if grant is None:
-                return _refuse(401, "bad_token", "unknown or expired rollout token")
-            body = await _json_body(request)
-            if body is None:
-                return _refuse(400, "bad_request", "the request body must be a JSON object")
+            opened = await self._open(request)
+            if isinstance(opened, JSONResponse):
+                return opened
+            grant, body = opened
             args, kwargs = body.get("args", []), body.get("kwargs", {})
             fn = grant.tools.get(name)
             request_record = {"args": args, "kwargs": kwargs}
@@ -156,7 +156,41 @@ class Gateway:
                          latency_ms=(time.perf_counter() - start) * 1000)  # fmt: skip
             return {"result": result}
 
+        @app.post("/tools/{name}/record")
+        async def record(name: str, request: Request):
+            """A call the runner made to a sandbox-side tool: counted and recorded, not run."""
+            opened = await self._open(request)
+            if isinstance(opened, JSONResponse):
+                return opened
+            grant, body = opened
+            request_record = {"args": body.get("args", []), "kwargs": body.get("kwargs", {})}
+            if name not in grant.sandbox_tools:
+                known = ", ".join(sorted(grant.sandbox_tools)) or "none"
+                detail = f"unknown sandbox tool {name!r} (this domain's: {known})"
+                self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
+                return _refuse(404, "unknown_tool", detail)
+            if grant.sandbox_tool_calls >= grant.max_sandbox_tool_calls:
+                detail = f"tool-call budget of {grant.max_sandbox_tool_calls} {name} calls used up"
+                self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
+                return _refuse(429, "budget", detail)
+            grant.sandbox_tool_calls += 1
+            latency = body.get("latency_ms")
+            self._record(grant, kind="tool", tool=name, request=request_record,
+                         response={"result": body.get("result")},
+                         latency_ms=float(latency) if isinstance(latency, (int, float)) else 0.0)  # fmt: skip
+            return {"recorded": True}
+
         return app
+
+    async def _open(self, request: Request) -> tuple[Grant, dict] | JSONResponse:
+        """The grant of the call's rollout token and the call's JSON body, or the refusal."""
+        grant = self._authorize(request)
+        if grant is None:
+            return _refuse(401, "bad_token", "unknown or expired rollout token")
+        body = await _json_body(request)
+        if body is None:
+            return _refuse(400, "bad_request", "the request body must be a JSON object")
+        return grant, body
 
     async def start(self, socket_path: Path) -> None:
         """Serve on `socket_path` in the running event loop; returns once it accepts calls."""

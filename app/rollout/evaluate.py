@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Step, now
 from app.db.writer import Writer
-from app.domains import Domain, Task
+from app.domains import Domain, Task, episode
 from app.gateway import Gateway, Grant
 from sandbox.pool import SandboxPool, SandboxResult
 
@@ -115,16 +115,19 @@ class Evaluator:
     async def _rollout(self, rollout: Rollout, task: Task, harness_path: Path,
                        checkpoint: Checkpoint, domain: Domain,
                        wall_s: float | None) -> Rollout:  # fmt: skip
-        token = self.gateway.grant(
-            Grant(rollout.id, checkpoint.name, tools=domain.tools, **self.budget)
-        )
+        env = episode(domain, task)  # this rollout's tools (a chess board keeps its state here)
+        # Tools that run inside the sandbox (math's python) are only reported to the gateway.
+        sandbox_tools = getattr(domain, "sandbox_tools", {})
+        token = self.gateway.grant(Grant(rollout.id, checkpoint.name, tools=env.tools,
+                                         sandbox_tools=frozenset(sandbox_tools), **self.budget))
         try:
             result = await self.sandbox.run(harness_path, task.public, token,
-                                            domain.forbidden_modules, wall_s)  # fmt: skip
+                                            domain.forbidden_modules, wall_s, sandbox_tools)  # fmt: skip
         finally:
             grant = self.gateway.revoke(token)
         # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.
-        reward = domain.score(result.answer, task) if result.reason is None else 0.0
+        # in a thread: a verifier may take its time (an LLM judge, sympy) without stalling rollouts
+        reward = await asyncio.to_thread(env.score, result.answer) if result.reason is None else 0.0
         values = dict(
             status=status_of(result, reward), reason=result.reason, error=result.error,
             answer=result.answer, reward=reward, turns=grant.calls,

@@ -111,7 +111,7 @@ class LLMProposer:
             rows.append(f"- #{h.id} {h.name} (iteration {h.iteration or 0}): {result}."
                         f" {h.hypothesis or ''}")  # fmt: skip
         front = ", ".join(f"#{p.harness_id} ({p.success:.3f}, {p.turns:.2f} turns)" for p in ctx.frontier)
-        tools = ", ".join(ctx.domain.tools) or "none"
+        tools = ", ".join([*ctx.domain.tools, *getattr(ctx.domain, "sandbox_tools", {})]) or "none"
         parts = [
             f"Domain: {ctx.domain.name}. Tools: {tools}. Forbidden modules: "
             f"{', '.join(sorted(ctx.domain.forbidden_modules))}.",

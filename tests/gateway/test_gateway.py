@@ -145,3 +145,31 @@ def test_tools_known_unknown_and_failing(with_gateway, store, model_server):
         ("divide", True), ("divide", False), ("search", False)
     ]
     assert recorded[0].response == {"result": 2.0}
+
+
+def test_sandbox_side_tool_calls_are_recorded_and_budgeted(with_gateway, store, model_server):
+    """A tool that runs inside the sandbox (math's python) is only reported: the gateway counts
+    it against the grant and records it as a tool step, refusing forged tokens and other names."""
+    result = {"stdout": "4\n", "stderr": "", "exit_code": 0, "timed_out": False}
+    report = {"args": ["print(2 + 2)"], "kwargs": {}, "result": result, "latency_ms": 31.5}
+
+    async def body(gateway, client, rollout_id):
+        token = gateway.grant(Grant(rollout_id, model_server.model, sandbox_tools=frozenset({"python"}),
+                                    max_sandbox_tool_calls=1))  # fmt: skip
+        ok = await client.post("/tools/python/record", headers=auth(token), json=report)
+        over = await client.post("/tools/python/record", headers=auth(token), json=report)
+        other = await client.post("/tools/shell/record", headers=auth(token), json=report)
+        forged = await client.post("/tools/python/record", headers=auth("forged"), json=report)
+        return ok, over, other, forged
+
+    ok, over, other, forged = with_gateway(body)
+    assert ok.status_code == 200
+    assert (over.status_code, over.json()["reason"]) == (429, "budget")
+    assert (other.status_code, other.json()["reason"]) == (404, "unknown_tool")
+    assert (forged.status_code, forged.json()["reason"]) == (401, "bad_token")
+    recorded = steps(store[0])
+    assert [(s.kind, s.tool, s.error is None) for s in recorded] == [
+        ("tool", "python", True), ("tool", "python", False), ("tool", "shell", False)
+    ]
+    assert recorded[0].request == {"args": ["print(2 + 2)"], "kwargs": {}}
+    assert recorded[0].response == {"result": result} and recorded[0].latency_ms == 31.5

@@ -82,7 +82,7 @@ def test_bad_command_line_input_is_named(store, tmp_path):
     harness = tmp_path / "h.py"
     harness.write_text("def run(task, llm, tools):\n    return 1\n")
     for args, message in [
-        (["--domain", "chess"], "unknown domain 'chess'"),
+        (["--domain", "checkers"], "unknown domain 'checkers'"),
         (["--split", "dev"], "unknown split 'dev'"),
         (["--sandbox", "vm"], "sandbox 'vm'"),
     ]:

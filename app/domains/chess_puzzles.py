@@ -1,0 +1,313 @@
+"""chess: puzzles from the Lichess puzzle database, played move by move against the line.
+
+A puzzle file is Lichess's CSV (PuzzleId,FEN,Moves,Rating,RatingDeviation,Popularity,NbPlays,
+Themes,GameUrl,OpeningTags), plain, .gz or .zst, with the header row of current dumps or
+without it (older dumps). `FEN` is the position *before* the opponent's move that sets the
+puzzle up: the first move of `Moves` is that trigger, applied before the model plays; the rest
+is the solution, the solver's moves alternating with the opponent's replies.
+
+The domain is named "chess"; the module is not, so that `import chess` here is python-chess.
+"""
+import csv
+import gzip
+import hashlib
+import heapq
+import io
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import chess
+
+from app import ROOT
+from app.domains import SPLITS, Task
+
+SAMPLE = ROOT / "data" / "chess" / "puzzles.csv"
+PUZZLES_ENV = "WHALE_CHESS_PUZZLES"
+COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "RatingDeviation", "Popularity", "NbPlays",
+           "Themes", "GameUrl", "OpeningTags")  # fmt: skip
+REQUIRED = ("PuzzleId", "FEN", "Moves")
+SPLIT_SIZES = {"train": 16384, "harness": 256, "test": 256}  # the paper's, on the full database
+MAX_SOLUTION_PLIES = 9  # the paper keeps puzzles with 1-9 ply solutions
+MAX_ILLEGAL_MOVES = 3  # illegal attempts a rollout may make before the puzzle counts as failed
+_MOVE_TAG = re.compile(r"<move>\s*([^<\s]+)\s*</move>", re.IGNORECASE)
+
+
+class PuzzleFileError(ValueError):
+    """A puzzle file that cannot be read; the message names the file, line and puzzle."""
+
+
+@dataclass(frozen=True)
+class Puzzle:
+    id: str
+    fen: str  # before the trigger
+    moves: tuple[str, ...]  # the trigger, then the solution
+    rating: int | None
+    themes: tuple[str, ...]
+    line: int  # where it is in the file, for error messages
+
+
+# ---------------------------------------------------------------- reading the file
+
+
+def _open_text(path: Path) -> io.TextIOBase:
+    if path.suffix == ".zst":  # how Lichess distributes the database
+        import zstandard
+
+        stream = zstandard.ZstdDecompressor().stream_reader(path.open("rb"), closefd=True)
+        return io.TextIOWrapper(stream, encoding="utf-8", newline="")
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
+
+
+def read_puzzles(path: Path) -> Iterator[Puzzle]:
+    """The file's puzzles with a 1-9 ply solution, checked for shape but not yet for chess
+    (that costs a board per puzzle; `checked` does it for the puzzles actually used)."""
+    with _open_text(path) as f:
+        reader = csv.reader(f)
+        columns: tuple[str, ...] | None = None
+        for row in reader:
+            if not row or not any(cell.strip() for cell in row):
+                continue
+            if columns is None:
+                if row[0].strip() == "PuzzleId":  # current dumps start with a header row
+                    columns = tuple(cell.strip() for cell in row)
+                    missing = [c for c in REQUIRED if c not in columns]
+                    if missing:
+                        raise PuzzleFileError(f"{path}: line 1: header lacks {', '.join(missing)}")
+                    continue
+                columns = COLUMNS  # older dumps have none: Lichess's column order
+            yield from _puzzle(path, reader.line_num, row, columns)
+
+
+def _puzzle(path: Path, line: int, row: list[str], columns: tuple[str, ...]) -> Iterator[Puzzle]:
+    puzzle_id = row[0].strip()
+    where = f"{path}: line {line} (puzzle {puzzle_id or '?'})"
+    # Dumps without a header come with or without the last column (OpeningTags).
+    expected = {len(columns)} if columns is not COLUMNS else {len(COLUMNS) - 1, len(COLUMNS)}
+    if len(row) not in expected:
+        want = " or ".join(str(n) for n in sorted(expected))
+        raise PuzzleFileError(f"{where}: {len(row)} columns, expected {want}")
+    cells = {name: value.strip() for name, value in zip(columns, row)}
+    for name in REQUIRED:
+        if not cells[name]:
+            raise PuzzleFileError(f"{where}: empty {name}")
+    moves = tuple(cells["Moves"].split())
+    plies = len(moves) - 1
+    if plies < 1 or plies % 2 == 0:
+        raise PuzzleFileError(f"{where}: Moves must be the trigger and a solution ending with "
+                              f"the solver's move, got {len(moves)} moves")  # fmt: skip
+    if plies > MAX_SOLUTION_PLIES:
+        return
+    rating = cells.get("Rating") or None
+    if rating is not None and not rating.lstrip("-").isdigit():
+        raise PuzzleFileError(f"{where}: Rating {rating!r} is not a whole number")
+    yield Puzzle(puzzle_id, cells["FEN"], moves, None if rating is None else int(rating),
+                 tuple(cells.get("Themes", "").split()), line)  # fmt: skip
+
+
+def checked(path: Path, puzzle: Puzzle) -> chess.Board:
+    """The board after the trigger; raises PuzzleFileError naming the puzzle when the FEN is
+    not a legal position or a move of the line is not legal."""
+    where = f"{path}: line {puzzle.line} (puzzle {puzzle.id})"
+    try:
+        board = chess.Board(puzzle.fen)
+    except ValueError as exc:
+        raise PuzzleFileError(f"{where}: bad FEN {puzzle.fen!r}: {exc}") from None
+    if not board.is_valid():
+        raise PuzzleFileError(f"{where}: FEN {puzzle.fen!r} is not a legal position "
+                              f"({board.status()!r})")  # fmt: skip
+    after_trigger = None
+    for i, uci in enumerate(puzzle.moves):
+        try:
+            board.push(board.parse_uci(uci))
+        except ValueError as exc:
+            raise PuzzleFileError(f"{where}: move {i + 1} of Moves, {uci!r}, is not legal in "
+                                  f"{board.fen()!r}: {exc}") from None  # fmt: skip
+        if after_trigger is None:
+            after_trigger = board.copy(stack=False)
+    return after_trigger
+
+
+# ---------------------------------------------------------------- splits
+
+
+def _key(puzzle_id: str) -> float:
+    return int.from_bytes(hashlib.blake2b(puzzle_id.encode(), digest_size=8).digest()) / 2**64
+
+
+def split_of(puzzle_id: str) -> str:
+    """A puzzle's split depends on its id alone, so a newer dump never moves it to another:
+    a quarter of the id space each for test and harness, half for train."""
+    return _split(_key(puzzle_id))
+
+
+def _split(key: float) -> str:
+    return "test" if key < 0.25 else "harness" if key < 0.5 else "train"
+
+
+def select(puzzles: Iterator[Puzzle], sizes: dict[str, int]) -> dict[str, list[Puzzle]]:
+    """Each split's `sizes[split]` puzzles with the smallest keys, in key order. One pass with
+    bounded memory: the full database (millions of rows) is never held."""
+    heaps: dict[str, list] = {s: [] for s in SPLITS}  # max-heaps (negated keys) of the smallest
+    for puzzle in puzzles:
+        key = _key(puzzle.id)
+        split = _split(key)
+        heap = heaps[split]
+        if len(heap) < sizes[split]:
+            heapq.heappush(heap, (-key, puzzle.id, -puzzle.line, puzzle))
+        elif -key > heap[0][0]:
+            heapq.heapreplace(heap, (-key, puzzle.id, -puzzle.line, puzzle))
+    return {s: [entry[-1] for entry in sorted(heap, reverse=True)] for s, heap in heaps.items()}
+
+
+def _task(path: Path, puzzle: Puzzle) -> Task:
+    board = checked(path, puzzle)
+    public = {
+        "puzzle_id": puzzle.id,
+        "fen": board.fen(),  # after the trigger: the solver is to move
+        "trigger": puzzle.moves[0],
+        "side_to_move": "white" if board.turn == chess.WHITE else "black",
+        "rating": puzzle.rating,
+        "themes": list(puzzle.themes),
+    }
+    return Task(puzzle.id, public, " ".join(puzzle.moves[1:]))
+
+
+# ---------------------------------------------------------------- one rollout
+
+
+@dataclass
+class PuzzleEpisode:
+    """One rollout's board: the solver plays the line's moves, the episode answers with the
+    opponent's replies. A legal move off the line ends the puzzle as failed, except a move that
+    checkmates, which solves it (Lichess's rule: a mate cannot be improved on). An illegal move
+    is reported with the legal ones and changes nothing, up to MAX_ILLEGAL_MOVES of them."""
+
+    board: chess.Board  # after the trigger
+    line: list[chess.Move]
+    trigger: str
+    played: int = 0  # plies of the line on the board
+    state: str = "continue"  # continue | solved | wrong
+    illegal: int = 0
+    tools: dict[str, Callable[..., Any]] = field(init=False)
+
+    def __post_init__(self):
+        self.tools = {"observation": self.observation, "move": self.move}
+
+    @classmethod
+    def of(cls, task: Task) -> "PuzzleEpisode":
+        board = chess.Board(task.public["fen"])
+        line = []
+        for uci in task.gold.split():  # parsed on a scratch board: castling notations agree
+            line.append(board.parse_uci(uci))
+            board.push(line[-1])
+        return cls(chess.Board(task.public["fen"]), line, task.public["trigger"])
+
+    def observation(self) -> dict[str, Any]:
+        """The position: FEN, an ASCII board (White in capitals, rank 8 on top), the side to
+        move, the last move played, the legal moves in UCI, and the puzzle's state."""
+        return {
+            "fen": self.board.fen(),
+            "board": str(self.board),
+            "side_to_move": "white" if self.board.turn == chess.WHITE else "black",
+            "last_move": self.board.peek().uci() if self.board.move_stack else self.trigger,
+            "legal_moves": sorted(m.uci() for m in self.board.legal_moves),
+            "state": self.state,
+        }
+
+    def move(self, uci: str) -> dict[str, Any]:
+        """Play one move in UCI (e.g. "e2e4", "e7e8q"). result: "continue" (with the
+        opponent's reply), "solved", "wrong" (the puzzle is over), "illegal" (try again) or
+        "over" (the puzzle had already ended)."""
+        if self.state != "continue":
+            return {"result": "over", "message": f"the puzzle is over ({self.state})"}
+        try:
+            played = self.board.parse_uci(str(uci).strip())
+        except ValueError:
+            return self._illegal(uci)
+        if not played:  # "0000", the null move: passing is not a chess move
+            return self._illegal(uci)
+        if played != self.line[self.played] and not self._mates(played):
+            self.board.push(played)
+            self.state = "wrong"
+            return {"result": "wrong",
+                    "message": f"{played.uci()} is not the solution; the puzzle is over"}
+        self.board.push(played)
+        self.played += 1
+        if self.played == len(self.line) or self.board.is_checkmate():
+            self.state = "solved"
+            return {"result": "solved", "message": "puzzle solved"}
+        reply = self.line[self.played]
+        self.board.push(reply)
+        self.played += 1
+        return {"result": "continue", "opponent_move": reply.uci(), **self.observation()}
+
+    def _mates(self, move: chess.Move) -> bool:
+        self.board.push(move)
+        try:
+            return self.board.is_checkmate()
+        finally:
+            self.board.pop()
+
+    def _illegal(self, uci: Any) -> dict[str, Any]:
+        self.illegal += 1
+        legal = sorted(m.uci() for m in self.board.legal_moves)
+        if self.illegal >= MAX_ILLEGAL_MOVES:
+            self.state = "wrong"
+            return {"result": "wrong", "message": f"{uci!r} is not a legal move either: "
+                    f"{MAX_ILLEGAL_MOVES} illegal moves end the puzzle"}  # fmt: skip
+        message = f"{uci!r} is not a legal move here; legal moves: {' '.join(legal)}"
+        return {"result": "illegal", "legal_moves": legal, "message": message}
+
+    def score(self, answer: str | None) -> float:
+        """1.0 only when the whole line was played on this board; the answer text is not
+        needed (the moves were made through the tool)."""
+        return float(self.state == "solved")
+
+
+# ---------------------------------------------------------------- the domain
+
+
+class ChessPuzzles:
+    name = "chess"
+    # The tools keep a board per rollout (episode); these are their names and signatures.
+    tools: dict[str, Callable[..., Any]] = {"observation": PuzzleEpisode.observation,
+                                            "move": PuzzleEpisode.move}  # fmt: skip
+    forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})  # no engines
+    seed_harness = ROOT / "harness_archive" / "seeds" / "chess" / "seed.py"
+
+    def __init__(self, path: str | Path | None = None, sizes: dict[str, int] | None = None):
+        self.path = Path(path or os.environ.get(PUZZLES_ENV) or SAMPLE)
+        if not self.path.is_file():
+            raise PuzzleFileError(f"{self.path}: no such puzzle file (set {PUZZLES_ENV} to the "
+                                  f"Lichess CSV, e.g. lichess_db_puzzle.csv.zst)")  # fmt: skip
+        chosen = select(read_puzzles(self.path), sizes or SPLIT_SIZES)
+        for puzzles in chosen.values():  # an id always lands in one split: repeats meet there
+            first: dict[str, int] = {}
+            for p in puzzles:
+                if p.id in first:
+                    raise PuzzleFileError(f"{self.path}: line {p.line} (puzzle {p.id}): the same "
+                                          f"PuzzleId as line {first[p.id]}")  # fmt: skip
+                first[p.id] = p.line
+        self._splits = {s: [_task(self.path, p) for p in chosen[s]] for s in SPLITS}
+
+    def tasks(self, split: str) -> list[Task]:
+        if split not in self._splits:
+            raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+        return self._splits[split]
+
+    def episode(self, task: Task) -> PuzzleEpisode:
+        return PuzzleEpisode.of(task)
+
+    def score(self, answer: str | None, task: Task) -> float:
+        """The moves of the answer's <move>uci</move> tags, replayed in order on a fresh board
+        by the episode's rules."""
+        episode = self.episode(task)
+        for uci in _MOVE_TAG.findall(answer or ""):
+            if episode.move(uci)["result"] in ("solved", "wrong", "over"):
+                break
+        return episode.score(answer)

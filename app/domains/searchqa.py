@@ -1,0 +1,287 @@
+"""searchqa: open-domain question answering with a `search(query_list, topk)` tool.
+
+Questions come in the formats Search-R1 and FlashRAG publish: JSONL or parquet rows with
+`question`, `golden_answers` (a list), `data_source` and usually `id`; or, where the `datasets`
+package is installed and the hub reachable, a hub id (`hf:nq:test`, `hf:<repo>:<config>:<split>`).
+Passages come from a wiki-18 style JSONL corpus (see app/domains/retrieval.py). Without
+configuration the shipped sample in data/searchqa/ is used (built from Debian's dictd
+dictionaries by scripts/make_searchqa_sample.py).
+
+Environment:
+- WHALE_SEARCHQA_TRAIN: question files (comma-separated) for the train and harness splits
+- WHALE_SEARCHQA_TEST: question files for the test split
+- WHALE_SEARCHQA_CORPUS: the passage corpus
+- WHALE_SEARCHQA_HARNESS_SIZE: questions of the train files held out as the harness split (256)
+- WHALE_SEARCHQA_RETRIEVER: bm25 (default) or dense, with WHALE_SEARCHQA_DENSE_INDEX (a FAISS
+  index whose row i is corpus line i) and WHALE_SEARCHQA_DENSE_MODEL (default intfloat/e5-base-v2)
+- WHALE_SEARCHQA_JUDGE_URL, WHALE_SEARCHQA_JUDGE_MODEL, WHALE_SEARCHQA_JUDGE_KEY_ENV: an LLM judge
+  over an OpenAI-compatible endpoint, asked when exact match fails (off unless the URL is set)
+
+Score: 1 when the answer (the text of its last <answer>...</answer>, else all of it) equals a
+golden answer after SQuAD normalisation; `f1` is the secondary token-F1 metric.
+"""
+import hashlib
+import json
+import os
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import httpx
+
+from app import ROOT
+from app.config import Settings
+from app.domains import SPLITS, Task
+from app.domains.retrieval import BM25Index, DenseIndex, open_text
+
+SAMPLE = ROOT / "data" / "searchqa"
+HARNESS_SIZE = 256  # the paper's harness-search split
+# FlashRAG's collection holds the seven test sets the paper reports, under these configs.
+FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
+HF_SHORT = {name: (FLASHRAG, name) for name in
+            ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")}
+
+
+class QuestionsError(ValueError):
+    pass
+
+
+# ---- loading questions ----------------------------------------------------------------------
+
+def question_row(row: object, where: str, source: str) -> tuple[str, dict, list[str]]:
+    """(id, public fields, golden answers) of one question row; `where` names it in errors."""
+    if not isinstance(row, dict):
+        raise QuestionsError(f"{where}: a question row must be an object, got {type(row).__name__}")
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise QuestionsError(f"{where}: 'question' must be a non-empty string")
+    golds = row.get("golden_answers")
+    if golds is None:  # Search-R1's processed parquet keeps them under reward_model
+        golds = ((row.get("reward_model") or {}).get("ground_truth") or {}).get("target")
+    if isinstance(golds, str):
+        golds = [golds]
+    golds = list(golds) if golds is not None and not isinstance(golds, dict) else None
+    if not golds or not all(isinstance(g, str) and g.strip() for g in golds):
+        raise QuestionsError(f"{where}: 'golden_answers' must be a non-empty list of strings")
+    data_source = str(row.get("data_source") or source)
+    qid = str(row.get("id") if row.get("id") is not None else "")
+    if qid and not qid.startswith(data_source):  # FlashRAG ids ("test_0") repeat across sets
+        qid = f"{data_source}-{qid}"
+    return qid, {"question": question.strip(), "data_source": data_source}, golds
+
+
+def _rows(spec: str) -> Iterable[tuple[str, object]]:
+    """(where, row) for each row of a question source: a .jsonl(.gz), .json, .parquet or hf: id."""
+    if spec.startswith("hf:"):
+        yield from _hub_rows(spec)
+        return
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise QuestionsError(f"no question file {path}")
+    name = path.name.removesuffix(".gz")
+    if name.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise QuestionsError(f"{path}: reading parquet needs pyarrow (pip install pyarrow), "
+                                 "or convert the file to JSONL") from None  # fmt: skip
+        for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
+            yield f"{path} row {i}", row
+    elif name.endswith(".json"):
+        with open_text(path) as f:
+            try:
+                rows = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise QuestionsError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(rows, list):
+            raise QuestionsError(f"{path}: a .json question file must hold a list of rows")
+        for i, row in enumerate(rows, 1):
+            yield f"{path} row {i}", row
+    elif name.endswith(".jsonl"):
+        with open_text(path) as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise QuestionsError(f"{path} line {line_no}: not JSON ({exc.msg})") from None
+                yield f"{path} line {line_no}", row
+    else:
+        raise QuestionsError(f"{path}: unknown question format (use .jsonl, .json or .parquet)")
+
+
+def _hub_rows(spec: str) -> Iterable[tuple[str, object]]:
+    """hf:<short name>:<split> (nq, triviaqa, ... from FlashRAG) or hf:<repo>[:<config>]:<split>."""
+    parts = spec.removeprefix("hf:").split(":")
+    if len(parts) == 2 and parts[0] in HF_SHORT:
+        (repo, config), split = HF_SHORT[parts[0]], parts[1]
+    elif len(parts) in (2, 3):
+        repo, config, split = parts[0], (parts[1] if len(parts) == 3 else None), parts[-1]
+    else:
+        raise QuestionsError(f"{spec}: write hf:<name>:<split> or hf:<repo>[:<config>]:<split>")
+    try:
+        import datasets
+    except ImportError:
+        raise QuestionsError(f"{spec}: loading from the hub needs the datasets package "
+                             "(pip install datasets); or download the files and give their "
+                             "paths") from None  # fmt: skip
+    for i, row in enumerate(datasets.load_dataset(repo, config, split=split), 1):
+        yield f"{spec} row {i}", row
+
+
+def load_questions(specs: str) -> list[tuple[str, dict, list[str]]]:
+    """Every question of a comma-separated list of sources, ids made unique per source."""
+    out, seen = [], set()
+    for spec in (s.strip() for s in specs.split(",") if s.strip()):
+        source = Path(spec).name.split(".")[0] if not spec.startswith("hf:") else spec
+        for i, (where, row) in enumerate(_rows(spec), 1):
+            qid, public, golds = question_row(row, where, source)
+            qid = qid or f"{public['data_source']}-{i}"
+            while qid in seen:  # two files, one id scheme: keep both questions
+                qid += "+"
+            seen.add(qid)
+            out.append((qid, public, golds))
+    return out
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def make_splits(train: list, test: list, harness_size: int) -> dict[str, list[Task]]:
+    """test from the test files; harness = the train questions first in a fixed hash order (at
+    most a quarter of them); train = the rest. A question asked in test is dropped from the
+    other two, so the splits stay disjoint even when the files overlap."""
+    tested = {public["question"].lower() for _, public, _ in test}
+    pool = [q for q in train if q[1]["question"].lower() not in tested]
+    n_harness = min(harness_size, len(pool) // 4)
+    held = {q[0] for q in sorted(pool, key=lambda q: _hash(q[1]["question"]))[:n_harness]}
+
+    def tasks(rows):
+        return [Task(qid, public, json.dumps(golds)) for qid, public, golds in rows]
+
+    return {"train": tasks(q for q in pool if q[0] not in held),
+            "harness": tasks(q for q in pool if q[0] in held), "test": tasks(test)}  # fmt: skip
+
+
+# ---- verifying answers ----------------------------------------------------------------------
+
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def extract_answer(text: str | None) -> str:
+    """The text of the last <answer>...</answer>, or the whole text when there is none."""
+    if not text:
+        return ""
+    found = _ANSWER.findall(text)
+    return found[-1] if found else text
+
+
+def normalize(text: str) -> str:
+    """SQuAD normalisation: lowercase, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(answer: str | None, golds: list[str]) -> float:
+    predicted = normalize(extract_answer(answer))
+    return float(bool(predicted) and any(predicted == normalize(g) for g in golds))
+
+
+def f1(answer: str | None, golds: list[str]) -> float:
+    """Token F1 of the extracted answer, the best over the golden answers."""
+    predicted = normalize(extract_answer(answer)).split()
+    best = 0.0
+    for gold in golds:
+        truth = normalize(gold).split()
+        common = sum((Counter(predicted) & Counter(truth)).values())
+        if common:
+            precision, recall = common / len(predicted), common / len(truth)
+            best = max(best, 2 * precision * recall / (precision + recall))
+    return best
+
+
+class LLMJudge:
+    """Asks a chat model over an OpenAI-compatible endpoint whether an answer means a golden one
+    (the paper's optional judge). Used only where exact match fails; any failure scores 0."""
+
+    PROMPT = ("Question: {question}\nGold answers: {golds}\nPredicted answer: {answer}\n"
+              "Does the predicted answer mean the same as one of the gold answers? "
+              "Reply with only yes or no.")  # fmt: skip
+
+    def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 30.0):
+        self.url = url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.timeout = timeout
+
+    def __call__(self, question: str, answer: str, golds: list[str]) -> float:
+        prompt = self.PROMPT.format(question=question, golds="; ".join(golds), answer=answer)
+        try:
+            reply = httpx.post(self.url, headers=self.headers, timeout=self.timeout, json={
+                "model": self.model, "temperature": 0.0, "max_tokens": 4,
+                "messages": [{"role": "user", "content": prompt}]})  # fmt: skip
+            reply.raise_for_status()
+            verdict = reply.json()["choices"][0]["message"]["content"] or ""
+        except (httpx.HTTPError, KeyError, IndexError, ValueError):
+            return 0.0
+        return float(verdict.strip().lower().startswith("yes"))
+
+
+def judge_from_env() -> LLMJudge | None:
+    url = os.environ.get("WHALE_SEARCHQA_JUDGE_URL")
+    if not url:
+        return None
+    model = os.environ.get("WHALE_SEARCHQA_JUDGE_MODEL")
+    if not model:
+        raise ValueError("WHALE_SEARCHQA_JUDGE_URL needs WHALE_SEARCHQA_JUDGE_MODEL")
+    return LLMJudge(url, model, os.environ.get(os.environ.get("WHALE_SEARCHQA_JUDGE_KEY_ENV",
+                                                              "OPENAI_API_KEY")))  # fmt: skip
+
+
+# ---- the domain -----------------------------------------------------------------------------
+
+class SearchQA:
+    name = "searchqa"
+    # Retrieval runs server-side through the search tool; a harness needs no processes of its own.
+    forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
+    seed_harness = ROOT / "harness_archive" / "seeds" / "searchqa" / "seed.py"
+
+    def __init__(self):
+        env = os.environ.get
+        train = load_questions(env("WHALE_SEARCHQA_TRAIN") or str(SAMPLE / "train.jsonl"))
+        test = load_questions(env("WHALE_SEARCHQA_TEST") or str(SAMPLE / "test.jsonl"))
+        self._splits = make_splits(train, test, int(env("WHALE_SEARCHQA_HARNESS_SIZE") or HARNESS_SIZE))
+        corpus = Path(env("WHALE_SEARCHQA_CORPUS") or SAMPLE / "corpus.jsonl.gz").expanduser()
+        if not corpus.is_file():
+            raise FileNotFoundError(f"no searchqa corpus at {corpus}")
+        self.index = BM25Index.open(corpus, Settings().home / "indexes")  # built once, with progress
+        retriever = env("WHALE_SEARCHQA_RETRIEVER") or "bm25"
+        if retriever == "dense":
+            faiss_index = env("WHALE_SEARCHQA_DENSE_INDEX")
+            if not faiss_index:
+                raise ValueError("WHALE_SEARCHQA_RETRIEVER=dense needs WHALE_SEARCHQA_DENSE_INDEX")
+            self.retriever = DenseIndex(self.index, Path(faiss_index).expanduser(),
+                                        env("WHALE_SEARCHQA_DENSE_MODEL") or "intfloat/e5-base-v2")
+        elif retriever == "bm25":
+            self.retriever = self.index
+        else:
+            raise ValueError(f"WHALE_SEARCHQA_RETRIEVER={retriever!r}: use bm25 or dense")
+        self.tools = {"search": self.retriever.search}
+        self.judge = judge_from_env()
+
+    def tasks(self, split: str) -> list[Task]:
+        if split not in self._splits:
+            raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+        return self._splits[split]
+
+    def score(self, answer: str | None, task: Task) -> float:
+        golds = json.loads(task.gold)
+        matched = exact_match(answer, golds)
+        if matched or self.judge is None or not normalize(extract_answer(answer)):
+            return matched
+        return self.judge(task.public.get("question", ""), extract_answer(answer).strip(), golds)
