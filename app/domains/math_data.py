@@ -49,7 +49,7 @@ def read_parquet(path: Path) -> Iterator[tuple[int, Any]]:
         import pyarrow.parquet as pq
     except ImportError:
         raise MalformedRow(f"{path}: reading parquet needs pyarrow "
-                           "(pip install 'whale-workbench[math]'), or convert it to JSONL") from None  # fmt: skip
+                           "(pip install 'whale-workbench[parquet]'), or convert it to JSONL") from None  # fmt: skip
     for number, row in enumerate(pq.read_table(path).to_pylist(), 1):
         yield number, row
 

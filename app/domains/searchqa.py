@@ -85,7 +85,7 @@ def _rows(spec: str) -> Iterable[tuple[str, object]]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise QuestionsError(f"{path}: reading parquet needs pyarrow (pip install pyarrow), "
+            raise QuestionsError(f"{path}: reading parquet needs pyarrow (pip install 'whale-workbench[parquet]'), "
                                  "or convert the file to JSONL") from None  # fmt: skip
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"{path} row {i}", row
