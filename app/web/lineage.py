@@ -21,7 +21,7 @@ COLUMN_PITCH = NODE_W + 44  # room between columns for the edges to bend
 ROW_PITCH = NODE_H + 14
 HEADER = 56  # phase title, iteration labels and a lane for edges above the first row
 PAD = 14
-LABEL_CHARS = 20  # what fits on a node's first line at its font size
+LABEL_CHARS = 17  # what fits on a node's first line in bold at its font size
 BAND_CHAR_W = 7.2  # about the width of a character of a band title, to know when to shorten it
 
 # Harness-split success 0 -> 1: light yellow to deep blue (ColorBrewer YlGnBu), ordered in
