@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import uvloop  # the event loop of every command: the gateway and evaluator run on it
 import uvicorn
 
 from app.config import Settings
@@ -117,7 +118,7 @@ def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1; a
             await workbench.stop()
             lock.release()
 
-    asyncio.run(main())
+    uvloop.run(main())
 
 
 @cli.command()
@@ -154,7 +155,7 @@ def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] 
                 await web
             await workbench.stop()
 
-    asyncio.run(main())
+    uvloop.run(main())
 
 
 @cli.command("eval")
@@ -196,7 +197,7 @@ def eval_(
             print(_summary(evaluation, statuses, reasons))
             print(f"run {run.id} stored in {Settings().db_path}")
 
-    asyncio.run(main())
+    uvloop.run(main())
 
 
 @cli.command()
@@ -259,7 +260,7 @@ def train(
                   f"after {steps} RFT steps ({summary['rollouts_used']} training rollouts); "
                   f"run {run.id}, checkpoint {result.checkpoint.id}")  # fmt: skip
 
-    asyncio.run(main())
+    uvloop.run(main())
 
 
 @cli.command()
@@ -319,7 +320,7 @@ def search(
                   f"after {len(summary['iterations']) - 1} iterations "
                   f"({summary['rollouts']} rollouts, ended: {phase.ended_reason}); run {phase.run_id}")
 
-    asyncio.run(main())
+    uvloop.run(main())
 
 
 def _search_summary(s, phase) -> dict:

@@ -38,6 +38,11 @@ class Settings(BaseSettings):
     rollout_memory_mb: int = 1024
     rollout_max_calls: int = 32  # model calls one rollout may make
     rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
+    # Training through `accelerate launch` (several GPUs or machines); unset: one plain process.
+    train_accelerate_config: Path | None = Field(
+        default=None, description="accelerate config YAML, e.g. configs/accelerate/fsdp.yaml")
+    train_accelerate_args: str | None = Field(
+        default=None, description="more `accelerate launch` arguments (shell words)")
 
     @property
     def db_path(self) -> Path:

@@ -111,6 +111,14 @@ class Workbench:
         return launcher
 
     @property
+    def base_model(self) -> str:
+        """What training starts from: the base weights folder, or for vLLM servers attached by a
+        hub id (docker compose) that id, which transformers fetches or finds in its cache."""
+        if self.base_model_path:
+            return str(self.base_model_path)
+        return (self.vllm.base if self.vllm else None) or self.endpoint.model
+
+    @property
     def runtime(self) -> Path | None:
         """The folder sandboxes bind (gateway socket, harness copies); None before start()."""
         return self._runtime

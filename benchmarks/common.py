@@ -10,6 +10,9 @@ from pathlib import Path
 
 import httpx
 
+from app.db import Writer
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -54,3 +57,26 @@ def start_zero_llm(port: int) -> subprocess.Popen:
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError("the zero-latency endpoint did not start")
+
+
+def make_rollouts(writer: Writer, n: int) -> list[Rollout]:
+    """n pending rollouts of one new evaluation: rows for recorded steps to point to."""
+
+    def create(s):
+        run = Run(name="bench", kind="eval", domain="arith")
+        s.add(run)
+        s.flush()
+        harness, ckpt = Harness(run_id=run.id, name="h", code="", sha="h"), Checkpoint(name="zero")
+        s.add_all([harness, ckpt])
+        s.flush()
+        ev = Evaluation(run_id=run.id, harness_id=harness.id, checkpoint_id=ckpt.id, split="test",
+                        k=1, n_tasks=n)  # fmt: skip
+        s.add(ev)
+        s.flush()
+        rows = [Rollout(run_id=run.id, evaluation_id=ev.id, harness_id=harness.id,
+                        checkpoint_id=ckpt.id, task_id=str(i), sample=0) for i in range(n)]  # fmt: skip
+        s.add_all(rows)
+        s.flush()
+        return rows
+
+    return writer.submit(create).result()

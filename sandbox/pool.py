@@ -3,7 +3,7 @@
 A backend's launcher starts one runner server (sandbox/runner.py in `serve` mode) inside its
 isolation - a bubblewrap process or a Docker container - with the harness file and the gateway
 socket bound in and a private control directory for the server's socket. Each rollout then costs
-one connection and two forks inside the sandbox, never an interpreter or container start.
+one connection and one fork inside the sandbox, never an interpreter or container start.
 """
 import asyncio
 import json
@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from sandbox.runner import LIMITS_BYTES
 
 log = logging.getLogger(__name__)
 CONTROL_SOCKET = "runner.sock"
@@ -99,15 +101,18 @@ class SandboxPool:
     async def _call(self, server: _Server, task: dict, token: str, forbidden: frozenset[str],
                     start: float, wall_s: float,
                     sandbox_tools: dict[str, dict]) -> SandboxResult:  # fmt: skip
-        request = {"task": task, "token": token, "wall_s": wall_s,
-                   "memory_mb": self.limits.memory_mb, "output_bytes": self.limits.output_bytes,
+        # Two lines: the limits, read by the runner server, then what only the rollout's own
+        # worker reads (its token never enters the server, see sandbox/runner.py).
+        limits = {"wall_s": wall_s, "output_bytes": self.limits.output_bytes}
+        request = {"task": task, "token": token, "memory_mb": self.limits.memory_mb,
                    "forbidden_modules": sorted(forbidden), "sandbox_tools": sandbox_tools}  # fmt: skip
         writer = None
         try:
             reader, writer = await asyncio.open_unix_connection(
                 str(server.control_dir / CONTROL_SOCKET), limit=1 << 20
             )
-            writer.write(json.dumps(request).encode() + b"\n")
+            header = json.dumps(limits).ljust(LIMITS_BYTES - 1).encode() + b"\n"
+            writer.write(header + json.dumps(request).encode() + b"\n")
             await writer.drain()
             # The runner enforces the wall-clock limit itself; this is the backstop for a runner
             # that is itself wedged or killed.
@@ -129,6 +134,23 @@ class SandboxPool:
         return SandboxResult(result.get("answer"), result.get("reason"), result.get("error"),
                              result.get("stdout_tail", ""), result.get("stderr_tail", ""),
                              result.get("wall_s", time.monotonic() - start))  # fmt: skip
+
+    async def prestart(self, harness: Path, rollouts: int) -> None:
+        """Start, all at once, the servers `rollouts` concurrent rollouts of `harness` will need
+        (one at a time on demand, a docker pool of 16 takes seconds longer to fill). A server
+        that fails to start is left out; its rollouts then report why."""
+        if not self.warm:
+            return
+        pool = self._pools.setdefault(harness, _HarnessServers())
+        async with pool.lock:
+            pool.servers = [s for s in pool.servers if not s.dead]
+            missing = -(-rollouts // self.limits.rollouts_per_server) - len(pool.servers)
+            started = await asyncio.gather(*(self._start(harness) for _ in range(missing)),
+                                           return_exceptions=True)  # fmt: skip
+            for server in started:
+                if isinstance(server, _Server):
+                    server.in_flight = 0
+                    pool.servers.append(server)
 
     async def _acquire(self, harness: Path) -> _Server:
         pool = self._pools.setdefault(harness, _HarnessServers())

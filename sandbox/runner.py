@@ -1,11 +1,14 @@
 """The runner: the workbench code that runs *inside* a sandbox. Standard library only.
 
 `python -I -S runner.py serve CONTROL_SOCKET HARNESS_PATH` starts a small server that waits on
-CONTROL_SOCKET. Each connection is one rollout: the host sends one JSON line
-{"task", "token", "wall_s", "memory_mb", "output_bytes"}; the server forks a supervisor, which
-forks a worker that runs `run(task, llm, tools)` from the harness. The supervisor enforces the
-rollout's wall-clock, memory and output limits and answers one JSON line with the result. Forking
-from a warm server is what makes a rollout cost milliseconds instead of an interpreter start.
+CONTROL_SOCKET. Each connection is one rollout and carries two JSON lines from the host: the
+limits {"wall_s", "output_bytes"} (padded to LIMITS_BYTES), which the server reads, then
+{"task", "token", "memory_mb", ...}, which only the worker reads - so no rollout's token is ever in the server, where every
+worker forked after it would find a copy. The server forks a worker that runs
+`run(task, llm, tools)` from the harness (compiled once, by the server), watches the worker's
+wall-clock and output limits from its event loop (the memory limit is the worker's own rlimit)
+and answers one JSON line with the result. One fork from a warm server per rollout is what makes
+a rollout cost about a millisecond of sandbox CPU instead of an interpreter start.
 
 The harness's `llm.chat` and `tools.<name>` reach the gateway through the Unix socket named by
 WHALE_GATEWAY, with the rollout's token; nothing else is reachable. The exception: a domain's
@@ -13,21 +16,23 @@ sandbox-side tools (the request's "sandbox_tools", e.g. math's `python`) run her
 sandbox, in a child process of their own under their own limits; each call is then reported to
 the gateway so that it is counted and shows in the trace.
 """
+import gc
 import http.client
 import io
 import json
 import os
 import resource
 import select
+import selectors
 import signal
 import socket
-import socketserver
 import sys
 import tempfile
 import time
 import traceback
 
 TAIL_CHARS = 4000
+LIMITS_BYTES = 128  # the first line of a rollout's request, padded to this length
 MAX_ANSWER_CHARS = 65536
 _token = None  # this worker's rollout token, set after the fork
 _sandbox_tools = {}  # name -> limits of the tools that run in here, set after the fork
@@ -221,19 +226,26 @@ def _describe(exc, harness_path):
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def run_task(harness_path, task):
-    """Run the harness on one task in this process; returns the result dict."""
+def load_harness(harness_path):
+    """(code object, None), or (None, the syntax error): what run_task needs of the file."""
+    source = open(harness_path).read()
+    try:
+        return compile(source, harness_path, "exec"), None
+    except SyntaxError as exc:
+        return None, f"SyntaxError: {exc.msg} (harness line {exc.lineno})"
+
+
+def run_task(harness_path, task, harness=None):
+    """Run the harness on one task in this process; returns the result dict. `harness` is
+    load_harness's result when the server compiled the file already."""
     out, err = _Tail(), _Tail()
     result = {"answer": None, "error": None, "reason": None}
     sys.stdout, sys.stderr = out, err
     try:
-        source = open(harness_path).read()
-        try:
-            code = compile(source, harness_path, "exec")
-        except SyntaxError as exc:
+        code, syntax_error = harness or load_harness(harness_path)
+        if syntax_error:
             result["reason"] = "syntax_error"
-            result["error"] = f"SyntaxError: {exc.msg} (harness line {exc.lineno})"
-            code = None
+            result["error"] = syntax_error
         if code is not None:
             namespace = {"__name__": "harness", "__file__": harness_path}
             exec(code, namespace)
@@ -295,11 +307,24 @@ def _make_undumpable():
         pass
 
 
-def _worker(harness_path, request, out_w, err_w, res_w):
+def _read_line(conn):
+    """The host's second JSON line (blocking); the host sends nothing after it."""
+    line = bytearray()
+    while not line.endswith(b"\n"):
+        data = conn.recv(1 << 16)
+        if not data:
+            raise ConnectionError("the host closed the connection")
+        line += data
+    return json.loads(line)
+
+
+def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
     """The forked child that runs the harness. Never returns."""
     global _token, _sandbox_tools
     try:
-        os.setsid()  # its own process group: the supervisor kills everything it starts
+        conn.setblocking(True)
+        request = {**_read_line(conn), **limits}  # the task and token: for this process only
+        os.setsid()  # its own process group: the server kills everything it starts
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         # Close every other descriptor: the harness must not reach the control connection.
@@ -313,7 +338,7 @@ def _worker(harness_path, request, out_w, err_w, res_w):
         _token = request["token"]
         _sandbox_tools = request.get("sandbox_tools") or {}
         _forbid(request.get("forbidden_modules"))
-        result = run_task(harness_path, request["task"])
+        result = run_task(harness_path, request["task"], harness)
         data = json.dumps(result).encode()
         while data:
             data = data[os.write(res_w, data):]
@@ -321,94 +346,199 @@ def _worker(harness_path, request, out_w, err_w, res_w):
         os._exit(0)
 
 
-def supervise(harness_path, request):
-    """Run one rollout in a forked worker under the request's limits; returns the result dict."""
+def _spawn(harness_path, harness, limits, conn):
+    """Fork the worker of one rollout; returns its pid and the read ends of its three pipes."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
-    start = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        for fd in (out_r, err_r, res_r):
-            os.close(fd)
-        _worker(harness_path, request, out_w, err_w, res_w)
+        _worker(harness_path, harness, limits, conn, out_w, err_w, res_w)
     for fd in (out_w, err_w, res_w):
         os.close(fd)
-    deadline = start + float(request.get("wall_s") or 60)
-    budget = int(request.get("output_bytes") or (1 << 20))
-    chunks = {out_r: b"", err_r: b"", res_r: b""}
-    open_fds, status, why = {out_r, err_r, res_r}, None, None
-    while open_fds and why is None:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            why = "timeout"
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.5))
-        for fd in ready:
-            data = os.read(fd, 65536)
-            if not data:
-                open_fds.discard(fd)
+    return pid, out_r, err_r, res_r
+
+
+class _Rollout:
+    """One rollout in flight: the host's connection, its worker, the worker's pipes and limits."""
+
+    def __init__(self, conn, limits, pid, out_r, err_r, res_r):
+        self.conn, self.pid = conn, pid
+        self.out_r, self.err_r, self.res_r = out_r, err_r, res_r
+        self.chunks = {out_r: b"", err_r: b"", res_r: b""}
+        self.open = {out_r, err_r, res_r}
+        self.start = time.monotonic()
+        self.wall_s = limits["wall_s"]
+        self.deadline = self.start + self.wall_s
+        self.output_bytes = limits["output_bytes"]
+        self.budget = self.output_bytes
+        self.status = None  # the worker's wait status once it has exited
+        self.why = None  # "timeout" or "output_limit": the rollout is stopped
+        self.pidfd = None
+
+    def read(self, fd):
+        data = os.read(fd, 65536)
+        if not data:
+            self.open.discard(fd)
+            return
+        self.chunks[fd] += data
+        if fd != self.res_r:
+            self.budget -= len(data)
+            self.chunks[fd] = self.chunks[fd][-TAIL_CHARS:]
+            if self.budget < 0:
+                self.why = "output_limit"
+
+    def reap(self):
+        if self.status is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            self.status = status if done else None
+        return self.status is not None
+
+    @property
+    def finished(self):
+        """Stopped, or the worker is gone and said what it had to (stray children do not count)."""
+        return self.why is not None or (self.status is not None and self.res_r not in self.open)
+
+    def result(self):
+        direct_out = self.chunks[self.out_r].decode(errors="replace")
+        direct_err = self.chunks[self.err_r].decode(errors="replace")
+        base = {"answer": None, "stdout_tail": direct_out, "stderr_tail": direct_err,
+                "wall_s": time.monotonic() - self.start}  # fmt: skip
+        if self.why == "timeout":
+            return {**base, "reason": "timeout", "error": f"wall-clock limit of {self.wall_s:g}s exceeded"}
+        if self.why == "output_limit":
+            return {**base, "reason": "output_limit",
+                    "error": f"output limit of {self.output_bytes} bytes exceeded"}
+        try:
+            result = json.loads(self.chunks[self.res_r])
+        except ValueError:
+            if os.WIFSIGNALED(self.status):
+                sig = os.WTERMSIG(self.status)
+                hint = " (out of memory?)" if sig == signal.SIGKILL else ""
+                error = f"sandbox ended without a result: killed by signal {sig}{hint}"
+            else:
+                error = f"sandbox ended without a result: exit code {os.WEXITSTATUS(self.status)}"
+            return {**base, "reason": "crash", "error": error}
+        result["stdout_tail"] = (direct_out + result["stdout_tail"])[-TAIL_CHARS:]
+        result["stderr_tail"] = (direct_err + result["stderr_tail"])[-TAIL_CHARS:]
+        result["wall_s"] = base["wall_s"]
+        return result
+
+
+def _pidfd(pid):
+    """A descriptor that becomes readable when `pid` exits, or None where the kernel (or gVisor)
+    has no pidfd_open: the server then polls such workers every 10 ms."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+class _Server:
+    """One process, one event loop: it accepts rollouts, forks one worker each and enforces the
+    worker's wall-clock and output limits from here (one fork per rollout, no supervisor)."""
+
+    def __init__(self, listener, harness_path, harness):
+        self.listener, self.harness_path, self.harness = listener, harness_path, harness
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, ("accept", None))
+        self.rollouts = set()
+
+    def serve_forever(self):
+        while True:
+            for key, _ in self.selector.select(self._timeout()):
+                kind, obj = key.data
+                if kind == "accept":
+                    self._accept()
+                elif kind == "request":
+                    self._read_limits(key.fileobj, obj)
+                elif kind == "pipe":
+                    obj.read(key.fd)
+                    if key.fd not in obj.open:
+                        self.selector.unregister(key.fd)
+                elif kind == "exit":
+                    obj.reap()
+            now = time.monotonic()
+            for rollout in list(self.rollouts):
+                if rollout.why is None and now >= rollout.deadline:
+                    rollout.why = "timeout"
+                if rollout.pidfd is None:
+                    rollout.reap()
+                if rollout.finished:
+                    self._finish(rollout)
+
+    def _timeout(self):
+        if not self.rollouts:
+            return None
+        left = min(r.deadline for r in self.rollouts) - time.monotonic()
+        polled = any(r.pidfd is None for r in self.rollouts)
+        return max(0.0, min(left, 0.01) if polled else left)
+
+    def _accept(self):
+        try:
+            conn, _ = self.listener.accept()
+        except OSError:
+            return
+        conn.setblocking(False)
+        self.selector.register(conn, selectors.EVENT_READ, ("request", bytearray()))
+
+    def _read_limits(self, conn, buffer):
+        """Read the limits and not a byte more (the rest is the worker's): their line is padded
+        to LIMITS_BYTES, so nothing past it is ever copied into this process, not even freed."""
+        try:
+            data = conn.recv(LIMITS_BYTES - len(buffer))
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        buffer += data
+        if data and len(buffer) < LIMITS_BYTES:
+            return
+        self.selector.unregister(conn)
+        try:
+            limits = json.loads(bytes(buffer))
+            limits = {"wall_s": float(limits.get("wall_s") or 60),
+                      "output_bytes": int(limits.get("output_bytes") or (1 << 20))}  # fmt: skip
+        except (ValueError, TypeError, AttributeError):
+            conn.close()  # not the host's pool: nothing to run
+            return
+        pid, out_r, err_r, res_r = _spawn(self.harness_path, self.harness, limits, conn)
+        conn.setblocking(True)
+        rollout = _Rollout(conn, limits, pid, out_r, err_r, res_r)
+        for fd in (out_r, err_r, res_r):
+            self.selector.register(fd, selectors.EVENT_READ, ("pipe", rollout))
+        rollout.pidfd = _pidfd(pid)
+        if rollout.pidfd is not None:
+            self.selector.register(rollout.pidfd, selectors.EVENT_READ, ("exit", rollout))
+        self.rollouts.add(rollout)
+
+    def _finish(self, rollout):
+        self.rollouts.discard(rollout)
+        try:  # the worker's whole process group: whatever it started goes with it
+            os.killpg(rollout.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if rollout.status is None:
+            _, rollout.status = os.waitpid(rollout.pid, 0)
+        for fd in (rollout.out_r, rollout.err_r, rollout.res_r, rollout.pidfd):
+            if fd is None:
                 continue
-            chunks[fd] += data
-            if fd != res_r:
-                budget -= len(data)
-                chunks[fd] = chunks[fd][-TAIL_CHARS:]
-                if budget < 0:
-                    why = "output_limit"
-        if status is None:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            status = status if done else None
-        if status is not None and res_r not in open_fds:
-            break  # the worker is gone and said what it had to; stray children do not count
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if status is None:
-        _, status = os.waitpid(pid, 0)
-    for fd in (out_r, err_r, res_r):
-        os.close(fd)
-    wall = time.monotonic() - start
-    direct_out = chunks[out_r].decode(errors="replace")
-    direct_err = chunks[err_r].decode(errors="replace")
-    base = {"answer": None, "stdout_tail": direct_out, "stderr_tail": direct_err, "wall_s": wall}
-    if why == "timeout":
-        return {**base, "reason": "timeout",
-                "error": f"wall-clock limit of {float(request.get('wall_s') or 60):g}s exceeded"}
-    if why == "output_limit":
-        return {**base, "reason": "output_limit",
-                "error": f"output limit of {int(request.get('output_bytes') or 1 << 20)} bytes exceeded"}
-    try:
-        result = json.loads(chunks[res_r])
-    except ValueError:
-        if os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            hint = " (out of memory?)" if sig == signal.SIGKILL else ""
-            error = f"sandbox ended without a result: killed by signal {sig}{hint}"
-        else:
-            error = f"sandbox ended without a result: exit code {os.WEXITSTATUS(status)}"
-        return {**base, "reason": "crash", "error": error}
-    result["stdout_tail"] = (direct_out + result["stdout_tail"])[-TAIL_CHARS:]
-    result["stderr_tail"] = (direct_err + result["stderr_tail"])[-TAIL_CHARS:]
-    result["wall_s"] = wall
-    return result
-
-
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self):
-        request = json.loads(self.rfile.readline())
-        result = supervise(self.server.harness_path, request)
-        self.wfile.write(json.dumps(result).encode() + b"\n")
-
-
-class _Server(socketserver.ForkingMixIn, socketserver.UnixStreamServer):
-    max_children = 1024
-    request_queue_size = 256  # the listen backlog: many rollouts connect at the same moment
-    block_on_close = False
+            if fd in self.selector.get_map():
+                self.selector.unregister(fd)
+            os.close(fd)
+        try:
+            rollout.conn.sendall(json.dumps(rollout.result()).encode() + b"\n")
+        except OSError:
+            pass  # the host gave up on it (its own backstop timeout)
+        rollout.conn.close()
 
 
 def serve(control_socket, harness_path):
     _make_undumpable()
+    try:
+        harness = load_harness(harness_path)  # once per server, not per rollout
+    except Exception:  # noqa: BLE001 - unreadable: each rollout reports it
+        harness = None
     # Listen under a temporary name, then rename: the socket appears only once it accepts.
     pending = control_socket + ".pending"
     for path in (pending, control_socket):
@@ -416,12 +546,15 @@ def serve(control_socket, harness_path):
             os.unlink(path)
         except FileNotFoundError:
             pass
-    server = _Server(pending, _Handler)
-    server.harness_path = harness_path
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(pending)
+    listener.listen(256)  # many rollouts connect at the same moment
+    listener.setblocking(False)
     os.chmod(pending, 0o666)
     os.rename(pending, control_socket)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    server.serve_forever(poll_interval=3600)
+    gc.freeze()  # the server's objects stay out of the workers' collections: fewer copied pages
+    _Server(listener, harness_path, harness).serve_forever()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 from app.api.common import FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc
 from app.api.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
+from app.gateway.requests import expand_requests, expand_steps
 
 PAGE_SIZE = 50
 # Rows of the filtered list one page of a text search reads at most. A LIKE over every row of a
@@ -227,8 +228,24 @@ def get_rollout(s: Session, rollout_id: int, steps: str | None = None,
         "first_step": first,
         "last_step": last,
         "shown": shown,
-        "steps": [as_dict(step) for step in loaded],
+        "steps": _whole(s, rollout_id, [as_dict(step) for step in loaded], all_steps=shown is None),
     }
+
+
+def _whole(s: Session, rollout_id: int, steps: list[dict], all_steps: bool) -> list[dict]:
+    """The steps with whole model requests. Each step stores what its call added to the one
+    before (app/gateway/requests.py): a window of a trace needs the model steps before it."""
+    if all_steps or not steps:
+        return expand_steps(steps)
+    rows = s.exec(select(Step.idx, Step.request)
+                  .where(Step.rollout_id == rollout_id, Step.kind == "model",
+                         Step.idx <= steps[-1]["idx"])
+                  .order_by(Step.idx)).all()  # fmt: skip
+    whole = dict(zip((idx for idx, _ in rows), expand_requests(request for _, request in rows)))
+    for step in steps:
+        if step["kind"] == "model":
+            step["request"] = whole.get(step["idx"], step["request"])
+    return steps
 
 
 def model_step_before(s: Session, rollout_id: int, idx: int) -> dict[str, Any] | None:
@@ -239,4 +256,4 @@ def model_step_before(s: Session, rollout_id: int, idx: int) -> dict[str, Any] |
         .order_by(col(Step.idx).desc())
         .limit(1)
     ).first()
-    return None if step is None else as_dict(step)
+    return None if step is None else _whole(s, rollout_id, [as_dict(step)], all_steps=False)[0]

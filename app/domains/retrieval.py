@@ -23,7 +23,7 @@ import re
 import sqlite3
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -73,21 +73,25 @@ def parse_passage(row: object, where: str) -> tuple[str, str, str]:
     return str(row["id"]), title, text
 
 
-def _passages(lines, path: Path) -> Iterator[tuple[str, str, str]]:
+def jsonl_rows(lines: Iterable[str], path: Path,
+               error: type[Exception]) -> Iterator[tuple[str, object]]:  # fmt: skip
+    """("PATH line N", row) for each non-blank line of the JSONL file `path` whose lines these
+    are; a line that is not JSON raises `error` naming it."""
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise CorpusError(f"{path}:{line_no}: not JSON ({exc.msg})") from None
-        yield parse_passage(row, f"{path}:{line_no}")
+            raise error(f"{path} line {line_no}: not JSON ({exc.msg})") from None
+        yield f"{path} line {line_no}", row
 
 
 def read_corpus(path: Path) -> Iterator[tuple[str, str, str]]:
     """The passages of a wiki-18 style JSONL file, in order."""
     with open_text(path) as f:
-        yield from _passages(f, path)
+        for where, row in jsonl_rows(f, path, CorpusError):
+            yield parse_passage(row, where)
 
 
 def corpus_key(path: Path) -> str:
@@ -198,9 +202,9 @@ def build_bm25(corpus: Path, db_path: Path, quiet: bool = False) -> None:
             text = io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if corpus.suffix == ".gz" else raw,
                                     encoding="utf-8")  # fmt: skip
             batch, count = [], 0
-            for passage in _passages(text, corpus):
+            for where, row in jsonl_rows(text, corpus, CorpusError):
                 count += 1  # rowid = passage number, so FAISS row i is rowid i + 1
-                batch.append((count, *passage))
+                batch.append((count, *parse_passage(row, where)))
                 if len(batch) == 10_000:
                     db.executemany(insert, batch)
                     batch.clear()

@@ -34,7 +34,7 @@ import httpx
 from app import ROOT
 from app.config import Settings
 from app.domains import SPLITS, Task
-from app.domains.retrieval import BM25Index, DenseIndex, open_text
+from app.domains.retrieval import BM25Index, DenseIndex, jsonl_rows, open_text
 
 SAMPLE = ROOT / "data" / "searchqa"
 HARNESS_SIZE = 256  # the paper's harness-search split
@@ -101,14 +101,7 @@ def _rows(spec: str) -> Iterable[tuple[str, object]]:
             yield f"{path} row {i}", row
     elif name.endswith(".jsonl"):
         with open_text(path) as f:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise QuestionsError(f"{path} line {line_no}: not JSON ({exc.msg})") from None
-                yield f"{path} line {line_no}", row
+            yield from jsonl_rows(f, path, QuestionsError)
     else:
         raise QuestionsError(f"{path}: unknown question format (use .jsonl, .json or .parquet)")
 
@@ -128,7 +121,12 @@ def _hub_rows(spec: str) -> Iterable[tuple[str, object]]:
         raise QuestionsError(f"{spec}: loading from the hub needs the datasets package "
                              "(pip install datasets); or download the files and give their "
                              "paths") from None  # fmt: skip
-    for i, row in enumerate(datasets.load_dataset(repo, config, split=split), 1):
+    try:
+        rows = datasets.load_dataset(repo, config, split=split)
+    except Exception as exc:  # noqa: BLE001 - offline, unknown repo or split: say which and why
+        raise QuestionsError(f"{spec}: could not load {repo} from the hub with the datasets "
+                             f"package: {type(exc).__name__}: {exc}") from None  # fmt: skip
+    for i, row in enumerate(rows, 1):
         yield f"{spec} row {i}", row
 
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 
 from app.db.schema import Step
 from app.db.writer import Writer
+from app.gateway.requests import compact
 from app.llm.client import ChatEndpoint
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Grant:
     steps: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    sent: list = field(default_factory=list)  # the previous model call's messages
 
 
 def _refuse(status: int, reason: str, detail: str) -> JSONResponse:
@@ -72,8 +74,12 @@ class Gateway:
         return self.grants.pop(token)
 
     def _record(self, grant: Grant, **step) -> None:
+        if step["kind"] == "model":  # stored as what it added to the call before (requests.py)
+            messages = step["request"]["messages"]
+            step["request"] = compact(grant.sent, step["request"])
+            grant.sent = messages
         grant.steps += 1
-        self.writer.add(Step(rollout_id=grant.rollout_id, idx=grant.steps - 1, **step))
+        self.writer.append(Step, rollout_id=grant.rollout_id, idx=grant.steps - 1, **step)
 
     def _authorize(self, request: Request) -> Grant | None:
         auth = request.headers.get("authorization", "")

@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 
 import httpx
-import openai
 
-from app.llm.client import ChatEndpoint
+from app.llm.client import BackendTimeout, BackendUnreachable, ChatEndpoint
 from app.llm.local import free_port
 
 log = logging.getLogger(__name__)
@@ -322,9 +321,7 @@ class ReplicaEndpoint(ChatEndpoint):
         if not base_urls:
             raise ValueError("at least one server URL is needed")
         self.replicas = [ChatEndpoint(url, model, api_key) for url in base_urls]
-        # Code that reads .base_url or .client sees the first replica.
-        self.base_url = self.replicas[0].base_url
-        self.client = self.replicas[0].client
+        self.base_url = self.replicas[0].base_url  # what messages name
         self.model = model
         self.served = [0] * len(self.replicas)  # requests answered per replica
         self._turn = itertools.count()
@@ -340,9 +337,9 @@ class ReplicaEndpoint(ChatEndpoint):
             index = (first + i) % n
             try:
                 response = await self.replicas[index].chat(model, messages, **sampling)
-            except openai.APITimeoutError:
+            except BackendTimeout:
                 raise  # it may still be generating: do not ask another replica as well
-            except openai.APIConnectionError:
+            except BackendUnreachable:
                 if i == n - 1:
                     raise
                 continue

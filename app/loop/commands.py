@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+import uvloop  # the event loop of every command: the gateway and evaluator run on it
 from rich.console import Console
 from rich.table import Table
 from sqlmodel import select
@@ -68,7 +69,7 @@ def run(
             await workbench.stop()
             lock.release()
 
-    result = asyncio.run(main())
+    result = uvloop.run(main())
     if as_json:
         print(json.dumps(result))
     else:

@@ -14,6 +14,7 @@ from sqlmodel import Session, SQLModel, select
 
 from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Rollout,
                            SearchIteration, Step, TrainingJob)  # fmt: skip
+from app.gateway.requests import expand_steps
 from app.report.runs import get_runs
 
 ROLLOUT_BATCH = 500  # rollouts (with their steps) held in memory at once
@@ -67,7 +68,7 @@ def rollouts_with_steps(session: Session, run_id: int,
         for step in session.exec(query.order_by(Step.rollout_id, Step.idx, Step.id)):
             steps[step.rollout_id].append(row_dict(step))
         for rollout in rollouts:
-            yield {**row_dict(rollout), "steps": steps.pop(rollout.id, [])}
+            yield {**row_dict(rollout), "steps": expand_steps(steps.pop(rollout.id, []))}
         last_id = rollouts[-1].id
 
 

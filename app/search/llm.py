@@ -7,12 +7,11 @@ candidates in a fixed markdown shape, which `parse_candidates` reads leniently.
 import os
 import re
 
-import openai
 from sqlmodel import or_, select
 
 from app.config import LLMProposerConfig
 from app.db.schema import Checkpoint, Harness
-from app.llm.client import ChatEndpoint
+from app.llm.client import BackendError, ChatEndpoint
 from app.search import traces
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
@@ -84,7 +83,7 @@ class LLMProposer:
         try:
             reply = await endpoint.chat(model, messages, temperature=self.cfg.temperature,
                                         max_tokens=self.cfg.max_tokens)  # fmt: skip
-        except openai.APIError as exc:
+        except BackendError as exc:
             raise RuntimeError(f"the proposer endpoint {endpoint.base_url} failed: {exc}") from None
         finally:
             if owned:

@@ -16,13 +16,14 @@ import time
 from collections.abc import Awaitable, Callable
 
 from sqlalchemy import func
-from sqlmodel import col, select
+from sqlmodel import select
 
 from app.config import SearchConfig
 from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Rollout,
                            SearchIteration, now)  # fmt: skip
 from app.domains import Domain
 from app.rollout.evaluate import sha_of
+from app.rollout.usage import spent
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.pareto import Score, accept, frontier
@@ -254,10 +255,7 @@ class _Search:
 
 
 def phase_rollouts(s, phase_id: int) -> int:
-    return s.exec(select(func.count()).select_from(Rollout)
-                  .join(Evaluation, Evaluation.id == Rollout.evaluation_id)
-                  .where(Evaluation.phase_id == phase_id, col(Evaluation.split) != "test",
-                         Rollout.status != "pending")).one()  # fmt: skip
+    return spent(s, Evaluation.phase_id == phase_id)[0]
 
 
 def _invalidate(s, harness_id: int, error: str) -> Harness:

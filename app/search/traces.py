@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Rollout, Step
+from app.gateway.requests import expand_steps
 
 PROPOSER_SPLITS = ("harness", "smoke", "train")  # never "test"
 
@@ -44,8 +45,9 @@ def record(rollout: Rollout, steps: list[Step]) -> dict:
         "reward": rollout.reward, "status": rollout.status, "reason": rollout.reason,
         "error": rollout.error, "turns": rollout.turns, "checkpoint_id": rollout.checkpoint_id,
         "stdout_tail": rollout.stdout_tail, "stderr_tail": rollout.stderr_tail,
-        "steps": [{"idx": st.idx, "kind": st.kind, "tool": st.tool, "request": st.request,
-                   "response": st.response, "error": st.error} for st in steps],
+        "steps": expand_steps([{"idx": st.idx, "kind": st.kind, "tool": st.tool,
+                                "request": st.request, "response": st.response,
+                                "error": st.error} for st in steps]),  # fmt: skip
     }  # fmt: skip
 
 

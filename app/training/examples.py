@@ -4,9 +4,12 @@ Because the harness shapes every model call, each model call of an accepted roll
 example: exactly the messages the model was given -> the completion it wrote. The loss covers
 the completion tokens only (the prompt, tool results and environment text are context).
 """
+from itertools import groupby
+
 from sqlmodel import Session, col, select
 
 from app.db.schema import Step
+from app.gateway.requests import expand_requests
 
 
 def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
@@ -18,8 +21,11 @@ def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
         .where(col(Step.rollout_id).in_(rollout_ids), Step.kind == "model")
         .order_by(Step.rollout_id, Step.idx)
     ).all()
+    requests = []  # whole requests (each step stores what it added to the one before)
+    for _, rollout_steps in groupby(steps, key=lambda step: step.rollout_id):
+        requests += expand_requests(step.request for step in rollout_steps)
     examples = []
-    for step in steps:
+    for step, request in zip(steps, requests):
         if step.error or not step.response or not step.response.get("message"):
             continue
         completion = step.response["message"].get("content")
@@ -27,7 +33,7 @@ def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
             continue
         examples.append({
             "rollout_id": step.rollout_id, "step_id": step.id,
-            "messages": step.request["messages"], "completion": completion,
+            "messages": request["messages"], "completion": completion,
             "finish_reason": step.response.get("finish_reason"),
         })  # fmt: skip
     return examples

@@ -21,7 +21,7 @@ from app.db.schema import Checkpoint, Evaluation, Harness, Metric, Rollout, Trai
 from app.domains import Domain, Task
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
-from app.training.job import TrainingError, run_trainer
+from app.training.job import TrainingError, run_trainer, trainer_command
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
         for example in examples:
             f.write(json.dumps(example) + "\n")
     out = workbench.settings.home / "checkpoints" / f"run-{run_id}" / f"job-{job.id}"
-    spec = _spec(workbench.base_model_path, checkpoint, cfg, job_dir / "examples.jsonl", out)
+    spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out)
     # A training interrupted by a crash is retried cleanly: whatever it wrote goes first.
     shutil.rmtree(out, ignore_errors=True)
     await writer.run(lambda s: s.exec(delete(Metric).where(Metric.training_job_id == job.id,
@@ -84,7 +84,9 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
         say("batch", event)
 
     try:
-        result = await run_trainer(spec, job_dir, on_batch)
+        command = trainer_command(workbench.settings.train_accelerate_config,
+                                  workbench.settings.train_accelerate_args)  # fmt: skip
+        result = await run_trainer(spec, job_dir, on_batch, command)
     except TrainingError as exc:
         error = str(exc)[-4000:]
         await writer.run(lambda s: _update(s, job.id, status="failed", error=error,
@@ -154,10 +156,10 @@ def _accepted_examples(s, evaluation_id: int, threshold: float) -> list[dict]:
     return examples_from_rollouts(s, list(accepted))
 
 
-def _spec(base: Path, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out: Path) -> dict:
+def _spec(base: str, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out: Path) -> dict:
     """What the training process needs: it continues from `checkpoint`."""
     spec = {
-        "base_model": str(base), "init_adapter": None, "examples": str(examples),
+        "base_model": base, "init_adapter": None, "examples": str(examples),
         "output": str(out), "lora": cfg.lora, "lora_rank": cfg.lora_rank,
         "lora_alpha": cfg.lora_alpha, "lora_targets": cfg.lora_targets, "lr": cfg.lr,
         "batch_size": cfg.batch_size, "epochs": cfg.epochs, "max_seq_len": cfg.max_seq_len,

@@ -1,9 +1,13 @@
-"""The training process: `python -m app.training SPEC.json`.
+"""The training process: `python -m app.training SPEC.json`, or the same under `accelerate launch`.
 
 Reads the spec (base model, optional adapter to continue from, examples file, hyperparameters,
 output folder), makes one pass over the examples with token-mean negative log-likelihood on
 completion tokens (no KL, no advantage, no clipping), saves the checkpoint and prints progress
 as JSON lines on stdout: {"event": "batch", ...} per optimizer step, then {"event": "done", ...}.
+
+The loop goes through `accelerate.Accelerator`, so one plain process and an `accelerate launch`
+of several (DDP, FSDP, DeepSpeed; GPUs or machines) run the same code: each process trains on its
+shard of every batch, and only the main process prints progress and writes the checkpoint.
 
 The checkpoint folder holds `adapter/` (LoRA, what vLLM hot-loads) and `merged/` (full weights,
 what servers without adapter support load), written to a temporary folder and renamed at the end
@@ -11,106 +15,172 @@ so a crash or a full disk never leaves a half checkpoint.
 """
 import json
 import math
+import os
 import random
 import shutil
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from app.children import die_with_parent
 from app.training.examples import encode
+from app.training.job import SUPERVISED
 
 
 def emit(**event) -> None:
     print(json.dumps(event), flush=True)
 
 
-def load_model(spec: dict):
+def load_model(spec: dict, adapter: str | None = None):
     base = spec["base_model"]
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     if not spec["lora"]:
         return model
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    if spec.get("init_adapter"):
-        return PeftModel.from_pretrained(model, spec["init_adapter"], is_trainable=True)
+    if adapter:
+        return PeftModel.from_pretrained(model, adapter, is_trainable=True)
     config = LoraConfig(r=spec["lora_rank"], lora_alpha=spec["lora_alpha"],
                         target_modules=spec["lora_targets"], lora_dropout=0.0,
                         task_type="CAUSAL_LM")  # fmt: skip
     return get_peft_model(model, config)
 
 
-def batches(encoded: list, batch_size: int, pad_id: int):
-    for i in range(0, len(encoded), batch_size):
-        chunk = encoded[i : i + batch_size]
-        width = max(len(ids) for ids, _ in chunk)
-        ids = torch.full((len(chunk), width), pad_id)
-        labels = torch.full((len(chunk), width), -100)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for row, (x, y) in enumerate(chunk):
-            ids[row, : len(x)], labels[row, : len(y)], mask[row, : len(x)] = (
-                torch.tensor(x), torch.tensor(y), 1)  # fmt: skip
-        yield ids, mask, labels
+def collate(chunk: list, pad_id: int):
+    """Right-padded input ids, attention mask and labels (-100: no loss) of one batch."""
+    width = max(len(ids) for ids, _ in chunk)
+    ids = torch.full((len(chunk), width), pad_id)
+    labels = torch.full((len(chunk), width), -100)
+    mask = torch.zeros((len(chunk), width), dtype=torch.long)
+    for row, (x, y) in enumerate(chunk):
+        ids[row, : len(x)], labels[row, : len(y)], mask[row, : len(x)] = (
+            torch.tensor(x), torch.tensor(y), 1)  # fmt: skip
+    return ids, mask, labels
 
 
-def token_mean_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Mean NLL over every labelled token of the batch (not a mean of per-example means)."""
+def with_fillers(encoded: list, step_size: int, pad_id: int) -> list:
+    """`encoded` plus one-token rows without labels up to a multiple of `step_size`.
+
+    Every process then gets as many full batches as the others (DDP and FSDP need each to take
+    every step) and, unlike accelerate's own evening out, no example is trained on twice."""
+    return encoded + [([pad_id], [-100])] * (-len(encoded) % step_size)
+
+
+def nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Summed NLL over the labelled tokens of the batch, and their number."""
     logits, labels = logits[:, :-1], labels[:, 1:]
     n = int((labels != -100).sum())
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
                            ignore_index=-100, reduction="sum")  # fmt: skip
+    return loss, n
+
+
+def token_mean_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Mean NLL over every labelled token of the batch (not a mean of per-example means)."""
+    loss, n = nll_sum(logits, labels)
     return loss / max(n, 1), n
 
 
-def train(spec: dict) -> dict:
+def on_cpu() -> bool:
+    """Whether to train on the CPU: a plain process does, as it always has (a GPU on this machine
+    is usually the model server's); one started by `accelerate launch` (which sets
+    ACCELERATE_MIXED_PRECISION) trains where its config says, and on a machine without a GPU
+    on the CPU, DDP over gloo, since the multi-process launcher does not pass `use_cpu` on."""
+    if "ACCELERATE_MIXED_PRECISION" not in os.environ:
+        return True
+    return not torch.accelerator.is_available()
+
+
+def train(spec: dict) -> dict | None:
+    """Train and save; returns the "done" event on the main process, None on the others."""
+    accelerator = Accelerator(cpu=on_cpu())
     torch.manual_seed(spec["seed"])
     tokenizer = AutoTokenizer.from_pretrained(spec["base_model"])
     examples = [json.loads(line) for line in open(spec["examples"])]
     encoded = [encode(tokenizer, e, spec["max_seq_len"]) for e in examples]
     encoded = [(ids, labels) for ids, labels in encoded if any(t != -100 for t in labels[1:])]
-    random.Random(spec["seed"]).shuffle(encoded)
-    model = load_model(spec)
+    random.Random(spec["seed"]).shuffle(encoded)  # the same order on every process
+    model = load_model(spec, spec.get("init_adapter"))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=spec["lr"], weight_decay=0.0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    total_batches = spec["epochs"] * math.ceil(len(encoded) / spec["batch_size"])
+    # batch_size counts the examples of one optimizer step over all processes together.
+    per_process = math.ceil(spec["batch_size"] / accelerator.num_processes)
+    rows = with_fillers(encoded, per_process * accelerator.num_processes, pad)
+    loader = DataLoader(rows, batch_size=per_process, collate_fn=partial(collate, pad_id=pad))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    total_batches = spec["epochs"] * len(loader)
     losses, tokens, done, start = [], 0, 0, time.monotonic()
     for _ in range(spec["epochs"]):
-        for ids, mask, labels in batches(encoded, spec["batch_size"], pad):
+        for ids, mask, labels in loader:
             logits = model(input_ids=ids, attention_mask=mask).logits
-            loss, n = token_mean_nll(logits, labels)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            loss, n = nll_sum(logits, labels)
+            totals = accelerator.reduce(torch.stack([loss.detach().float(), torch.tensor(
+                float(n), device=loss.device)]), reduction="sum")  # fmt: skip
+            all_n = int(totals[1])
+            # Gradients are averaged over the processes; scaled like this, the step follows the
+            # token mean over the whole batch (one process: the loss over its token count).
+            accelerator.backward(loss * accelerator.num_processes / max(all_n, 1))
+            accelerator.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             done += 1
-            tokens += n
-            losses.append(loss.item())
-            emit(event="batch", batch=done, of=total_batches, loss=losses[-1], tokens=n,
-                 tokens_per_s=tokens / (time.monotonic() - start))  # fmt: skip
-    out = Path(spec["output"])
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.eval()
-    if spec["lora"]:
-        model.save_pretrained(tmp / "adapter")
-        model = model.merge_and_unload()
-    model.save_pretrained(tmp / "merged")
-    tokenizer.save_pretrained(tmp / "merged")
-    tmp.rename(out)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+            tokens += all_n
+            losses.append(totals[0].item() / max(all_n, 1))
+            if accelerator.is_main_process:
+                emit(event="batch", batch=done, of=total_batches, loss=losses[-1], tokens=all_n,
+                     tokens_per_s=tokens / (time.monotonic() - start))  # fmt: skip
+    train_seconds = time.monotonic() - start
+    save(accelerator, model, tokenizer, spec)
+    is_main, processes = accelerator.is_main_process, accelerator.num_processes
+    accelerator.end_training()
+    if not is_main:
+        return None
+    size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
     return {"event": "done", "loss": sum(losses) / len(losses) if losses else None,
             "tokens": tokens, "batches": done, "examples": len(encoded), "size_bytes": size,
+            "processes": processes, "train_seconds": train_seconds,
             "seconds": time.monotonic() - start}  # fmt: skip
 
 
+def save(accelerator: Accelerator, model, tokenizer, spec: dict) -> None:
+    """Write the checkpoint from the main process, atomically (a temporary folder, renamed).
+
+    get_state_dict gathers FSDP- or ZeRO-sharded weights into full tensors; every process must
+    take part in it. The merged weights are the base reloaded plus the saved adapter, because
+    under sharding the trained model holds only its shard of the base."""
+    state = accelerator.get_state_dict(model)
+    if accelerator.is_main_process:
+        out = Path(spec["output"])
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        trained = accelerator.unwrap_model(model)
+        if spec["lora"]:
+            trained.save_pretrained(tmp / "adapter", state_dict=state)
+            merged = load_model(spec, str(tmp / "adapter")).merge_and_unload()
+            merged.save_pretrained(tmp / "merged")
+        else:
+            trained.save_pretrained(tmp / "merged", state_dict=state)
+        tokenizer.save_pretrained(tmp / "merged")
+        tmp.rename(out)
+    accelerator.wait_for_everyone()
+
+
 def main(argv: list[str]) -> int:
+    if os.environ.get(SUPERVISED):
+        die_with_parent()
     spec = json.loads(Path(argv[1]).read_text())
-    emit(**train(spec))
+    done = train(spec)
+    if done is not None:
+        emit(**done)
     return 0
 
 

@@ -6,7 +6,7 @@ import pytest
 from sqlmodel import select
 
 from app.db import read_session
-from app.db.schema import Step
+from app.db.schema import Rollout, Step
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
 from tests.conftest import make_rollout
@@ -173,3 +173,39 @@ def test_sandbox_side_tool_calls_are_recorded_and_budgeted(with_gateway, store, 
     ]
     assert recorded[0].request == {"args": ["print(2 + 2)"], "kwargs": {}}
     assert recorded[0].response == {"result": result} and recorded[0].latency_ms == 31.5
+
+
+def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(with_gateway, store,
+                                                                              model_server):  # fmt: skip
+    """A multi-turn harness resends the conversation: each step keeps only its new messages,
+    and every reader (trace API, a window of it, proposer traces, training examples) gets the
+    whole request back."""
+    from app.api.rollouts import get_rollout
+    from app.search.traces import record
+    from app.training.examples import examples_from_rollouts
+
+    async def body(gateway, client, rollout_id):
+        token = gateway.grant(Grant(rollout_id, model_server.model))
+        messages, sent = [{"role": "system", "content": "Be brief."}, *HELLO], []
+        for turn in range(3):
+            r = await client.post("/v1/chat/completions", headers=auth(token),
+                                  json={"messages": messages, "max_tokens": 4})  # fmt: skip
+            sent.append(list(messages))
+            messages = messages + [r.json()["choices"][0]["message"],
+                                   {"role": "user", "content": f"And again ({turn})?"}]  # fmt: skip
+        gateway.revoke(token)
+        return rollout_id, sent
+
+    rollout_id, sent = with_gateway(body)
+    stored = steps(store[0])
+    assert stored[0].request["messages"] == sent[0] and "messages_from" not in stored[0].request
+    for step, before, now in zip(stored[1:], sent, sent[1:]):
+        assert step.request["messages_from"] == len(before)
+        assert step.request["messages"] == now[len(before):]  # the reply and the next question
+    with read_session(store[0]) as s:
+        assert [st["request"]["messages"] for st in get_rollout(s, rollout_id)["steps"]] == sent
+        (window,) = get_rollout(s, rollout_id, steps="2-2")["steps"]
+        assert window["request"]["messages"] == sent[2] and "messages_from" not in window["request"]
+        rollout = s.get(Rollout, rollout_id)
+        assert [st["request"]["messages"] for st in record(rollout, stored)["steps"]] == sent
+        assert [e["messages"] for e in examples_from_rollouts(s, [rollout_id])] == sent

@@ -78,9 +78,11 @@ def test_concurrent_requests_are_all_served(model_server):
 
 
 def test_an_unknown_model_folder_is_a_clear_error(model_server, tmp_path):
-    import openai
     import pytest
 
-    with pytest.raises(openai.NotFoundError) as refused:
+    from app.llm.client import BackendError
+
+    with pytest.raises(BackendError) as refused:
         _chat(model_server, 1, model=str(tmp_path / "missing"), max_tokens=4)
-    assert "cannot load model" in refused.value.response.text
+    assert refused.value.status == 404
+    assert "cannot load model" in str(refused.value)

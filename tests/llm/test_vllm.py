@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import httpx
-import openai
 import pytest
 
+from app.llm.client import BackendError
 from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
 from tests.conftest import REPO, free_port, whale_eval_json
@@ -298,8 +298,9 @@ def test_requests_spread_over_replicas_and_adapters_load_on_each(vllm, loop, ada
         assert response["model"] == "rft-2"
         loop.run_until_complete(replicas.unload_adapter("rft-2"))
         assert "rft-2" not in _served(urls[0])
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(BackendError) as gone:
             loop.run_until_complete(endpoint.chat("rft-2", **REQUEST))
+        assert gone.value.status == 404
     finally:
         loop.run_until_complete(endpoint.close())
     # A replica that cannot be reached is skipped.

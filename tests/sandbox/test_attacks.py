@@ -243,6 +243,41 @@ def test_sibling_rollouts_cannot_read_each_others_memory(attack):
     assert [r["answer"] for r in rows] == ["none"] * 3
 
 
+def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
+    """A worker is a fork of its runner server: whatever the server held when it forked (the
+    requests of rollouts already in flight) would be readable in the worker's own memory. The
+    server never reads a rollout's task or token, so a later sibling finds only its own."""
+    _, rows = attack("""
+        import re, sys, time
+        def run(task, llm, tools):
+            time.sleep(1.0 if task["question"].endswith("0?") else 0.2)  # overlap the siblings
+            mine = sys.modules["__main__"]._token
+            found = set()
+            with open("/proc/self/maps") as maps:
+                regions = [line.split() for line in maps]
+            try:
+                mem = open("/proc/self/mem", "rb", buffering=0)
+            except PermissionError:  # docker: a non-dumpable process cannot read even itself
+                return "unreadable"
+            with mem:
+                for region in regions:
+                    start, end = (int(x, 16) for x in region[0].split("-"))
+                    if not region[1].startswith("rw") or end - start > 1 << 28:
+                        continue
+                    try:
+                        mem.seek(start)
+                        data = mem.read(end - start)
+                    except (OSError, ValueError, OverflowError):
+                        continue
+                    found.update(m.decode() for m in re.findall(rb'"token": "([A-Za-z0-9_-]{32})"', data))
+            foreign = found - {mine}
+            return f"{len(foreign)} foreign"
+    """, limit=4)
+    answers = [r["answer"] for r in rows]
+    assert answers == ["0 foreign"] * 4 or (attack.backend == "docker" and answers == ["unreadable"] * 4), \
+        [r["error"] for r in rows]
+
+
 def test_model_call_budget(attack):
     _, (row,) = attack("""
         def run(task, llm, tools):

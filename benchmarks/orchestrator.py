@@ -1,0 +1,184 @@
+"""Orchestrator throughput: rollouts/s through the real evaluation path - scheduler (Evaluator),
+sandbox (process backend, docker warm pool), gateway, reward and trace recording - against a
+zero-latency OpenAI-compatible endpoint, at concurrency 1, 8, 32 and 128.
+
+The baseline is the same harness called in-process: `run(task, llm, tools)` in a thread whose
+`llm.chat` posts straight to the endpoint (no sandbox, no gateway, no database). Overhead is the
+orchestrated p50 latency minus the baseline p50 at the same concurrency.
+
+    python -m benchmarks.orchestrator [--rollouts N] [--modes process,docker]
+"""
+import argparse
+import asyncio
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from app.db import Writer, open_engine
+from app.db.schema import Checkpoint, Harness, Run
+from app.domains import Task, get_domain
+from app.gateway import Gateway
+from app.llm.client import ChatEndpoint
+from app.llm.local import free_port
+from app.rollout.evaluate import Evaluator, sha_of
+from benchmarks.common import percentile, report, start_zero_llm, table
+from sandbox import docker as docker_backend
+from sandbox import image
+from sandbox.pool import SandboxPool
+from sandbox.process import ProcessLauncher
+
+HARNESS = '''
+def run(task, llm, tools):
+    return llm.chat([{"role": "user", "content": task["question"]}], max_tokens=4).content
+'''
+CONCURRENCY = (1, 8, 32, 128)
+
+
+def tasks(n: int) -> list[Task]:
+    return [Task(f"t{i}", {"question": f"What is {i} + 42 - {i}?"}, "42") for i in range(n)]
+
+
+def in_process(url: str, n: int, concurrency: int) -> tuple[list[float], float]:
+    """The harness run in threads of this process, its model call straight to the endpoint."""
+    namespace: dict = {}
+    exec(HARNESS, namespace)
+    http = httpx.Client(base_url=url, limits=httpx.Limits(max_connections=concurrency))
+
+    class LLM:
+        def chat(self, messages, **sampling):
+            data = http.post("/chat/completions", json={"model": "zero", "messages": messages,
+                                                        **sampling}).json()  # fmt: skip
+            return type("Message", (), {"content": data["choices"][0]["message"]["content"]})
+
+    def one(task: Task) -> float:
+        start = time.perf_counter()
+        assert namespace["run"](task.public, LLM(), None) == "42"
+        return time.perf_counter() - start
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        latencies = list(pool.map(one, tasks(n)))
+    wall = time.perf_counter() - start
+    http.close()
+    return latencies, wall
+
+
+async def orchestrated(evaluator: Evaluator, writer: Writer, n: int) -> tuple[list[float], float]:
+    """n rollouts of one new evaluation through the Evaluator; per-rollout latency is the time
+    from the scheduler starting a rollout to its row being recorded. The wall time starts with
+    the first rollout: starting the pool's servers is timed apart (returned third)."""
+    latencies: list[float] = []
+    rollout = evaluator._rollout
+    first_start = None
+
+    async def timed(*args):
+        nonlocal first_start
+        start = time.perf_counter()
+        first_start = first_start or start
+        done = await rollout(*args)
+        latencies.append(time.perf_counter() - start)
+        assert done.status == "pass", (done.status, done.error)
+        return done
+
+    evaluator._rollout = timed
+    code = HARNESS
+
+    def create(s):
+        run = Run(name="bench", kind="eval", domain="arith", status="running")
+        s.add(run)
+        s.flush()
+        harness = Harness(run_id=run.id, name="one-call", code=code, sha=sha_of(code))
+        checkpoint = Checkpoint(name=f"zero-{run.id}")
+        s.add_all([harness, checkpoint])
+        s.flush()
+        return run, harness, checkpoint
+
+    run, harness, checkpoint = await writer.run(create)
+    start = time.perf_counter()
+    evaluation = await evaluator.evaluate(run.id, harness, checkpoint, get_domain("arith"), "test",
+                                          k=1, tasks=tasks(n))  # fmt: skip
+    end = time.perf_counter()
+    assert evaluation.mean_at_k == 1.0
+    return latencies, end - first_start, first_start - start
+
+
+async def main(n: int, modes: list[str]) -> None:
+    work = Path(tempfile.mkdtemp(prefix="whale-bench-"))
+    work.chmod(0o755)
+    port = free_port()
+    zero = start_zero_llm(port)
+    url = f"http://127.0.0.1:{port}/v1"
+    engine = open_engine(work / "bench.db")
+    writer = Writer(engine)
+    endpoint = ChatEndpoint(url, "zero")
+    gateway = Gateway(writer, endpoint)
+    sock = work / "gateway.sock"
+    await gateway.start(sock)
+
+    pools = {}
+    if "process" in modes:
+        pools["process, warm"] = SandboxPool(ProcessLauncher(), sock, work / "p")
+    if "docker" in modes:
+        why_not = docker_backend.engine_available()
+        if why_not is None:
+            launcher = docker_backend.DockerLauncher(image.build(), owner="benchmark")
+            pools["docker, warm pool"] = SandboxPool(launcher, sock, work / "d")
+        else:
+            print(f"docker skipped: {why_not}")
+
+    rows, baseline = [], {}
+    for concurrency in CONCURRENCY:
+        count = max(n, 2 * concurrency)
+        latencies, wall = await asyncio.to_thread(in_process, url, count, concurrency)
+        baseline[concurrency] = (percentile(latencies, 50) * 1000, count / wall)
+        rows.append(row("in-process (baseline)", concurrency, count, latencies, wall, 0, baseline))
+    for name, pool in pools.items():
+        evaluator = Evaluator(writer, gateway, pool, work / "harnesses", concurrency=32)
+        await orchestrated(evaluator, writer, 64)  # warm-up: imports, first containers
+        for concurrency in CONCURRENCY:
+            evaluator.concurrency = concurrency
+            count = max(n, 2 * concurrency)
+            latencies, wall, start_up = await orchestrated(evaluator, writer, count)
+            rows.append(row(name, concurrency, count, latencies, wall, start_up, baseline))
+        await pool.close()
+
+    await gateway.stop()
+    await endpoint.close()
+    writer.close()
+    zero.terminate()
+    rows.sort(key=lambda r: (r[1], r[0] != "in-process (baseline)"))
+    report(
+        "Orchestrator throughput",
+        table(["mode", "concurrency", "rollouts", "p50 ms", "p95 ms", "p50 overhead ms",
+               "rollouts/s", "rate vs in-process", "pool start s"], rows),  # fmt: skip
+        "One-call harness against a zero-latency OpenAI-compatible endpoint, through the whole "
+        "evaluation path: Evaluator (pending rows, scheduling, reward, rollout row), sandbox, "
+        "gateway (token, budget, step recorded by the single writer). The baseline runs the same "
+        "harness in threads of one process, posting straight to the endpoint. Overhead = p50 "
+        "minus the baseline p50 at the same concurrency. rollouts/s counts from the first "
+        "rollout's start; starting the evaluation's runner servers (one per 8 rollouts in "
+        "flight, all at once, stopped again when the evaluation ends) is the last column. "
+        "Produced by "
+        "`python -m benchmarks.orchestrator`.",
+        replace=True,
+    )
+
+
+def row(name, concurrency, count, latencies, wall, start_up, baseline) -> list:
+    p50, p95 = percentile(latencies, 50) * 1000, percentile(latencies, 95) * 1000
+    base_p50, base_rate = baseline[concurrency]
+    rate = count / wall
+    print(f"{name:24} c={concurrency:<4} p50 {p50:7.1f} ms  {rate:6.0f}/s", flush=True)
+    return [name, concurrency, count, f"{p50:.1f}", f"{p95:.1f}", f"{p50 - base_p50:+.1f}",
+            f"{rate:.0f}", f"{rate / base_rate:.2f}", f"{start_up:.2f}"]  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=400, help="rollouts per measurement")
+    parser.add_argument("--modes", default="process,docker", help="sandbox backends to measure")
+    args = parser.parse_args()
+    asyncio.run(main(args.rollouts, args.modes.split(",")))

