@@ -159,7 +159,7 @@ async def main(n: int, modes: list[str]) -> None:
         "gateway (token, budget, step recorded by the single writer). The baseline runs the same "
         "harness in threads of one process, posting straight to the endpoint. Overhead = p50 "
         "minus the baseline p50 at the same concurrency. rollouts/s counts from the first "
-        "rollout's start; starting the evaluation's runner servers (one per 8 rollouts in "
+        "rollout's start; starting the evaluation's runner servers (one per 16 rollouts in "
         "flight, all at once, stopped again when the evaluation ends) is the last column. "
         "Produced by "
         "`python -m benchmarks.orchestrator`.",

