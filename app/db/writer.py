@@ -62,9 +62,9 @@ class Writer:
         return await asyncio.wrap_future(self.submit(fn))
 
     def append(self, model: type[SQLModel], **values) -> None:
-        """Insert one row of `model` without waiting and without building the ORM object (10x
-        cheaper per row); defaults are filled as the model's constructor would. A row that
-        cannot be inserted is logged and dropped, as a failed `add` is."""
+        """Insert one row of `model` without waiting and without building the ORM object (which
+        costs more than the insert); defaults are filled as the model's constructor would. A row
+        that cannot be inserted is logged and dropped, as a failed `add` is."""
         defaults = self._defaults.get(model)
         if defaults is None:
             defaults = self._defaults[model] = _defaults(model)
