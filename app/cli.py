@@ -32,7 +32,7 @@ def _web_server(workbench, host: str, port: int) -> uvicorn.Server:
     from app.server import create_app
     from app.web.security import access_token
 
-    app = create_app(workbench, token=access_token(host, Settings().token))
+    app = create_app(workbench, token=access_token(host, Settings().token), host=host)
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
 
 
@@ -218,6 +218,7 @@ def train(
     """A weight phase: test mean@k, online RFT steps under the harness, test mean@k again."""
     from app.config import RFTConfig
     from app.training.phase import weight_phase
+    from app.workbench import read_harness
 
     try:
         the_domain = get_domain(domain)
@@ -234,7 +235,7 @@ def train(
             config = {"harness": str(harness), "rft": cfg.model_dump(), "test_k": test_k,
                       "test_limit": test_limit}  # fmt: skip
             run, first, base = await workbench.start_run(f"rft {harness.name}", "rft", domain,
-                                                         harness, config)  # fmt: skip
+                                                         read_harness(harness), config)  # fmt: skip
             with progress_bars() as progress:
                 on = phase_progress(progress, quiet=as_json)
                 try:

@@ -6,6 +6,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+# Upper bounds of experiment keys: a value past them is a typo or an attack (a 20-digit rollout
+# budget), refused with the key and the bound rather than stored.
+MAX_STEPS = 10_000  # RFT steps, search iterations, phases
+MAX_SAMPLES = 1024  # samples per task (k, n, harness-split samples)
+MAX_TASKS = 10_000_000  # tasks or prompts taken from a split
+MAX_SEED = 2**32 - 1
+
+
 def describe(exc: ValidationError) -> str:
     """A validation error as one line naming each offending key: `budget.rollouts: ...`."""
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
@@ -33,6 +41,8 @@ class Settings(BaseSettings):
     port: int = 8000
     token: str | None = Field(default=None, description="web access token (default: generated "
                               "when host is not loopback)")  # fmt: skip
+    allowed_hosts: str | None = Field(default=None, description="more Host names the web server "
+                                      "answers to, comma-separated (e.g. a reverse proxy's)")
     concurrency: int = 32  # rollouts in flight at once
     rollout_timeout: float = 180.0  # wall-clock seconds one rollout may take, model calls included
     rollout_memory_mb: int = 1024
@@ -71,22 +81,22 @@ class RFTConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(default=2, ge=1, description="RFT steps in the phase")
-    prompts_per_step: int = Field(default=32, ge=1, description="train-split prompts per step")
-    samples_per_prompt: int = Field(default=8, ge=1, description="n rollouts per prompt")
-    temperature: float = 1.0  # the harness decides; recorded for the report
-    threshold: float = Field(default=0.5, description="accept rollouts scoring above this")
-    lr: float = Field(default=2e-4, gt=0)
-    batch_size: int = Field(default=16, ge=1, description="examples per optimizer step")
-    epochs: int = Field(default=1, ge=1)
-    max_seq_len: int = Field(default=512, ge=16)
+    steps: int = Field(default=2, ge=1, le=MAX_STEPS, description="RFT steps in the phase")
+    prompts_per_step: int = Field(default=32, ge=1, le=MAX_TASKS, description="train-split prompts per step")
+    samples_per_prompt: int = Field(default=8, ge=1, le=MAX_SAMPLES, description="n rollouts per prompt")
+    temperature: float = Field(default=1.0, ge=0, le=10)  # the harness decides; recorded for the report
+    threshold: float = Field(default=0.5, ge=0, le=1, description="accept rollouts scoring above this")
+    lr: float = Field(default=2e-4, gt=0, le=1)
+    batch_size: int = Field(default=16, ge=1, le=1_000_000, description="examples per optimizer step")
+    epochs: int = Field(default=1, ge=1, le=1000)
+    max_seq_len: int = Field(default=512, ge=16, le=1 << 20)
     lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
-    lora_rank: int = Field(default=16, ge=1)
-    lora_alpha: int = Field(default=32, ge=1)
+    lora_rank: int = Field(default=16, ge=1, le=4096)
+    lora_alpha: int = Field(default=32, ge=1, le=1 << 16)
     lora_targets: list[str] = Field(
         default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
 
 
 class LLMProposerConfig(BaseModel):
@@ -97,12 +107,12 @@ class LLMProposerConfig(BaseModel):
     url: str | None = Field(default=None, description="default: the run's own model server")
     model: str | None = Field(default=None, description="default: the run's current checkpoint")
     api_key_env: str = "OPENAI_API_KEY"  # the key is read from this variable, never stored
-    temperature: float = 0.8
-    max_tokens: int = Field(default=4096, ge=64)
-    failures: int = Field(default=3, ge=0, description="failing traces shown to the model")
-    successes: int = Field(default=2, ge=0, description="passing traces shown to the model")
-    price_in_per_mtok: float | None = Field(default=None, description="$ per 1M prompt tokens")
-    price_out_per_mtok: float | None = Field(default=None, description="$ per 1M output tokens")
+    temperature: float = Field(default=0.8, ge=0, le=10)
+    max_tokens: int = Field(default=4096, ge=64, le=1 << 20)
+    failures: int = Field(default=3, ge=0, le=1000, description="failing traces shown to the model")
+    successes: int = Field(default=2, ge=0, le=1000, description="passing traces shown to the model")
+    price_in_per_mtok: float | None = Field(default=None, ge=0, le=10**6, description="$ per 1M prompt tokens")
+    price_out_per_mtok: float | None = Field(default=None, ge=0, le=10**6, description="$ per 1M output tokens")
 
     @model_validator(mode="after")
     def _model_with_url(self):
@@ -129,15 +139,15 @@ class SearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     proposer: Literal["knobs", "llm", "agent"] = "knobs"
-    iterations: int = Field(default=5, ge=0, description="proposing iterations after iteration 0")
-    candidates: int = Field(default=3, ge=1, description="K candidates per iteration")
-    tasks: int | None = Field(default=None, ge=1, description="harness-split tasks (default all)")
-    samples: int = Field(default=1, ge=1, description="rollouts per harness-split task")
+    iterations: int = Field(default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0")
+    candidates: int = Field(default=3, ge=1, le=1000, description="K candidates per iteration")
+    tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS, description="harness-split tasks (default all)")
+    samples: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="rollouts per harness-split task")
     smoke: bool = True  # one sandbox rollout before a candidate is evaluated
-    smoke_timeout_s: float = Field(default=120.0, gt=0)
-    proposer_timeout_s: float = Field(default=1800.0, gt=0)
-    max_code_bytes: int = Field(default=200_000, ge=100)
+    smoke_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
+    proposer_timeout_s: float = Field(default=1800.0, gt=0, le=7 * 86_400)
+    max_code_bytes: int = Field(default=200_000, ge=100, le=10_000_000)
     on_proposer_error: Literal["continue", "end"] = "continue"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     llm: LLMProposerConfig = Field(default_factory=LLMProposerConfig)
     agent: AgentProposerConfig = Field(default_factory=AgentProposerConfig)

@@ -15,15 +15,19 @@ from app.web.run_pages import router as run_pages_router
 from app.workbench import Workbench
 
 
-def create_app(workbench: Workbench, token: str | None = None) -> FastAPI:
-    """With a token, every request must carry it (see app/web/security.py)."""
+def create_app(workbench: Workbench, token: str | None = None, host: str = "127.0.0.1") -> FastAPI:
+    """An app for a server listening on `host`: it answers only requests for that host (and the
+    loopback names, and WHALE_ALLOWED_HOSTS); with a token, every request must carry it (see
+    app/web/security.py)."""
     app = FastAPI(title="Whale workbench", version="0.1.0")
     app.state.workbench = workbench
     app.state.token = token
     # Random per server. Pages read it from app.state, not from a jinja global: the jinja
     # environment is shared by every app in the process.
     app.state.csrf_token = security.new_secret()
-    app.add_middleware(security.WebSecurity, token=token, csrf_token=app.state.csrf_token)
+    hosts = security.allowed_hosts(host, workbench.settings.allowed_hosts)
+    app.add_middleware(security.WebSecurity, token=token, csrf_token=app.state.csrf_token,
+                       hosts=hosts, any_ip=host in security.WILDCARD_HOSTS)
     app.state.loops = LoopManager(workbench)
 
     @app.exception_handler(RequestValidationError)

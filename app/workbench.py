@@ -172,7 +172,8 @@ class Workbench:
         n_tasks = len(domain.tasks(split)[:limit])
         config = {"harness": str(harness_path), "split": split, "k": k, "limit": limit}
         run, harness, checkpoint = await self.start_run(
-            run_name or f"eval {harness_path.name}", "eval", domain_name, harness_path, config
+            run_name or f"eval {harness_path.name}", "eval", domain_name, read_harness(harness_path),
+            config,
         )
         if on_start:
             on_start(run, n_tasks * k)
@@ -185,10 +186,10 @@ class Workbench:
             raise
         return await self.finish_run(run.id, "done"), evaluation
 
-    async def start_run(self, name: str, kind: str, domain_name: str, harness_path: Path,
+    async def start_run(self, name: str, kind: str, domain_name: str, harness: tuple[str, str],
                         config: dict) -> tuple[Run, Harness, Checkpoint]:  # fmt: skip
-        """A new running run with its starting harness (from a file) and the base checkpoint."""
-        code = harness_path.read_text()
+        """A new running run with its starting harness (file name, code) and the base checkpoint."""
+        harness_name, code = harness
         model = self.endpoint.model
         base_path = str(self.base_model_path) if self.base_model_path else None
 
@@ -196,7 +197,7 @@ class Workbench:
             run = Run(name=name, kind=kind, domain=domain_name, status="running", config=config)
             s.add(run)
             s.flush()
-            harness = Harness(run_id=run.id, name=harness_path.name, code=code, sha=sha_of(code))
+            harness = Harness(run_id=run.id, name=harness_name, code=code, sha=sha_of(code))
             checkpoint = s.exec(select(Checkpoint).where(Checkpoint.name == model)).first()
             if checkpoint is None:
                 checkpoint = Checkpoint(kind="base", name=model, path=base_path)
@@ -207,6 +208,11 @@ class Workbench:
 
     async def finish_run(self, run_id: int, status: str) -> Run:
         return await self.writer.run(lambda s: _set_status(s, run_id, status))
+
+
+def read_harness(path: Path) -> tuple[str, str]:
+    """(file name, code) of a harness file, as start_run takes it."""
+    return path.name, path.read_text()
 
 
 def _set_status(s, run_id: int, status: str) -> Run:

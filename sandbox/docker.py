@@ -1,9 +1,11 @@
 """The `docker` backend: runner servers as containers from the local sandbox image.
 
 Each container: no network, read-only root, a small tmpfs /tmp, memory / CPU / pid limits, all
-capabilities dropped, no-new-privileges, uid 65534, an init process that reaps orphans, and
-exactly three host mounts: the harness file (read-only), the gateway's socket, and a private
-control directory where the runner listens. Optional gVisor (`runtime="runsc"`).
+capabilities dropped, no-new-privileges, uid 65534, the runner as PID 1 (it reaps orphans), Docker's
+default seccomp profile with the runner's own filter stacked on it (sandbox/seccomp.py: no
+ptrace, no process_vm_readv/writev, no new namespaces), and exactly four host mounts: the
+harness file and the filter (read-only), the gateway's socket, and a private control directory
+where the runner listens. Optional gVisor (`runtime="runsc"`).
 """
 import asyncio
 import hashlib
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import docker
+
+from sandbox import seccomp
 
 log = logging.getLogger(__name__)
 LABEL = "whale.sandbox"
@@ -65,7 +69,8 @@ class DockerLauncher:
             self.image,
             command=["serve", "/control/runner.sock", "/sandbox/harness.py"],
             detach=True,
-            init=True,
+            init=False,  # the runner is PID 1 and reaps orphans: docker-init would be a
+            # dumpable process of the sandbox user, open to any rollout's /proc/1/mem
             network_mode="none",
             read_only=True,
             tmpfs={"/tmp": f"size={self.limits.tmp_mb}m,mode=1777"},
@@ -76,9 +81,11 @@ class DockerLauncher:
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             user="65534:65534",
-            environment={"WHALE_GATEWAY": "/gateway/gateway.sock"},
+            environment={"WHALE_GATEWAY": "/gateway/gateway.sock",
+                         "WHALE_SECCOMP": "/sandbox/seccomp.bpf"},  # fmt: skip
             volumes={
                 str(harness): {"bind": "/sandbox/harness.py", "mode": "ro"},
+                str(seccomp.write(control_dir)): {"bind": "/sandbox/seccomp.bpf", "mode": "ro"},
                 str(gateway_socket): {"bind": "/gateway/gateway.sock", "mode": "ro"},
                 str(control_dir): {"bind": "/control", "mode": "rw"},
             },

@@ -1,11 +1,13 @@
 """The `process` backend: runner servers as child processes under bubblewrap and rlimits.
 
 Isolation: new network, pid, ipc, uts and user namespaces (no network at all, not even
-loopback), uid 65534 inside, no capabilities, read-only binds of the system and Python
-directories only, a private tmpfs /tmp, an empty environment, and rlimits (processes, file
-size, open files; memory and CPU per rollout, set by the runner). Weaker than the docker backend:
-no cgroup memory or pid accounting, and the sandbox shares the host kernel's uid 0 outside its
-namespace. Without bubblewrap only the rlimits and the kills remain, and a warning says so.
+loopback), uid 65534 inside, no capabilities, no further user namespaces (bubblewrap's
+--disable-userns), read-only binds of the system and Python directories only, a private tmpfs
+/tmp, an empty environment, rlimits (processes, file size, open files; memory and CPU per
+rollout, set by the runner), and the seccomp filter of sandbox/seccomp.py, which the runner
+loads. Weaker than the docker backend: no cgroup memory or pid accounting, and the sandbox
+shares the invoking uid outside its namespace. Without bubblewrap only the filter, the rlimits
+and the kills remain, and a warning says so.
 """
 import asyncio
 import logging
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sandbox import seccomp
 from sandbox.pool import CONTROL_SOCKET
 
 log = logging.getLogger(__name__)
@@ -28,18 +31,24 @@ def _python() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _bwrap_args(harness: Path, gateway_socket: Path, control_dir: Path) -> list[str]:
+def _bwrap_args(harness: Path, gateway_socket: Path, control_dir: Path,
+                disable_userns: bool) -> list[str]:  # fmt: skip
     args = [
-        "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+        # --as-pid-1: the runner is PID 1 and reaps; bubblewrap's own PID 1 would be a dumpable
+        # process of the sandbox user, open to any rollout's ptrace or /proc/1/mem
+        "bwrap", "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session",
         "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+        *(["--disable-userns"] if disable_userns else []),
         "--ro-bind", "/usr", "/usr",
         "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
         "--ro-bind", str(RUNNER), "/sandbox/runner.py",
         "--ro-bind", str(harness), "/sandbox/harness.py",
+        "--ro-bind", str(seccomp.write(control_dir)), "/sandbox/seccomp.bpf",
         "--ro-bind", str(gateway_socket), "/gateway/gateway.sock",
         "--bind", str(control_dir), "/control",
         "--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
         "--setenv", "WHALE_GATEWAY", "/gateway/gateway.sock",
+        "--setenv", "WHALE_SECCOMP", "/sandbox/seccomp.bpf",
         "--chdir", "/tmp",
     ]  # fmt: skip
     for link in ("bin", "lib", "lib64", "sbin"):
@@ -72,16 +81,20 @@ class ProcessLauncher:
 
     def __init__(self):
         self.bwrap = shutil.which("bwrap") is not None
+        # bubblewrap 0.8+ can forbid new user namespaces inside (the seccomp filter does too)
+        self.disable_userns = self.bwrap and "--disable-userns" in subprocess.run(
+            ["bwrap", "--help"], capture_output=True, text=True).stdout  # fmt: skip
         if not self.bwrap:
             log.warning("bubblewrap not found: the process sandbox runs with rlimits only (weak isolation)")
 
     def command(self, harness: Path, gateway_socket: Path, control_dir: Path) -> tuple[list[str], dict]:
         if self.bwrap:
-            return _bwrap_args(harness, gateway_socket, control_dir) + [
+            return _bwrap_args(harness, gateway_socket, control_dir, self.disable_userns) + [
                 _python(), "-I", "-S", "/sandbox/runner.py", "serve", f"/control/{CONTROL_SOCKET}",
                 "/sandbox/harness.py",
             ], {}  # fmt: skip
-        env = {"WHALE_GATEWAY": str(gateway_socket), "HOME": "/tmp", "PATH": "/usr/bin:/bin"}
+        env = {"WHALE_GATEWAY": str(gateway_socket), "HOME": "/tmp", "PATH": "/usr/bin:/bin",
+               "WHALE_SECCOMP": str(seccomp.write(control_dir))}  # fmt: skip
         return [_python(), "-I", "-S", str(RUNNER), "serve", str(control_dir / CONTROL_SOCKET),
                 str(harness)], env  # fmt: skip
 

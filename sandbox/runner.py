@@ -10,6 +10,9 @@ wall-clock and output limits from its event loop (the memory limit is the worker
 and answers one JSON line with the result. One fork from a warm server per rollout is what makes
 a rollout cost about a millisecond of sandbox CPU instead of an interpreter start.
 
+Every process of the sandbox runs confined (`confine`): non-dumpable, no new privileges, and the
+host's seccomp filter (WHALE_SECCOMP names the file).
+
 The harness's `llm.chat` and `tools.<name>` reach the gateway through the Unix socket named by
 WHALE_GATEWAY, with the rollout's token; nothing else is reachable. The exception: a domain's
 sandbox-side tools (the request's "sandbox_tools", e.g. math's `python`) run here, inside the
@@ -297,14 +300,31 @@ def _forbid(names):
             del sys.modules[loaded]
 
 
-def _make_undumpable():
-    """Other processes of the same uid (sibling rollouts) cannot read this one's memory."""
-    try:
-        import ctypes
+def confine(filter_path):
+    """Before any harness code: make this process non-dumpable (processes of the same uid, i.e.
+    sibling rollouts, can then neither open its /proc/PID/mem nor attach to it), forbid new
+    privileges, and load the system-call filter the host compiled (sandbox/seccomp.py: no
+    ptrace, no new namespaces...). All three pass to every process forked or exec'ed from here
+    and cannot be undone (the filter also refuses PR_SET_DUMPABLE). A server that cannot
+    confine itself refuses to run."""
+    import ctypes
 
-        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4; inherited across fork
-    except Exception:  # noqa: BLE001 - without ctypes the sandbox boundary still holds
-        pass
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    with open(filter_path, "rb") as f:
+        program = f.read()
+    if not program or len(program) % 8:
+        raise SystemExit(f"runner: {filter_path} is not a seccomp BPF program")
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(code))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    # PR_SET_DUMPABLE 0, PR_SET_NO_NEW_PRIVS 1, PR_SET_SECCOMP with SECCOMP_MODE_FILTER
+    for option, arg in ((4, 0), (38, 1), (22, 2)):
+        extra = ctypes.addressof(fprog) if option == 22 else 0
+        if libc.prctl(option, arg, extra, 0, 0) != 0:
+            raise SystemExit(f"runner: prctl({option}) failed: {os.strerror(ctypes.get_errno())}")
 
 
 def _read_line(conn):
@@ -322,6 +342,8 @@ def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
     """The forked child that runs the harness. Never returns."""
     global _token, _sandbox_tools
     try:
+        signal.set_wakeup_fd(-1)  # the server's: the harness may reuse that descriptor number
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         conn.setblocking(True)
         request = {**_read_line(conn), **limits}  # the task and token: for this process only
         os.setsid()  # its own process group: the server kills everything it starts
@@ -374,7 +396,6 @@ class _Rollout:
         self.budget = self.output_bytes
         self.status = None  # the worker's wait status once it has exited
         self.why = None  # "timeout" or "output_limit": the rollout is stopped
-        self.pidfd = None
 
     def read(self, fd):
         data = os.read(fd, 65536)
@@ -387,12 +408,6 @@ class _Rollout:
             self.chunks[fd] = self.chunks[fd][-TAIL_CHARS:]
             if self.budget < 0:
                 self.why = "output_limit"
-
-    def reap(self):
-        if self.status is None:
-            done, status = os.waitpid(self.pid, os.WNOHANG)
-            self.status = status if done else None
-        return self.status is not None
 
     @property
     def finished(self):
@@ -425,24 +440,41 @@ class _Rollout:
         return result
 
 
-def _pidfd(pid):
-    """A descriptor that becomes readable when `pid` exits, or None where the kernel (or gVisor)
-    has no pidfd_open: the server then polls such workers every 10 ms."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return None
-
-
 class _Server:
     """One process, one event loop: it accepts rollouts, forks one worker each and enforces the
-    worker's wall-clock and output limits from here (one fork per rollout, no supervisor)."""
+    worker's wall-clock and output limits from here (one fork per rollout, no supervisor).
+
+    It is the sandbox's PID 1 (no init process runs beside it: an init would be a dumpable
+    process of the sandbox user that any rollout could attach to), so it also reaps the orphans
+    that rollouts leave: every SIGCHLD wakes the loop, which collects whichever children exited."""
 
     def __init__(self, listener, harness_path, harness):
         self.listener, self.harness_path, self.harness = listener, harness_path, harness
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, ("accept", None))
         self.rollouts = set()
+        self.workers = {}  # pid -> its rollout, until the worker is reaped
+        self.wake_r, wake_w = socket.socketpair()
+        for end in (self.wake_r, wake_w):
+            end.setblocking(False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the signal wakes us
+        signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+        self._wake_w = wake_w  # kept open for the life of the server
+        self.selector.register(self.wake_r, selectors.EVENT_READ, ("child", None))
+
+    def _reap(self):
+        """Collect every child that has exited: a worker's status goes to its rollout; an orphan
+        re-parented to this PID 1 is only collected."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            rollout = self.workers.pop(pid, None)
+            if rollout is not None:
+                rollout.status = status
 
     def serve_forever(self):
         while True:
@@ -456,23 +488,24 @@ class _Server:
                     obj.read(key.fd)
                     if key.fd not in obj.open:
                         self.selector.unregister(key.fd)
-                elif kind == "exit":
-                    obj.reap()
+                elif kind == "child":
+                    try:
+                        while self.wake_r.recv(4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self._reap()
             now = time.monotonic()
             for rollout in list(self.rollouts):
                 if rollout.why is None and now >= rollout.deadline:
                     rollout.why = "timeout"
-                if rollout.pidfd is None:
-                    rollout.reap()
                 if rollout.finished:
                     self._finish(rollout)
 
     def _timeout(self):
         if not self.rollouts:
             return None
-        left = min(r.deadline for r in self.rollouts) - time.monotonic()
-        polled = any(r.pidfd is None for r in self.rollouts)
-        return max(0.0, min(left, 0.01) if polled else left)
+        return max(0.0, min(r.deadline for r in self.rollouts) - time.monotonic())
 
     def _accept(self):
         try:
@@ -507,10 +540,9 @@ class _Server:
         rollout = _Rollout(conn, limits, pid, out_r, err_r, res_r)
         for fd in (out_r, err_r, res_r):
             self.selector.register(fd, selectors.EVENT_READ, ("pipe", rollout))
-        rollout.pidfd = _pidfd(pid)
-        if rollout.pidfd is not None:
-            self.selector.register(rollout.pidfd, selectors.EVENT_READ, ("exit", rollout))
         self.rollouts.add(rollout)
+        self.workers[pid] = rollout
+        self._reap()  # a worker that exited before it was registered
 
     def _finish(self, rollout):
         self.rollouts.discard(rollout)
@@ -520,9 +552,8 @@ class _Server:
             pass
         if rollout.status is None:
             _, rollout.status = os.waitpid(rollout.pid, 0)
-        for fd in (rollout.out_r, rollout.err_r, rollout.res_r, rollout.pidfd):
-            if fd is None:
-                continue
+            self.workers.pop(rollout.pid, None)
+        for fd in (rollout.out_r, rollout.err_r, rollout.res_r):
             if fd in self.selector.get_map():
                 self.selector.unregister(fd)
             os.close(fd)
@@ -534,7 +565,7 @@ class _Server:
 
 
 def serve(control_socket, harness_path):
-    _make_undumpable()
+    confine(os.environ["WHALE_SECCOMP"])
     try:
         harness = load_harness(harness_path)  # once per server, not per rollout
     except Exception:  # noqa: BLE001 - unreadable: each rollout reports it

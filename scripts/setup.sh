@@ -12,10 +12,13 @@ with_test=0
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
-# System packages: bubblewrap isolates the process sandbox. The tests also need chromium (browser
+# System packages: bubblewrap isolates the process sandbox, libseccomp builds the filter of both
+# sandboxes. The tests also need chromium (browser
 # tests), and the Docker engine with debootstrap (the docker sandbox and its offline image).
 packages=()
 command -v bwrap >/dev/null || packages+=(bubblewrap)
+# libseccomp compiles the sandboxes' system-call filter (sandbox/seccomp.py)
+ldconfig -p | grep 'libseccomp\.so\.2 ' >/dev/null || packages+=(libseccomp2)
 if [[ $with_test == 1 ]]; then
     [[ -x /usr/bin/chromium ]] || packages+=(chromium)
     command -v dockerd >/dev/null || packages+=(docker.io)

@@ -4,6 +4,7 @@ the SQL condition each filter adds, and the names of what the filters point at.
 All of them live in the URL, so a filtered view can be shared. A GET form sends the fields a
 user left blank as empty values; those mean "no filter", not a malformed value.
 """
+import unicodedata
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -23,12 +24,17 @@ def id_param(what: str, required: bool = False) -> Any:
 
 
 class FormParams(BaseModel):
-    """Query parameters a GET form sends: a field left blank is no value."""
+    """Query parameters a GET form sends: a field left blank is no value. Control characters
+    are refused: none is typed into a filter, and SQLite ends a LIKE pattern at a NUL, so
+    `q=%00` would match every row."""
 
     @field_validator("*", mode="before")
     @classmethod
     def _blank_is_none(cls, value: Any) -> Any:
         if isinstance(value, str):
+            control = next((c for c in value if unicodedata.category(c) == "Cc"), None)
+            if control is not None:
+                raise ValueError(f"control characters are not allowed (found U+{ord(control):04X})")
             return value.strip() or None
         return value
 

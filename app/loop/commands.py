@@ -15,7 +15,7 @@ from sqlmodel import select
 from app.config import Settings
 from app.db.schema import Event, Metric, Phase, Run
 from app.loop import control
-from app.loop.experiment import ExperimentError, config_hash, load
+from app.loop.experiment import ExperimentError, config_hash, incoming_harness, load
 from app.progress import err, phase_progress, progress_bars
 
 BAD_INPUT = 2
@@ -57,8 +57,15 @@ def run(
                 raise _fail(f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
                             f"from a different {experiment.name}; stop it (whale stop "
                             f"{changed[0].id}) or give the experiment another name")  # fmt: skip
+            if not same:  # checked before the model starts: a broken harness costs nothing
+                with workbench.session() as s:
+                    try:
+                        incoming = incoming_harness(exp, s, str(experiment))
+                    except ExperimentError as exc:
+                        raise _fail(str(exc)) from None
             await workbench.start()
-            row = same[0] if same else await start_run(workbench, exp, text, config_hash(text))
+            row = same[0] if same else await start_run(workbench, exp, text, config_hash(text),
+                                                       incoming)  # fmt: skip
             if same:
                 err.print(f"resuming run {row.id}")
             with progress_bars() as progress:

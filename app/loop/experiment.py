@@ -2,17 +2,26 @@
 
 Every key is checked before anything starts; an unknown or invalid key is named in the error
 together with the file, e.g. `x.toml: switching.weight_steps: Input should be greater than 0`.
+
+The incoming harness is one of: `harness` (a file), `harness_id` (a harness the store holds),
+`harness_code` (the code itself), or by default the domain's seed. An experiment that came over
+HTTP may name only files of the shipped archive (`harness_archive/`): a web client must never
+make the server read a path of its choosing.
 """
 import hashlib
+import os
 import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from app.config import RFTConfig, SearchConfig, describe
+from app import ROOT
+from app.config import MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_TASKS, RFTConfig, SearchConfig, describe
 
 Strategy = Literal["whale", "weight_only", "harness_only", "stagewise"]
+HARNESS_KEYS = ("harness", "harness_id", "harness_code")  # at most one: the incoming harness
+ARCHIVE = ROOT / "harness_archive"
 
 
 class _Strict(BaseModel):
@@ -23,36 +32,39 @@ class Switching(_Strict):
     """When a phase ends. `fixed`: a set length. `adaptive`: patience (reference/whale.md)."""
 
     rule: Literal["fixed", "adaptive"] = "fixed"
-    weight_steps: int = Field(default=2, ge=1, description="fixed: RFT steps per weight phase")
-    harness_iterations: int = Field(default=2, ge=1, description="fixed: iterations per harness phase")
+    weight_steps: int = Field(default=2, ge=1, le=MAX_STEPS, description="fixed: RFT steps per weight phase")
+    harness_iterations: int = Field(default=2, ge=1, le=MAX_STEPS,
+                                    description="fixed: iterations per harness phase")
     # adaptive, harness phase: signal = best frontier success on the harness split
-    harness_min_iterations: int = Field(default=5, ge=1)
-    harness_patience: int = Field(default=2, ge=1)
-    harness_max_iterations: int = Field(default=15, ge=1)
+    harness_min_iterations: int = Field(default=5, ge=1, le=MAX_STEPS)
+    harness_patience: int = Field(default=2, ge=1, le=MAX_STEPS)
+    harness_max_iterations: int = Field(default=15, ge=1, le=MAX_STEPS)
     # adaptive, weight phase: signal = mean training reward per step, smoothed over a window
-    weight_window: int = Field(default=2, ge=1)
-    weight_burn_in: int = Field(default=2, ge=0)
-    weight_patience: int = Field(default=2, ge=1)
-    weight_max_steps: int = Field(default=10, ge=1)
+    weight_window: int = Field(default=2, ge=1, le=MAX_STEPS)
+    weight_burn_in: int = Field(default=2, ge=0, le=MAX_STEPS)
+    weight_patience: int = Field(default=2, ge=1, le=MAX_STEPS)
+    weight_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
 
 
 class TestSchedule(_Strict):
-    k: int = Field(default=4, ge=1, description="samples per test task (mean@k)")
-    tasks: int | None = Field(default=None, ge=1, description="first N test tasks (default all)")
+    k: int = Field(default=4, ge=1, le=MAX_SAMPLES, description="samples per test task (mean@k)")
+    tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS,
+                              description="first N test tasks (default all)")
     at_start: bool = True  # a point before anything is optimized
     after_phase: bool = True
-    every_weight_steps: int = Field(default=0, ge=0, description="also every N RFT steps; 0: off")
+    every_weight_steps: int = Field(default=0, ge=0, le=MAX_STEPS,
+                                    description="also every N RFT steps; 0: off")
 
 
 class Budget(_Strict):
     """The run ends when any is used up; a step or iteration that would overshoot the rollout
     budget is not started, so strategies compare at equal rollouts."""
 
-    rollouts: int | None = Field(default=None, ge=1)
-    tokens: int | None = Field(default=None, ge=1)
-    proposer_usd: float | None = Field(default=None, ge=0)
-    wall_s: float | None = Field(default=None, gt=0)
-    max_phases: int = Field(default=50, ge=1)  # a backstop when no budget is set
+    rollouts: int | None = Field(default=None, ge=1, le=10**10)
+    tokens: int | None = Field(default=None, ge=1, le=10**14)
+    proposer_usd: float | None = Field(default=None, ge=0, le=10**7)
+    wall_s: float | None = Field(default=None, gt=0, le=10**8)  # about three years
+    max_phases: int = Field(default=50, ge=1, le=MAX_STEPS)  # a backstop when no budget is set
 
 
 class Runtime(_Strict):
@@ -67,11 +79,13 @@ class Runtime(_Strict):
 class Experiment(_Strict):
     name: str = Field(min_length=1, max_length=200)
     domain: str = "arith"
-    harness: Path | None = None  # default: the domain's seed harness
-    seed: int = 0
+    harness: Path | None = None  # a file (over HTTP: one of harness_archive/); default: the seed
+    harness_id: int | None = Field(default=None, ge=1, le=2**63 - 1, description="a stored harness")
+    harness_code: str | None = Field(default=None, max_length=10_000_000, description="the code")
+    seed: int = Field(default=0, ge=0, le=MAX_SEED)
     strategy: Strategy = "whale"
     stagewise_weight_share: float = Field(default=0.5, gt=0, lt=1,
-                                          description="stagewise: rollout share for weights")  # fmt: skip
+                                          description="stagewise: rollout share for weights")
     switching: Switching = Field(default_factory=Switching)
     rft: RFTConfig = Field(default_factory=RFTConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
@@ -81,6 +95,9 @@ class Experiment(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self):
+        given = [k for k in HARNESS_KEYS if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of {', '.join(HARNESS_KEYS)} (given: {', '.join(given)})")
         if "steps" in self.rft.model_fields_set:
             raise ValueError("rft.steps is not used here: set switching.weight_steps")
         if "iterations" in self.search.model_fields_set:
@@ -94,8 +111,9 @@ class ExperimentError(ValueError):
     pass
 
 
-def parse(text: str, source: str = "experiment") -> Experiment:
-    """The experiment in a TOML text; ExperimentError names the file and the offending key."""
+def parse(text: str, source: str = "experiment", web: bool = False) -> Experiment:
+    """The experiment in a TOML text; ExperimentError names the file and the offending key.
+    `web`: it came over HTTP, so a `harness` file must be one of the archive's."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -111,10 +129,52 @@ def parse(text: str, source: str = "experiment") -> Experiment:
     except ValueError as exc:
         raise ExperimentError(f"{source}: domain: {exc}") from None
     if experiment.harness is not None:
-        if not experiment.harness.is_file():
-            raise ExperimentError(f"{source}: harness: no file {experiment.harness}")
-        experiment.harness = experiment.harness.resolve()  # a resumed run may start elsewhere
+        experiment.harness = _harness_file(experiment.harness, source, web)
     return experiment
+
+
+def _harness_file(path: Path, source: str, web: bool) -> Path:
+    if web:  # resolved inside the archive; a path outside it is never looked at, not even stat()
+        inside = Path(os.path.normpath(ROOT / path)).is_relative_to(ARCHIVE)
+        resolved = (ROOT / path).resolve() if inside else None  # then symlinks must stay inside
+        if not (inside and resolved.is_relative_to(ARCHIVE) and resolved.suffix == ".py"
+                and resolved.is_file()):
+            raise ExperimentError(
+                f"{source}: harness: {str(path)!r} is not a file of harness_archive/; over HTTP "
+                "the harness is an archive file (harness = \"harness_archive/seeds/arith/seed.py\"), "
+                "a stored harness (harness_id = N) or the code itself (harness_code, a TOML string)")
+        return resolved
+    if not path.is_file():
+        raise ExperimentError(f"{source}: harness: no file {path}")
+    return path.resolve()  # a resumed run may start elsewhere
+
+
+def incoming_harness(experiment: Experiment, session, source: str = "experiment") -> tuple[str, str]:
+    """(name, code) of the run's first harness, checked as a proposed candidate is (it parses,
+    defines `run`, imports nothing the domain forbids) before any run exists."""
+    from app.db.schema import Harness
+    from app.domains import get_domain
+    from app.search.validate import static_error
+
+    domain = get_domain(experiment.domain)
+    key = next((k for k in HARNESS_KEYS if getattr(experiment, k) is not None), "harness")
+    if experiment.harness_id is not None:
+        row = session.get(Harness, experiment.harness_id)
+        if row is None:
+            raise ExperimentError(f"{source}: harness_id: no harness {experiment.harness_id}")
+        name, code = row.name, row.code
+    elif experiment.harness_code is not None:
+        name, code = "harness_code.py", experiment.harness_code
+    else:
+        path = experiment.harness or domain.seed_harness
+        try:
+            name, code = path.name, path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ExperimentError(f"{source}: harness: cannot read {path}: {exc}") from None
+    error = static_error(code, domain.forbidden_modules, experiment.search.max_code_bytes)
+    if error:
+        raise ExperimentError(f"{source}: {key}: not a harness: {error}")
+    return name, code
 
 
 def stored(experiment: Experiment) -> dict:

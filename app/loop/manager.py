@@ -3,7 +3,7 @@ import asyncio
 import logging
 
 from app.db.schema import Run
-from app.loop.experiment import Experiment, ExperimentError, config_hash, parse
+from app.loop.experiment import Experiment, ExperimentError, config_hash, incoming_harness, parse
 from app.loop.runner import Loop, start_run, unfinished_runs
 
 log = logging.getLogger(__name__)
@@ -32,11 +32,14 @@ class LoopManager:
         return [r.id for r in runs]
 
     async def start(self, toml_text: str, source: str = "api") -> Run:
-        """Validate an experiment (ExperimentError names the bad key) and start its run."""
-        experiment = parse(toml_text, source)
+        """Validate an experiment posted over HTTP (ExperimentError names the bad key) and start
+        its run; its harness is an archive file, a stored harness or code, never a server path."""
+        experiment = parse(toml_text, source, web=True)
         self.check_runtime(experiment)
+        with self.wb.session() as s:
+            incoming = incoming_harness(experiment, s, source)
         await self.ensure_started()
-        run = await start_run(self.wb, experiment, toml_text, config_hash(toml_text))
+        run = await start_run(self.wb, experiment, toml_text, config_hash(toml_text), incoming)
         self._launch(run.id)
         return run
 

@@ -353,12 +353,13 @@ def _last_checkpoint(jobs: list[TrainingJob], default: int) -> int:
     return out[-1] if out else default
 
 
-async def start_run(workbench, experiment: Experiment, source: str, config_hash: str) -> Run:
-    """A new run of an experiment: its incoming harness and base checkpoint are recorded."""
-    harness_path = experiment.harness or get_domain(experiment.domain).seed_harness
+async def start_run(workbench, experiment: Experiment, source: str, config_hash: str,
+                    incoming: tuple[str, str]) -> Run:  # fmt: skip
+    """A new run of an experiment: its incoming harness (name, code: see incoming_harness) and
+    base checkpoint are recorded."""
     config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
     run, harness, checkpoint = await workbench.start_run(experiment.name, "experiment",
-                                                         experiment.domain, harness_path, config)  # fmt: skip
+                                                         experiment.domain, incoming, config)  # fmt: skip
 
     def finish(s):
         row = s.get(Run, run.id)

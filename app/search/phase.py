@@ -283,11 +283,12 @@ async def search_file(workbench, harness_path, domain_name: str, cfg: SearchConf
     """One harness phase from a harness file, as a new run of kind "search" (`whale search`)."""
     from app.domains import get_domain
     from app.search.proposers import make_proposer
+    from app.workbench import read_harness
 
     domain = get_domain(domain_name)
     proposer = make_proposer(cfg, workbench)
     run, harness, checkpoint = await workbench.start_run(
-        run_name or f"search {harness_path.name}", "search", domain_name, harness_path,
+        run_name or f"search {harness_path.name}", "search", domain_name, read_harness(harness_path),
         {"harness": str(harness_path), "search": cfg.model_dump()},
     )  # fmt: skip
     phase = await workbench.writer.insert(Phase(

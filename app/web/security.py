@@ -1,4 +1,13 @@
-"""Who may talk to the workbench server: an access token off loopback, CSRF checks on writes.
+"""Who may talk to the workbench server: a known Host, an access token off loopback, CSRF checks
+on writes.
+
+Host (DNS rebinding): a page of evil.example whose name the attacker re-points at 127.0.0.1 is,
+for the browser, same-origin with this server: it could read /api/csrf and then post with the
+token. Its requests say `Host: evil.example`, so every request whose Host is not a name this
+server was started for (loopback names, the --host address, WHALE_ALLOWED_HOSTS) is refused,
+before anything else. An IP address in Host cannot be re-pointed, so a server bound to every
+interface (0.0.0.0, ::) also answers to any address. (Starlette's TrustedHostMiddleware cuts the
+Host at its first colon, which breaks IPv6 addresses, hence the few lines here.)
 
 Access token (like Jupyter): a server listening beyond 127.0.0.1 is reachable by anyone on the
 network, so then every request - page, static file, API call - must carry the token printed at
@@ -16,6 +25,7 @@ A request from a foreign Origin is refused as well, in case a browser lets a hea
 import hmac
 import ipaddress
 import secrets
+import socket
 from html import escape
 from urllib.parse import urlsplit
 
@@ -26,6 +36,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 CSRF_HEADER = "X-CSRF-Token"
+WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}  # listening on every interface
 
 router = APIRouter()
 
@@ -46,6 +57,32 @@ def is_loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def allowed_hosts(host: str, extra: str | None = None) -> frozenset[str]:
+    """The Host names a server listening on `host` answers to (lower case, without port);
+    `extra`: comma-separated more (WHALE_ALLOWED_HOSTS), e.g. the name of a reverse proxy."""
+    names = {"localhost", "127.0.0.1", "::1", host.strip("[]").lower()}
+    if host in WILDCARD_HOSTS:
+        names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
+    names |= {name.strip().lower() for name in (extra or "").split(",") if name.strip()}
+    return frozenset(names - {""})
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: `[::1]:8000` -> `::1`, `a.b:80` -> `a.b`."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
         return False
 
 
@@ -73,17 +110,30 @@ def _refusal(path: str, status: int, title: str, message: str) -> Response:
 class WebSecurity:
     """ASGI middleware in front of the whole app, static files included."""
 
-    def __init__(self, app: ASGIApp, token: str | None, csrf_token: str):
+    def __init__(self, app: ASGIApp, token: str | None, csrf_token: str, hosts: frozenset[str],
+                 any_ip: bool = False):  # fmt: skip
         self.app, self.token, self.csrf_token = app, token, csrf_token
+        self.hosts, self.any_ip = hosts, any_ip
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The app serves plain HTTP only (no websockets); lifespan events pass through.
         if scope["type"] == "http":
             request = Request(scope)
-            refused = (self.token and self.check_token(request)) or self.check_write(request)
+            refused = (self.check_host(request) or (self.token and self.check_token(request))
+                       or self.check_write(request))  # fmt: skip
             if refused:
                 return await refused(scope, receive, send)
         await self.app(scope, receive, send)
+
+    def check_host(self, request: Request) -> Response | None:
+        """None when the Host header names this server, else a 400 (see the module docstring)."""
+        header = request.headers.get("host", "")
+        name = host_name(header)
+        if name in self.hosts or (self.any_ip and _is_ip(name)):
+            return None
+        return _refusal(request.url.path, 400, "Unknown host",
+                        f"Refused: this workbench does not answer to the host {header!r}; open it "
+                        "by a name it was started for, or add that name to WHALE_ALLOWED_HOSTS.")
 
     def check_token(self, request: Request) -> Response | None:
         """None when the request carries the access token, else the answer to give instead."""

@@ -110,4 +110,4 @@ def store(workbench) -> Store:
 
 @pytest.fixture
 def client(workbench) -> TestClient:
-    return TestClient(create_app(workbench))
+    return TestClient(create_app(workbench), base_url="http://localhost")

@@ -22,7 +22,7 @@ def demo(tmp_path_factory, model_cache):
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     workbench = Workbench(Settings(home=home, model_cache=model_cache), say=lambda m: None)
-    with TestClient(create_app(workbench)) as client:
+    with TestClient(create_app(workbench), base_url="http://localhost") as client:
         yield proc, client
     asyncio.run(workbench.stop())
 

@@ -21,6 +21,7 @@ import pytest
 from app.llm.client import BackendError
 from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
+from app.workbench import read_harness
 from tests.conftest import REPO, free_port, whale_eval_json
 
 VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
@@ -366,7 +367,7 @@ def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path
         workbench = Workbench(settings, say=lambda m: None)
         await workbench.start()
         try:
-            run, harness, base = await workbench.start_run("rft", "rft", "arith", harness_path, {})
+            run, harness, base = await workbench.start_run("rft", "rft", "arith", read_harness(harness_path), {})
             return await rft_step(workbench, run.id, harness, base, get_domain("arith"), cfg, 0)
         finally:
             await workbench.stop()

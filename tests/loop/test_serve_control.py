@@ -1,11 +1,12 @@
 """Steering a run of `whale serve` over its API: start, pause (nothing new starts), resume,
 force a phase, stop; bad experiments and conflicting actions are refused with the reason."""
+import json
 import sqlite3
 import time
 
 import httpx
 
-from tests.conftest import csrf_headers, whale_serve
+from tests.conftest import REPO, csrf_headers, whale_serve
 from tests.loop.conftest import quick_toml
 from tests.loop.test_crash import wait_for
 
@@ -38,10 +39,15 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
                          json={"experiment": 'name = "x"\n[budget]\nrollout = 5'})
         assert bad.status_code == 422 and "budget.rollout: Extra inputs are not permitted" in bad.text
 
-        text = quick_toml("steered", rollouts=400, rft={"samples_per_prompt": 4})
+        # over HTTP the harness comes as code (a server path would be refused)
+        seed = (REPO / "harness_archive" / "seeds" / "arith" / "seed.py").read_text()
+        text = f"harness_code = {json.dumps(seed)}\n" + quick_toml("steered", rollouts=400,
+                                                                 rft={"samples_per_prompt": 4})
         started = httpx.post(url + "/api/runs", headers=csrf, json={"experiment": text}, timeout=300)
         assert started.status_code == 201, started.text
         run_id = started.json()["run"]["id"]
+        first = started.json()["run"]["config"]["start"]["harness_id"]
+        assert httpx.get(f"{url}/api/harnesses/{first}").json()["harness"]["code"] == seed
         act = lambda action, **body: httpx.post(f"{url}/api/runs/{run_id}/{action}",  # noqa: E731
                                                 headers=csrf, json={"reason": "test", **body},
                                                 timeout=30)  # fmt: skip

@@ -2,6 +2,7 @@
 `whale eval hostile.py --domain arith --sandbox BACKEND`, while `whale serve` runs over the same
 store. Each ends as a failed or contained rollout with a recorded reason; afterwards the server
 still serves, the database is intact and the host is unchanged."""
+import json
 import os
 import sqlite3
 import textwrap
@@ -311,3 +312,94 @@ def test_a_fake_reward_cannot_be_reported(attack):
     """)
     # writing into its own result channel can only spoil its own result
     assert row["status"] in ("fail", "error") and row["reward"] == 0.0
+
+
+# A child interpreter started from the harness: the domain's forbidden imports do not reach it
+# (they are a hint to the harness author, not a boundary), so only the sandbox can stop it.
+# It tries the kernel interfaces an escape or a takeover of the runner would use and reports,
+# per attempt, "ok" or the error name; every attempt must fail.
+CHILD_ATTACKS = r'''
+import ctypes, errno, json, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR = {"x86_64": {"keyctl": 250, "bpf": 321, "perf_event_open": 298, "process_vm_readv": 310},
+      "aarch64": {"keyctl": 219, "bpf": 280, "perf_event_open": 241, "process_vm_readv": 270}
+      }[platform.machine()]
+
+def outcome(result):
+    return "ok" if result != -1 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+def ppid_of(pid):
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except OSError:  # gone meanwhile
+        return None
+
+worker = os.getppid()
+server = ppid_of(worker)
+siblings = [int(p) for p in os.listdir("/proc")
+            if p.isdigit() and int(p) not in (worker, os.getpid()) and ppid_of(int(p)) == server]
+found = {}
+for name, pid in (("pid1", 1), ("server", server), ("sibling", siblings[0] if siblings else None)):
+    if pid is None:
+        found[name] = "no sibling running"
+        continue
+    attached = libc.ptrace(ctypes.c_long(16), ctypes.c_long(pid), None, None)  # PTRACE_ATTACH
+    found[f"ptrace {name}"] = outcome(attached)
+    if attached == 0:
+        os.waitpid(pid, 0)
+        libc.ptrace(ctypes.c_long(17), ctypes.c_long(pid), None, None)  # PTRACE_DETACH
+    try:
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            found[f"mem {name}"] = "ok"
+    except OSError as exc:
+        found[f"mem {name}"] = errno.errorcode[exc.errno]
+    buf = ctypes.create_string_buffer(8)
+    local = (ctypes.c_void_p * 2)(ctypes.addressof(buf), 8)
+    remote = (ctypes.c_void_p * 2)(0x10000, 8)
+    found[f"process_vm_readv {name}"] = outcome(libc.syscall(
+        NR["process_vm_readv"], pid, local, 1, remote, 1, 0))  # EFAULT: it reached the memory
+fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+found["setns"] = outcome(libc.setns(fd, 0))
+found["unshare user"] = outcome(libc.unshare(0x10000000))  # then root in it, and so:
+found["unshare net"] = outcome(libc.unshare(0x40000000))
+found["mount"] = outcome(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+found["chroot"] = outcome(libc.chroot(b"/tmp"))
+found["keyctl"] = outcome(libc.syscall(NR["keyctl"], 0, -3, 0))  # the session keyring's id
+attr = ctypes.create_string_buffer(128)
+found["bpf"] = outcome(libc.syscall(NR["bpf"], 0, attr, 128))  # EINVAL: the kernel looked at it
+found["perf_event_open"] = outcome(libc.syscall(NR["perf_event_open"], attr, 0, -1, -1, 0))
+print(json.dumps(found))
+'''
+
+
+def test_a_child_interpreter_can_neither_take_over_the_runner_nor_open_kernel_surfaces(attack):
+    """ptrace, /proc/PID/mem and process_vm_readv against PID 1, the runner server and a
+    sibling rollout; new user and network namespaces, chroot, mount, setns, keyctl, bpf and
+    perf_event_open: all refused, on both backends (non-dumpable processes + seccomp filter)."""
+    _, rows = attack(f"""
+        import os, sys, time
+        CHILD = {CHILD_ATTACKS!r}
+        def run(task, llm, tools):
+            start = time.monotonic()
+            time.sleep(0.5)  # both rollouts are up: each is the other's sibling
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.dup2(write, 1)
+                os.execv(sys.executable, [sys.executable, "-I", "-c", CHILD])
+            os.close(write)
+            out = b""
+            while chunk := os.read(read, 65536):
+                out += chunk
+            os.waitpid(pid, 0)
+            time.sleep(max(0.0, 2.5 - (time.monotonic() - start)))  # stay up for the sibling
+            return out.decode()
+    """, limit=2)
+    allowed = {"EPERM", "EACCES", "ENOSYS"}
+    for row in rows:
+        assert row["reason"] is None, row["error"]
+        found = json.loads(row["answer"])
+        assert "no sibling running" not in found.values(), found
+        breached = {name: what for name, what in found.items() if what not in allowed}
+        assert not breached, f"{attack.backend}: {breached} (all: {found})"

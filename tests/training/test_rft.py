@@ -8,6 +8,7 @@ from app.config import RFTConfig
 from app.db.schema import Checkpoint, Metric, Rollout, TrainingJob
 from app.domains import get_domain
 from app.training.rft import rft_step
+from app.workbench import read_harness
 from tests.conftest import attached_settings, started_workbench
 
 # Calls the model (so there are model steps to learn from) but answers right by itself, so
@@ -28,7 +29,7 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
 
     async def main():
         async with started_workbench(settings) as workbench:
-            run, harness, base = await workbench.start_run("rft", "rft", "arith", harness_path, {})
+            run, harness, base = await workbench.start_run("rft", "rft", "arith", read_harness(harness_path), {})
             job, checkpoint = await rft_step(workbench, run.id, harness, base,
                                              get_domain("arith"), cfg, step=0)  # fmt: skip
             reply = None

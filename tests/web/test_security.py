@@ -2,6 +2,7 @@
 state-changing request needs the CSRF header and must not come from another origin."""
 import os
 import re
+import socket
 import subprocess
 import time
 
@@ -13,8 +14,8 @@ from sqlmodel import select
 from app.db.schema import Event, Run
 from app.llm.local import free_port
 from app.server import create_app
-from app.web.security import access_token
-from tests.conftest import WHALE
+from app.web.security import access_token, host_name
+from tests.conftest import WHALE, whale_serve
 
 TOKEN = "t0ken-for-the-tests"
 
@@ -22,7 +23,7 @@ TOKEN = "t0ken-for-the-tests"
 @pytest.fixture
 def guarded(workbench) -> TestClient:
     """A server that requires the access token, as `whale serve --host 0.0.0.0` starts it."""
-    return TestClient(create_app(workbench, token=TOKEN))
+    return TestClient(create_app(workbench, token=TOKEN), base_url="http://localhost")
 
 
 def test_without_the_token_nothing_is_served(guarded):
@@ -104,7 +105,7 @@ def test_a_post_from_another_origin_is_refused(client, workbench, running):
     assert foreign.status_code == 403 and "http://evil.example" in foreign.json()["detail"]
     assert desired_and_log(workbench, running.id) == (None, [])
     own = client.post(f"/api/runs/{running.id}/stop", json={},
-                      headers={**csrf, "Origin": "http://testserver"})  # fmt: skip
+                      headers={**csrf, "Origin": "http://localhost"})  # fmt: skip
     assert own.status_code == 200
 
 
@@ -147,3 +148,62 @@ def test_whale_serve_on_all_interfaces_prints_and_requires_a_token(tmp_path, mod
         proc.terminate()
         proc.wait(30)
         proc.stderr.close()
+
+
+def raw_get(port: int, path: str, host: str) -> tuple[int, str]:
+    """One HTTP request written by hand, as a DNS-rebound page's browser sends it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+def test_dns_rebinding_gets_nothing_from_a_running_server(tmp_path, model_cache):
+    """A page of evil.example re-pointed at 127.0.0.1 reaches the port, but its requests say
+    `Host: evil.example`: refused everywhere, the CSRF token included, before anything else."""
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home"), "WHALE_MODEL_CACHE": str(model_cache),
+           "WHALE_ALLOWED_HOSTS": "workbench.lab, proxy.example"}  # fmt: skip
+    with whale_serve(env) as url:
+        port = int(url.rsplit(":", 1)[1])
+        for path in ("/api/csrf", "/api/runs", "/runs", "/static/style.css"):
+            status, body = raw_get(port, path, f"evil.example:{port}")
+            assert status == 400 and "does not answer to the host" in body and "evil.example:" in body, path
+            assert "csrf_token" not in body
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost",
+                     f"workbench.lab:{port}", "PROXY.example"):  # fmt: skip
+            status, body = raw_get(port, "/api/csrf", host)
+            assert status == 200 and "csrf_token" in body, host
+        assert raw_get(port, "/api/csrf", f"127.0.0.1.evil.example:{port}")[0] == 400
+        # a write with a token read legitimately is refused all the same under a foreign Host
+        token = httpx.get(url + "/api/csrf").json()["csrf_token"]
+        posted = httpx.post(url + "/api/runs", json={"experiment": 'name = "x"'},
+                            headers={"Host": f"evil.example:{port}", "X-CSRF-Token": token,
+                                     "Origin": f"http://evil.example:{port}"})  # fmt: skip
+        assert posted.status_code == 400
+        assert httpx.get(url + "/api/runs").json() == []
+
+
+def test_the_host_check_runs_before_the_token_check(workbench):
+    guarded = TestClient(create_app(workbench, token=TOKEN), base_url="http://evil.example")
+    answer = guarded.get(f"/api/runs?token={TOKEN}")
+    assert answer.status_code == 400 and "evil.example" in answer.json()["detail"]
+
+
+def test_a_server_on_every_interface_answers_to_addresses_but_not_to_names(workbench):
+    everywhere = create_app(workbench, token=TOKEN, host="0.0.0.0")
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for base in ("http://192.0.2.7:8000", "http://[2001:db8::1]:8000", "http://localhost"):
+        assert TestClient(everywhere, base_url=base).get("/api/runs", headers=bearer).status_code == 200
+    assert TestClient(everywhere, base_url="http://evil.example").get(
+        "/api/runs", headers=bearer).status_code == 400  # fmt: skip
+
+
+@pytest.mark.parametrize("header, name", [
+    ("127.0.0.1:8000", "127.0.0.1"), ("[::1]:8000", "::1"), ("[::1]", "::1"),
+    ("LocalHost", "localhost"), ("a.example:80", "a.example"), ("", ""),
+])  # fmt: skip
+def test_host_names_are_read_without_their_port(header, name):
+    assert host_name(header) == name
