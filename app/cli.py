@@ -367,7 +367,12 @@ def sandbox_build(
 ):
     """Build the docker sandbox image (cached: rebuilt only when its inputs change)."""
     from sandbox import image
+    from sandbox.docker import engine_available
 
+    why_not = engine_available()
+    if why_not:
+        err.print(f"[red]cannot build the sandbox image: {why_not}[/red]")
+        raise typer.Exit(1)
     print(image.build(say=lambda m: err.print(f"[dim]{m}[/dim]"), base=base))
 
 

@@ -2,7 +2,7 @@
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # a message stays one line, whatever the width
 
 
 def progress_bars() -> Progress:

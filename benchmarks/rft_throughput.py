@@ -5,7 +5,7 @@ Both train the embedded model (SmolLM2-135M-Instruct) on the same chat examples 
 messages -> completion, the shape accepted rollouts give - and both are timed over their
 training loop only (model loading and saving excluded). Tokens/s = the examples' tokens (prompt
 and completion, as encoded for training) over that time. TRL is not a dependency of the
-workbench: `.venv/bin/pip install -e ".[bench]"` first.
+workbench: `"$(cat .venv/.shared)/bin/pip" install 'trl>=1.0'` first (the shared environment, see scripts/setup.sh).
 
     python -m benchmarks.rft_throughput [--examples N]
 """

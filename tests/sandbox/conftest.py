@@ -9,6 +9,7 @@ from sandbox import docker as docker_backend
 from sandbox import image
 from sandbox.pool import Limits, SandboxPool
 from sandbox.process import ProcessLauncher
+from tests.conftest import MISSING
 
 BACKENDS = ["process", "process-rlimits-only", "docker"]
 
@@ -17,7 +18,7 @@ BACKENDS = ["process", "process-rlimits-only", "docker"]
 def docker_image() -> str:
     why = docker_backend.engine_available()
     if why is not None:
-        pytest.skip(f"no Docker engine reachable ({why})")
+        pytest.skip(f"{MISSING}the Docker engine ({why})")
     return image.build(say=lambda m: None)
 
 
@@ -30,7 +31,7 @@ def make_launcher(request):
         launcher = ProcessLauncher()
         if backend == "process":
             if not launcher.bwrap:
-                pytest.skip("bubblewrap is not installed")
+                pytest.skip(f"{MISSING}bubblewrap is not installed")
         else:
             launcher.bwrap = False
         return launcher

@@ -3,9 +3,10 @@ import re
 
 import pytest
 
+from tests.conftest import MISSING
 from tests.web.conftest import ARTIFACTS, CHROMIUM
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{MISSING}no Chromium at {CHROMIUM}")
 
 
 def test_click_from_runs_to_a_failing_trace(server_url, page):

@@ -11,10 +11,10 @@ from app.config import Settings
 from app.workbench import Workbench
 from tests.api.synthetic_lineage import PROGRAM_CODE, large_search_run, search_run
 from tests.api.synthetic_store import Store
-from tests.conftest import whale_serve
+from tests.conftest import MISSING, whale_serve
 from tests.web.conftest import ARTIFACTS, CHROMIUM
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{MISSING}no Chromium at {CHROMIUM}")
 
 LONG_LINE = "    PROMPT = " + repr("Think step by step. " * 30)
 

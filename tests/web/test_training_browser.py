@@ -10,11 +10,11 @@ from app.config import Settings
 from app.workbench import Workbench
 from tests.api.synthetic_store import Store
 from tests.api.synthetic_training import weight_phase
-from tests.conftest import whale_serve
+from tests.conftest import MISSING, whale_serve
 from tests.web.conftest import ARTIFACTS, CHROMIUM
 
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{MISSING}no Chromium at {CHROMIUM}")
 
 
 @pytest.fixture

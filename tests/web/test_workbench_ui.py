@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import whale_serve
+from tests.conftest import MISSING, whale_serve
 from tests.loop.conftest import quick_toml
 from tests.loop.test_crash import wait_for
 from tests.web.conftest import ARTIFACTS, CHROMIUM
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"no Chromium at {CHROMIUM}")
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{MISSING}no Chromium at {CHROMIUM}")
 
 
 def shot(page, name: str) -> None:
