@@ -1,5 +1,6 @@
 """Child processes die with the workbench: a `kill -9` of the server must not leave a training
 job or a model server running on its own (Linux: the parent-death signal)."""
+
 import ctypes
 import signal
 

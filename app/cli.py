@@ -1,4 +1,5 @@
 """The `whale` command line: serve, demo, eval, train, search, run and its controls, compare, export."""
+
 import asyncio
 import json
 import logging
@@ -8,8 +9,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-import uvloop  # the event loop of every command: the gateway and evaluator run on it
 import uvicorn
+import uvloop  # the event loop of every command: the gateway and evaluator run on it
 
 from app.config import Settings
 from app.domains import get_domain
@@ -52,14 +53,23 @@ async def _start_web(server: uvicorn.Server) -> asyncio.Task:
     return task
 
 
-async def _evaluate(workbench, harness: Path, domain: str, split: str, k: int,
-                    limit: Optional[int], quiet: bool, on_start=None):  # fmt: skip
+async def _evaluate(
+    workbench,
+    harness: Path,
+    domain: str,
+    split: str,
+    k: int,
+    limit: Optional[int],
+    quiet: bool,
+    on_start=None,
+):
     """Run one evaluation with a progress bar; returns (run, evaluation, status counts)."""
     statuses: Counter = Counter()
     reasons: Counter = Counter()
     with progress_bars() as progress:
-        bar = progress.add_task(f"{harness.name} on {domain}/{split}", total=None, passed=0,
-                                visible=not quiet)  # fmt: skip
+        bar = progress.add_task(
+            f"{harness.name} on {domain}/{split}", total=None, passed=0, visible=not quiet
+        )
 
         def started(run, total):
             progress.update(bar, total=total)
@@ -89,9 +99,12 @@ def _summary(evaluation, statuses: Counter, reasons: Counter) -> str:
 
 
 @cli.command()
-def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1; any other "
-                                                        "address requires a token")] = None,
-          port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
+def serve(
+    host: Annotated[
+        Optional[str], typer.Option(help="default 127.0.0.1; any other address requires a token")
+    ] = None,
+    port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
+):
     """Serve the UI and API over the store in $WHALE_HOME; resume its unfinished runs."""
     from app.loop.lock import StoreBusy, StoreLock
 
@@ -122,10 +135,13 @@ def serve(host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1; a
 
 
 @cli.command()
-def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] = False,
-         host: Annotated[Optional[str], typer.Option(help="default 127.0.0.1; any other "
-                                                          "address requires a token")] = None,
-         port: Annotated[Optional[int], typer.Option(help="default 8000")] = None):  # fmt: skip
+def demo(
+    quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] = False,
+    host: Annotated[
+        Optional[str], typer.Option(help="default 127.0.0.1; any other address requires a token")
+    ] = None,
+    port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
+):
     """Evaluate the arith seed harness with the embedded model while the UI shows it."""
     settings = Settings()
     limit, k = (16, 2) if quick else (None, 4)
@@ -140,14 +156,23 @@ def demo(quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] 
             web = await _start_web(server)
             err.print(f"UI: {_link(server)}", soft_wrap=True)
             run, evaluation, statuses, reasons = await _evaluate(
-                workbench, domain.seed_harness, "arith", "test", k, limit, quiet=False,
-                on_start=lambda r: err.print(f"run {r.id}: {_link(server, f'/runs/{r.id}')}",
-                                             soft_wrap=True),
-            )  # fmt: skip
+                workbench,
+                domain.seed_harness,
+                "arith",
+                "test",
+                k,
+                limit,
+                quiet=False,
+                on_start=lambda r: err.print(
+                    f"run {r.id}: {_link(server, f'/runs/{r.id}')}", soft_wrap=True
+                ),
+            )
             print(_summary(evaluation, statuses, reasons))
             if not quick:
-                err.print(f"results at {_link(server, f'/runs/{run.id}')} - Ctrl-C to stop",
-                          soft_wrap=True)  # fmt: skip
+                err.print(
+                    f"results at {_link(server, f'/runs/{run.id}')} - Ctrl-C to stop",
+                    soft_wrap=True,
+                )
                 await web
         finally:
             server.should_exit = True
@@ -186,13 +211,23 @@ def eval_(
         finally:
             await workbench.stop()
         if as_json:
-            print(json.dumps({
-                "run_id": run.id, "evaluation_id": evaluation.id,
-                "mean_at_k": evaluation.mean_at_k, "k": k, "split": split,
-                "n_tasks": evaluation.n_tasks, "n_rollouts": sum(statuses.values()),
-                "statuses": dict(statuses), "reasons": dict(reasons),
-                "mean_turns": evaluation.mean_turns, "total_tokens": evaluation.total_tokens,
-            }))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "run_id": run.id,
+                        "evaluation_id": evaluation.id,
+                        "mean_at_k": evaluation.mean_at_k,
+                        "k": k,
+                        "split": split,
+                        "n_tasks": evaluation.n_tasks,
+                        "n_rollouts": sum(statuses.values()),
+                        "statuses": dict(statuses),
+                        "reasons": dict(reasons),
+                        "mean_turns": evaluation.mean_turns,
+                        "total_tokens": evaluation.total_tokens,
+                    }
+                )
+            )
         else:
             print(_summary(evaluation, statuses, reasons))
             print(f"run {run.id} stored in {Settings().db_path}")
@@ -202,8 +237,12 @@ def eval_(
 
 @cli.command()
 def train(
-    harness: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
-                                                      help="harness file (default: the domain's seed)")] = None,
+    harness: Annotated[
+        Optional[Path],
+        typer.Argument(
+            exists=True, dir_okay=False, help="harness file (default: the domain's seed)"
+        ),
+    ] = None,
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
     steps: Annotated[int, typer.Option(min=1, help="RFT steps")] = 2,
     prompts: Annotated[int, typer.Option(min=1, help="train prompts per step")] = 32,
@@ -225,22 +264,34 @@ def train(
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     harness = harness or the_domain.seed_harness
-    cfg = RFTConfig(steps=steps, prompts_per_step=prompts, samples_per_prompt=n, lr=lr,
-                    lora_rank=lora_rank, lora=not full)  # fmt: skip
+    cfg = RFTConfig(
+        steps=steps,
+        prompts_per_step=prompts,
+        samples_per_prompt=n,
+        lr=lr,
+        lora_rank=lora_rank,
+        lora=not full,
+    )
 
     async def main():
         workbench = _workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()
-            config = {"harness": str(harness), "rft": cfg.model_dump(), "test_k": test_k,
-                      "test_limit": test_limit}  # fmt: skip
-            run, first, base = await workbench.start_run(f"rft {harness.name}", "rft", domain,
-                                                         read_harness(harness), config)  # fmt: skip
+            config = {
+                "harness": str(harness),
+                "rft": cfg.model_dump(),
+                "test_k": test_k,
+                "test_limit": test_limit,
+            }
+            run, first, base = await workbench.start_run(
+                f"rft {harness.name}", "rft", domain, read_harness(harness), config
+            )
             with progress_bars() as progress:
                 on = phase_progress(progress, quiet=as_json)
                 try:
-                    result = await weight_phase(workbench, run.id, first, base, the_domain, cfg,
-                                                test_k, test_limit, on)  # fmt: skip
+                    result = await weight_phase(
+                        workbench, run.id, first, base, the_domain, cfg, test_k, test_limit, on
+                    )
                 except BaseException:
                     await workbench.finish_run(run.id, "failed")
                     raise
@@ -248,36 +299,57 @@ def train(
         finally:
             await workbench.stop()
         summary = {
-            "run_id": run.id, "before": result.before.mean_at_k, "after": result.after.mean_at_k,
-            "k": test_k, "n_test_tasks": result.after.n_tasks,
-            "rollouts_used": result.rollouts_used, "checkpoint_id": result.checkpoint.id,
-            "steps": [{"accepted": j.n_accepted, "rollouts": j.n_rollouts, "loss": j.loss,
-                       "status": j.status} for j in result.jobs],
-        }  # fmt: skip
+            "run_id": run.id,
+            "before": result.before.mean_at_k,
+            "after": result.after.mean_at_k,
+            "k": test_k,
+            "n_test_tasks": result.after.n_tasks,
+            "rollouts_used": result.rollouts_used,
+            "checkpoint_id": result.checkpoint.id,
+            "steps": [
+                {
+                    "accepted": j.n_accepted,
+                    "rollouts": j.n_rollouts,
+                    "loss": j.loss,
+                    "status": j.status,
+                }
+                for j in result.jobs
+            ],
+        }
         if as_json:
             print(json.dumps(summary))
         else:
-            print(f"test mean@{test_k}: {summary['before']:.3f} -> {summary['after']:.3f} "
-                  f"after {steps} RFT steps ({summary['rollouts_used']} training rollouts); "
-                  f"run {run.id}, checkpoint {result.checkpoint.id}")  # fmt: skip
+            print(
+                f"test mean@{test_k}: {summary['before']:.3f} -> {summary['after']:.3f} "
+                f"after {steps} RFT steps ({summary['rollouts_used']} training rollouts); "
+                f"run {run.id}, checkpoint {result.checkpoint.id}"
+            )
 
     uvloop.run(main())
 
 
 @cli.command()
 def search(
-    harness: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
-                                                      help="harness file (default: the domain's seed)")] = None,
+    harness: Annotated[
+        Optional[Path],
+        typer.Argument(
+            exists=True, dir_okay=False, help="harness file (default: the domain's seed)"
+        ),
+    ] = None,
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
     proposer: Annotated[str, typer.Option(help="knobs | llm | agent")] = "knobs",
     iterations: Annotated[int, typer.Option(min=0, help="proposing iterations")] = 3,
     candidates: Annotated[int, typer.Option(min=1, help="K candidates per iteration")] = 3,
     tasks: Annotated[Optional[int], typer.Option(min=1, help="first N harness-split tasks")] = None,
     samples: Annotated[int, typer.Option(min=1, help="rollouts per task")] = 1,
-    llm_url: Annotated[Optional[str], typer.Option(help="llm proposer: OpenAI-compatible URL")] = None,
+    llm_url: Annotated[
+        Optional[str], typer.Option(help="llm proposer: OpenAI-compatible URL")
+    ] = None,
     llm_model: Annotated[Optional[str], typer.Option(help="llm proposer: model name")] = None,
-    agent_command: Annotated[Optional[str], typer.Option(help="agent proposer: command line; "
-                                                         "{workspace} {k} {iteration} substituted")] = None,
+    agent_command: Annotated[
+        Optional[str],
+        typer.Option(help="agent proposer: command line; {workspace} {k} {iteration} substituted"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ):
     """A harness phase: propose, validate, evaluate and select harnesses on the harness split."""
@@ -291,10 +363,14 @@ def search(
     try:
         the_domain = get_domain(domain)
         cfg = SearchConfig(
-            proposer=proposer, iterations=iterations, candidates=candidates, tasks=tasks,
-            samples=samples, llm={"url": llm_url, "model": llm_model},
+            proposer=proposer,
+            iterations=iterations,
+            candidates=candidates,
+            tasks=tasks,
+            samples=samples,
+            llm={"url": llm_url, "model": llm_model},
             agent={"command": shlex.split(agent_command or "")},
-        )  # fmt: skip
+        )
     except ValidationError as exc:
         raise typer.BadParameter(describe(exc)) from None
     except ValueError as exc:
@@ -306,8 +382,9 @@ def search(
         try:
             await workbench.start()
             with progress_bars() as progress:
-                phase = await search_file(workbench, harness, domain, cfg,
-                                          phase_progress(progress, quiet=as_json))  # fmt: skip
+                phase = await search_file(
+                    workbench, harness, domain, cfg, phase_progress(progress, quiet=as_json)
+                )
             with workbench.session() as s:
                 summary = _search_summary(s, phase)
         finally:
@@ -316,10 +393,12 @@ def search(
             print(json.dumps(summary))
         else:
             first = summary["iterations"][0]
-            print(f"harness-split success {first['best_success']:.3f} -> "
-                  f"{summary['accepted_success']:.3f}: accepted harness #{phase.harness_out_id} "
-                  f"after {len(summary['iterations']) - 1} iterations "
-                  f"({summary['rollouts']} rollouts, ended: {phase.ended_reason}); run {phase.run_id}")
+            print(
+                f"harness-split success {first['best_success']:.3f} -> "
+                f"{summary['accepted_success']:.3f}: accepted harness #{phase.harness_out_id} "
+                f"after {len(summary['iterations']) - 1} iterations "
+                f"({summary['rollouts']} rollouts, ended: {phase.ended_reason}); run {phase.run_id}"
+            )
 
     uvloop.run(main())
 
@@ -329,27 +408,53 @@ def _search_summary(s, phase) -> dict:
 
     from app.db.schema import Harness, SearchIteration
 
-    iterations = s.exec(select(SearchIteration).where(SearchIteration.phase_id == phase.id)
-                        .order_by(SearchIteration.iteration)).all()  # fmt: skip
+    iterations = s.exec(
+        select(SearchIteration)
+        .where(SearchIteration.phase_id == phase.id)
+        .order_by(SearchIteration.iteration)
+    ).all()
     harnesses = s.exec(select(Harness).where(Harness.run_id == phase.run_id)).all()
     # The accepted harness has the best success rate, so it is always on the frontier.
-    accepted = next(p["success"] for p in iterations[-1].frontier
-                    if p["harness_id"] == phase.harness_out_id)  # fmt: skip
+    accepted = next(
+        p["success"] for p in iterations[-1].frontier if p["harness_id"] == phase.harness_out_id
+    )
     return {
-        "run_id": phase.run_id, "phase_id": phase.id, "ended": phase.ended_reason,
-        "rollouts": phase.rollouts, "incoming_harness_id": phase.harness_in_id,
+        "run_id": phase.run_id,
+        "phase_id": phase.id,
+        "ended": phase.ended_reason,
+        "rollouts": phase.rollouts,
+        "incoming_harness_id": phase.harness_in_id,
         "accepted_harness_id": phase.harness_out_id,
         "accepted_success": accepted,
-        "iterations": [{"iteration": i.iteration, "status": i.status, "error": i.error,
-                        "n_candidates": i.n_candidates, "n_valid": i.n_valid,
-                        "best_success": i.best_success, "accepted_harness_id": i.accepted_harness_id,
-                        "prompt_tokens": i.prompt_tokens, "completion_tokens": i.completion_tokens,
-                        "cost_usd": i.cost_usd, "proposer_wall_s": i.proposer_wall_s}
-                       for i in iterations],
-        "harnesses": [{"id": h.id, "name": h.name, "valid": h.valid, "error": h.error,
-                       "parent_ids": h.parent_ids, "iteration": h.iteration, "proposer": h.proposer}
-                      for h in harnesses],
-    }  # fmt: skip
+        "iterations": [
+            {
+                "iteration": i.iteration,
+                "status": i.status,
+                "error": i.error,
+                "n_candidates": i.n_candidates,
+                "n_valid": i.n_valid,
+                "best_success": i.best_success,
+                "accepted_harness_id": i.accepted_harness_id,
+                "prompt_tokens": i.prompt_tokens,
+                "completion_tokens": i.completion_tokens,
+                "cost_usd": i.cost_usd,
+                "proposer_wall_s": i.proposer_wall_s,
+            }
+            for i in iterations
+        ],
+        "harnesses": [
+            {
+                "id": h.id,
+                "name": h.name,
+                "valid": h.valid,
+                "error": h.error,
+                "parent_ids": h.parent_ids,
+                "iteration": h.iteration,
+                "proposer": h.proposer,
+            }
+            for h in harnesses
+        ],
+    }
 
 
 for command, name in COMMANDS:
@@ -363,7 +468,10 @@ cli.add_typer(sandbox_cli, name="sandbox")
 
 @sandbox_cli.command("build")
 def sandbox_build(
-    base: Annotated[Optional[str], typer.Option(help="base image instead of a debootstrap rootfs, e.g. python:3.11-slim")] = None,
+    base: Annotated[
+        Optional[str],
+        typer.Option(help="base image instead of a debootstrap rootfs, e.g. python:3.11-slim"),
+    ] = None,
 ):
     """Build the docker sandbox image (cached: rebuilt only when its inputs change)."""
     from sandbox import image

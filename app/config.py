@@ -1,10 +1,10 @@
 """Settings from environment variables (WHALE_*). Experiment configs (TOML) come with the loop."""
+
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
 
 # Upper bounds of experiment keys: a value past them is a typo or an attack (a 20-digit rollout
 # budget), refused with the key and the bound rather than stored.
@@ -16,8 +16,9 @@ MAX_SEED = 2**32 - 1
 
 def describe(exc: ValidationError) -> str:
     """A validation error as one line naming each offending key: `budget.rollouts: ...`."""
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
-                     for e in exc.errors())  # fmt: skip
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors()
+    )
 
 
 class Settings(BaseSettings):
@@ -29,7 +30,9 @@ class Settings(BaseSettings):
     llm_url: str | None = Field(default=None, description="attach to this OpenAI-compatible server")
     llm_model: str | None = Field(default=None, description="model name to request at llm_url")
     backend: Literal["local", "vllm"] = "local"  # what serves the model (see app/llm/)
-    vllm_urls: str | None = Field(default=None, description="comma-separated vLLM servers to attach")
+    vllm_urls: str | None = Field(
+        default=None, description="comma-separated vLLM servers to attach"
+    )
     vllm_python: str | None = Field(default=None, description="python with vLLM, to launch one")
     vllm_args: str | None = Field(default=None, description="extra vLLM arguments (shell words)")
     vllm_max_lora_rank: int = 64  # the largest LoRA rank a launched server accepts
@@ -39,10 +42,14 @@ class Settings(BaseSettings):
     runtime_dir: Path | None = Field(default=None, description="sockets and files sandboxes bind")
     host: str = "127.0.0.1"
     port: int = 8000
-    token: str | None = Field(default=None, description="web access token (default: generated "
-                              "when host is not loopback)")  # fmt: skip
-    allowed_hosts: str | None = Field(default=None, description="more Host names the web server "
-                                      "answers to, comma-separated (e.g. a reverse proxy's)")
+    token: str | None = Field(
+        default=None, description="web access token (default: generated when host is not loopback)"
+    )
+    allowed_hosts: str | None = Field(
+        default=None,
+        description="more Host names the web server "
+        "answers to, comma-separated (e.g. a reverse proxy's)",
+    )
     concurrency: int = 32  # rollouts in flight at once
     rollout_timeout: float = 180.0  # wall-clock seconds one rollout may take, model calls included
     rollout_memory_mb: int = 1024
@@ -50,9 +57,11 @@ class Settings(BaseSettings):
     rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
     # Training through `accelerate launch` (several GPUs or machines); unset: one plain process.
     train_accelerate_config: Path | None = Field(
-        default=None, description="accelerate config YAML, e.g. configs/accelerate/fsdp.yaml")
+        default=None, description="accelerate config YAML, e.g. configs/accelerate/fsdp.yaml"
+    )
     train_accelerate_args: str | None = Field(
-        default=None, description="more `accelerate launch` arguments (shell words)")
+        default=None, description="more `accelerate launch` arguments (shell words)"
+    )
 
     @property
     def db_path(self) -> Path:
@@ -82,12 +91,22 @@ class RFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(default=2, ge=1, le=MAX_STEPS, description="RFT steps in the phase")
-    prompts_per_step: int = Field(default=32, ge=1, le=MAX_TASKS, description="train-split prompts per step")
-    samples_per_prompt: int = Field(default=8, ge=1, le=MAX_SAMPLES, description="n rollouts per prompt")
-    temperature: float = Field(default=1.0, ge=0, le=10)  # the harness decides; recorded for the report
-    threshold: float = Field(default=0.5, ge=0, le=1, description="accept rollouts scoring above this")
+    prompts_per_step: int = Field(
+        default=32, ge=1, le=MAX_TASKS, description="train-split prompts per step"
+    )
+    samples_per_prompt: int = Field(
+        default=8, ge=1, le=MAX_SAMPLES, description="n rollouts per prompt"
+    )
+    temperature: float = Field(
+        default=1.0, ge=0, le=10
+    )  # the harness decides; recorded for the report
+    threshold: float = Field(
+        default=0.5, ge=0, le=1, description="accept rollouts scoring above this"
+    )
     lr: float = Field(default=2e-4, gt=0, le=1)
-    batch_size: int = Field(default=16, ge=1, le=1_000_000, description="examples per optimizer step")
+    batch_size: int = Field(
+        default=16, ge=1, le=1_000_000, description="examples per optimizer step"
+    )
     epochs: int = Field(default=1, ge=1, le=1000)
     max_seq_len: int = Field(default=512, ge=16, le=1 << 20)
     lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
@@ -110,9 +129,15 @@ class LLMProposerConfig(BaseModel):
     temperature: float = Field(default=0.8, ge=0, le=10)
     max_tokens: int = Field(default=4096, ge=64, le=1 << 20)
     failures: int = Field(default=3, ge=0, le=1000, description="failing traces shown to the model")
-    successes: int = Field(default=2, ge=0, le=1000, description="passing traces shown to the model")
-    price_in_per_mtok: float | None = Field(default=None, ge=0, le=10**6, description="$ per 1M prompt tokens")
-    price_out_per_mtok: float | None = Field(default=None, ge=0, le=10**6, description="$ per 1M output tokens")
+    successes: int = Field(
+        default=2, ge=0, le=1000, description="passing traces shown to the model"
+    )
+    price_in_per_mtok: float | None = Field(
+        default=None, ge=0, le=10**6, description="$ per 1M prompt tokens"
+    )
+    price_out_per_mtok: float | None = Field(
+        default=None, ge=0, le=10**6, description="$ per 1M output tokens"
+    )
 
     @model_validator(mode="after")
     def _model_with_url(self):
@@ -139,10 +164,16 @@ class SearchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     proposer: Literal["knobs", "llm", "agent"] = "knobs"
-    iterations: int = Field(default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0")
+    iterations: int = Field(
+        default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0"
+    )
     candidates: int = Field(default=3, ge=1, le=1000, description="K candidates per iteration")
-    tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS, description="harness-split tasks (default all)")
-    samples: int = Field(default=1, ge=1, le=MAX_SAMPLES, description="rollouts per harness-split task")
+    tasks: int | None = Field(
+        default=None, ge=1, le=MAX_TASKS, description="harness-split tasks (default all)"
+    )
+    samples: int = Field(
+        default=1, ge=1, le=MAX_SAMPLES, description="rollouts per harness-split task"
+    )
     smoke: bool = True  # one sandbox rollout before a candidate is evaluated
     smoke_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
     proposer_timeout_s: float = Field(default=1800.0, gt=0, le=7 * 86_400)

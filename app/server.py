@@ -1,5 +1,6 @@
 """The FastAPI application: JSON API under /api, HTML pages, static files, behind the web
 security checks (access token, CSRF)."""
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -26,8 +27,13 @@ def create_app(workbench: Workbench, token: str | None = None, host: str = "127.
     # environment is shared by every app in the process.
     app.state.csrf_token = security.new_secret()
     hosts = security.allowed_hosts(host, workbench.settings.allowed_hosts)
-    app.add_middleware(security.WebSecurity, token=token, csrf_token=app.state.csrf_token,
-                       hosts=hosts, any_ip=host in security.WILDCARD_HOSTS)
+    app.add_middleware(
+        security.WebSecurity,
+        token=token,
+        csrf_token=app.state.csrf_token,
+        hosts=hosts,
+        any_ip=host in security.WILDCARD_HOSTS,
+    )
     app.state.loops = LoopManager(workbench)
 
     @app.exception_handler(RequestValidationError)

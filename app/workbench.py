@@ -3,6 +3,7 @@
 `whale serve`, `whale demo` and `whale eval` each build one Workbench; the web app reads
 through its engine, evaluations write through its writer.
 """
+
 import asyncio
 import logging
 import shutil
@@ -56,7 +57,9 @@ class Workbench:
             self.endpoint = await self.vllm.start()
             self.base_model_path = self.vllm.base_model_path
         elif s.llm_url:
-            model = s.llm_model or str(await asyncio.to_thread(prepare_model, s.models_dir, self.say))
+            model = s.llm_model or str(
+                await asyncio.to_thread(prepare_model, s.models_dir, self.say)
+            )
             if Path(model).is_dir():  # a served local folder is also what training starts from
                 self.base_model_path = Path(model)
             self.endpoint = ChatEndpoint(s.llm_url, model)
@@ -65,7 +68,9 @@ class Workbench:
             path = await asyncio.to_thread(prepare_model, s.models_dir, self.say)
             self.base_model_path = path
             self.model_server = LocalModelServer(path, s.logs_dir / "model-server.log")
-            self.say(f"model: starting the local model server for {path.name} (log: {self.model_server.log_path})")
+            self.say(
+                f"model: starting the local model server for {path.name} (log: {self.model_server.log_path})"
+            )
             await asyncio.to_thread(self.model_server.start)
             self.endpoint = ChatEndpoint(self.model_server.base_url, self.model_server.model)
         # Files the sandboxes bind: the gateway socket, harness copies, runner control sockets.
@@ -77,8 +82,9 @@ class Workbench:
         await self.gateway.start(self.gateway_socket)
         launcher = await asyncio.to_thread(self._launcher)
         limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
-        self.sandbox = SandboxPool(launcher, self.gateway_socket, self._runtime / "sandboxes",
-                                   limits)  # fmt: skip
+        self.sandbox = SandboxPool(
+            launcher, self.gateway_socket, self._runtime / "sandboxes", limits
+        )
 
     def _vllm_model_path(self) -> Path:
         """The folder a launched vLLM serves: WHALE_LLM_MODEL if set, else the default model."""
@@ -107,7 +113,10 @@ class Workbench:
             tag, docker_backend.owner_label(s.home), runtime=s.sandbox_runtime
         )
         removed = launcher.remove_leftovers()
-        self.say(f"sandbox: docker ({tag})" + (f"; removed {removed} leftover containers" if removed else ""))
+        self.say(
+            f"sandbox: docker ({tag})"
+            + (f"; removed {removed} leftover containers" if removed else "")
+        )
         return launcher
 
     @property
@@ -146,8 +155,15 @@ class Workbench:
     def evaluator(self) -> Evaluator:
         s = self.settings
         budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
-        return Evaluator(self.writer, self.gateway, self.sandbox, self._runtime / "harnesses",
-                         s.concurrency, budget, self.gates)  # fmt: skip
+        return Evaluator(
+            self.writer,
+            self.gateway,
+            self.sandbox,
+            self._runtime / "harnesses",
+            s.concurrency,
+            budget,
+            self.gates,
+        )
 
     async def serve_checkpoint(self, folder: Path) -> str:
         """Make a trained checkpoint servable; returns the model name requests use for it.
@@ -162,17 +178,25 @@ class Workbench:
         return str(folder / "merged")
 
     async def evaluate_file(
-        self, harness_path: Path, domain_name: str, split: str = "test", k: int = 2,
-        limit: int | None = None, run_name: str | None = None,
+        self,
+        harness_path: Path,
+        domain_name: str,
+        split: str = "test",
+        k: int = 2,
+        limit: int | None = None,
+        run_name: str | None = None,
         on_start: Callable[[Run, int], None] | None = None,
         progress: Callable[[Rollout], None] | None = None,
-    ) -> tuple[Run, Evaluation]:  # fmt: skip
+    ) -> tuple[Run, Evaluation]:
         """Evaluate a harness file as a new run of kind "eval"; needs start() first."""
         domain = get_domain(domain_name)
         n_tasks = len(domain.tasks(split)[:limit])
         config = {"harness": str(harness_path), "split": split, "k": k, "limit": limit}
         run, harness, checkpoint = await self.start_run(
-            run_name or f"eval {harness_path.name}", "eval", domain_name, read_harness(harness_path),
+            run_name or f"eval {harness_path.name}",
+            "eval",
+            domain_name,
+            read_harness(harness_path),
             config,
         )
         if on_start:
@@ -186,8 +210,9 @@ class Workbench:
             raise
         return await self.finish_run(run.id, "done"), evaluation
 
-    async def start_run(self, name: str, kind: str, domain_name: str, harness: tuple[str, str],
-                        config: dict) -> tuple[Run, Harness, Checkpoint]:  # fmt: skip
+    async def start_run(
+        self, name: str, kind: str, domain_name: str, harness: tuple[str, str], config: dict
+    ) -> tuple[Run, Harness, Checkpoint]:
         """A new running run with its starting harness (file name, code) and the base checkpoint."""
         harness_name, code = harness
         model = self.endpoint.model

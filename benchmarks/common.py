@@ -1,11 +1,12 @@
 """Shared bits of the benchmark scripts: percentiles, the report table, docs/benchmarks.md."""
+
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -17,7 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else values[0]
+    )
 
 
 def machine() -> str:
@@ -33,7 +38,7 @@ def table(headers: list[str], rows: list[list]) -> str:
 def report(title: str, body: str, notes: str = "", replace: bool = False) -> None:
     """Print the section and append it to docs/benchmarks.md; with `replace`, put it in place of
     an earlier section of the same title instead (a benchmark that keeps one current figure)."""
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     section = f"\n## {title}\n{stamp}; {machine()}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
     print(section)
     path = REPO / "docs" / "benchmarks.md"
@@ -69,12 +74,27 @@ def make_rollouts(writer: Writer, n: int) -> list[Rollout]:
         harness, ckpt = Harness(run_id=run.id, name="h", code="", sha="h"), Checkpoint(name="zero")
         s.add_all([harness, ckpt])
         s.flush()
-        ev = Evaluation(run_id=run.id, harness_id=harness.id, checkpoint_id=ckpt.id, split="test",
-                        k=1, n_tasks=n)  # fmt: skip
+        ev = Evaluation(
+            run_id=run.id,
+            harness_id=harness.id,
+            checkpoint_id=ckpt.id,
+            split="test",
+            k=1,
+            n_tasks=n,
+        )
         s.add(ev)
         s.flush()
-        rows = [Rollout(run_id=run.id, evaluation_id=ev.id, harness_id=harness.id,
-                        checkpoint_id=ckpt.id, task_id=str(i), sample=0) for i in range(n)]  # fmt: skip
+        rows = [
+            Rollout(
+                run_id=run.id,
+                evaluation_id=ev.id,
+                harness_id=harness.id,
+                checkpoint_id=ckpt.id,
+                task_id=str(i),
+                sample=0,
+            )
+            for i in range(n)
+        ]
         s.add_all(rows)
         s.flush()
         return rows

@@ -4,6 +4,7 @@ Reads the JSON that `whale eval --json` and `whale run --json` printed (eval.out
 store folder) and the store's evaluations, phases and training jobs for their timings, prints a
 table and adds it to docs/benchmarks.md (a CPU rehearsal only prints it).
 """
+
 import argparse
 import json
 import os
@@ -42,33 +43,60 @@ def row(what: str, wall: float, rollouts: int | None = None, busy: float = 0.0, 
 
 def figures(s, eval_out: dict, run_out: dict, walls: list[float]) -> tuple[list[list], dict]:
     eval_run, loop_run = eval_out["run_id"], run_out["run_id"]
-    evaluations = s.exec(select(Evaluation).where(Evaluation.run_id.in_((eval_run, loop_run)))
-                         .order_by(Evaluation.id)).all()  # fmt: skip
-    counts = Counter(dict(s.exec(select(Rollout.evaluation_id, func.count())
-                                 .where(Rollout.run_id.in_((eval_run, loop_run)))
-                                 .group_by(Rollout.evaluation_id)).all()))  # fmt: skip
+    evaluations = s.exec(
+        select(Evaluation)
+        .where(Evaluation.run_id.in_((eval_run, loop_run)))
+        .order_by(Evaluation.id)
+    ).all()
+    counts = Counter(
+        dict(
+            s.exec(
+                select(Rollout.evaluation_id, func.count())
+                .where(Rollout.run_id.in_((eval_run, loop_run)))
+                .group_by(Rollout.evaluation_id)
+            ).all()
+        )
+    )
     phases = s.exec(select(Phase).where(Phase.run_id == loop_run).order_by(Phase.id)).all()
     jobs = s.exec(select(TrainingJob).where(TrainingJob.run_id == loop_run)).all()
-    iterations = s.exec(select(SearchIteration).where(SearchIteration.run_id == loop_run)
-                        .order_by(SearchIteration.id)).all()  # fmt: skip
+    iterations = s.exec(
+        select(SearchIteration)
+        .where(SearchIteration.run_id == loop_run)
+        .order_by(SearchIteration.id)
+    ).all()
 
     first = next(e for e in evaluations if e.run_id == eval_run)
     n, busy = sampling([first], counts)
-    rows = [row("model folder ready (converted once, then cached)", walls[0]),
-            row("whale eval: vLLM start and workbench setup", walls[1] - seconds(s.get(Run, eval_run))),
-            row(f"whale eval: arith seed, {first.n_tasks} test tasks x k={first.k}", seconds(first),
-                n, busy, f"mean@{first.k} {first.mean_at_k:.3f}")]  # fmt: skip
+    rows = [
+        row("model folder ready (converted once, then cached)", walls[0]),
+        row("whale eval: vLLM start and workbench setup", walls[1] - seconds(s.get(Run, eval_run))),
+        row(
+            f"whale eval: arith seed, {first.n_tasks} test tasks x k={first.k}",
+            seconds(first),
+            n,
+            busy,
+            f"mean@{first.k} {first.mean_at_k:.3f}",
+        ),
+    ]
 
     loop = [e for e in evaluations if e.run_id == loop_run]
     tests = [e for e in loop if e.split == "test"]
-    rows.append(row("whale run: vLLM start and workbench setup",
-                    walls[2] - seconds(s.get(Run, loop_run))))
+    rows.append(
+        row("whale run: vLLM start and workbench setup", walls[2] - seconds(s.get(Run, loop_run)))
+    )
     # Test points and phases in the order they ran.
     for item in sorted(tests + list(phases), key=lambda r: r.created_at):
         if isinstance(item, Evaluation):
             n, busy = sampling([item], counts)
-            rows.append(row(f"test: harness {item.harness_id}, checkpoint {item.checkpoint_id}",
-                            seconds(item), n, busy, f"mean@{item.k} {item.mean_at_k:.3f}"))  # fmt: skip
+            rows.append(
+                row(
+                    f"test: harness {item.harness_id}, checkpoint {item.checkpoint_id}",
+                    seconds(item),
+                    n,
+                    busy,
+                    f"mean@{item.k} {item.mean_at_k:.3f}",
+                )
+            )
             continue
         n, busy = sampling([e for e in loop if e.phase_id == item.id], counts)
         if item.kind == "weight":
@@ -80,13 +108,19 @@ def figures(s, eval_out: dict, run_out: dict, walls: list[float]) -> tuple[list[
         else:
             its = [i for i in iterations if i.phase_id == item.id]
             what = f"harness phase: {plural(len(its) - 1, 'iteration')}"
-            result = (f"harness-split success {its[0].best_success or 0:.3f} -> "
-                      f"{its[-1].best_success or 0:.3f}")  # fmt: skip
+            result = (
+                f"harness-split success {its[0].best_success or 0:.3f} -> "
+                f"{its[-1].best_success or 0:.3f}"
+            )
         rows.append(row(what, seconds(item), n, busy, result))
     rows.append(row("whole check", walls[3]))
     before, after = run_out["test_points"][0], run_out["test_points"][-1]
-    summary = {"before": before["mean_at_k"], "after": after["mean_at_k"], "k": tests[0].k,
-               "tasks": tests[0].n_tasks}  # fmt: skip
+    summary = {
+        "before": before["mean_at_k"],
+        "after": after["mean_at_k"],
+        "k": tests[0].k,
+        "tasks": tests[0].n_tasks,
+    }
     return rows, summary
 
 
@@ -97,8 +131,14 @@ def main() -> None:
     parser.add_argument("--vllm", required=True, help="vLLM version and build")
     parser.add_argument("--experiment", required=True)
     parser.add_argument("--cpu", default="0")
-    parser.add_argument("--walls", type=float, nargs=3, required=True,
-                        metavar=("MODEL", "EVAL", "RUN"), help="seconds each step took")  # fmt: skip
+    parser.add_argument(
+        "--walls",
+        type=float,
+        nargs=3,
+        required=True,
+        metavar=("MODEL", "EVAL", "RUN"),
+        help="seconds each step took",
+    )
     parser.add_argument("--total", type=float, required=True, help="seconds the whole check took")
     args = parser.parse_args()
 
@@ -111,17 +151,23 @@ def main() -> None:
     finally:
         engine.dispose()
     body = table(["step", "wall s", "rollouts", "rollouts/s", "result"], rows)
-    setting = (f"{args.gpu}; vLLM {args.vllm}; SmolLM2-135M-Instruct (the embedded model); "
-               f"sandbox {os.environ.get('WHALE_SANDBOX', 'auto')}, "
-               f"concurrency {os.environ.get('WHALE_CONCURRENCY', 32)}")  # fmt: skip
-    notes = (f"Test mean@{f['k']} on {f['tasks']} arith tasks: {f['before']:.3f} before, "
-             f"{f['after']:.3f} after one WHALE round ({args.experiment}, run "
-             f"{run_out['run_id']}). rollouts/s: rollouts over the time their evaluations took "
-             "(vLLM start, training and proposing not counted). "
-             "Produced by `bash benchmarks/gpu_check.sh`.")  # fmt: skip
+    setting = (
+        f"{args.gpu}; vLLM {args.vllm}; SmolLM2-135M-Instruct (the embedded model); "
+        f"sandbox {os.environ.get('WHALE_SANDBOX', 'auto')}, "
+        f"concurrency {os.environ.get('WHALE_CONCURRENCY', 32)}"
+    )
+    notes = (
+        f"Test mean@{f['k']} on {f['tasks']} arith tasks: {f['before']:.3f} before, "
+        f"{f['after']:.3f} after one WHALE round ({args.experiment}, run "
+        f"{run_out['run_id']}). rollouts/s: rollouts over the time their evaluations took "
+        "(vLLM start, training and proposing not counted). "
+        "Produced by `bash benchmarks/gpu_check.sh`."
+    )
     if args.cpu == "1":  # a rehearsal proves the script, its figures say nothing about GPUs
-        print(f"\n## GPU check (CPU rehearsal, not added to docs/benchmarks.md)\n{setting}\n\n"
-              f"{body}\n\n{notes}")  # fmt: skip
+        print(
+            f"\n## GPU check (CPU rehearsal, not added to docs/benchmarks.md)\n{setting}\n\n"
+            f"{body}\n\n{notes}"
+        )
     else:
         report("GPU check", f"{setting}\n\n{body}", notes)
 

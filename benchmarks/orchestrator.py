@@ -8,6 +8,7 @@ orchestrated p50 latency minus the baseline p50 at the same concurrency.
 
     python -m benchmarks.orchestrator [--rollouts N] [--modes process,docker]
 """
+
 import argparse
 import asyncio
 import tempfile
@@ -30,10 +31,10 @@ from sandbox import image
 from sandbox.pool import SandboxPool
 from sandbox.process import ProcessLauncher
 
-HARNESS = '''
+HARNESS = """
 def run(task, llm, tools):
     return llm.chat([{"role": "user", "content": task["question"]}], max_tokens=4).content
-'''
+"""
 CONCURRENCY = (1, 8, 32, 128)
 
 
@@ -49,8 +50,9 @@ def in_process(url: str, n: int, concurrency: int) -> tuple[list[float], float]:
 
     class LLM:
         def chat(self, messages, **sampling):
-            data = http.post("/chat/completions", json={"model": "zero", "messages": messages,
-                                                        **sampling}).json()  # fmt: skip
+            data = http.post(
+                "/chat/completions", json={"model": "zero", "messages": messages, **sampling}
+            ).json()
             return type("Message", (), {"content": data["choices"][0]["message"]["content"]})
 
     def one(task: Task) -> float:
@@ -98,8 +100,9 @@ async def orchestrated(evaluator: Evaluator, writer: Writer, n: int) -> tuple[li
 
     run, harness, checkpoint = await writer.run(create)
     start = time.perf_counter()
-    evaluation = await evaluator.evaluate(run.id, harness, checkpoint, get_domain("arith"), "test",
-                                          k=1, tasks=tasks(n))  # fmt: skip
+    evaluation = await evaluator.evaluate(
+        run.id, harness, checkpoint, get_domain("arith"), "test", k=1, tasks=tasks(n)
+    )
     end = time.perf_counter()
     assert evaluation.mean_at_k == 1.0
     return latencies, end - first_start, first_start - start
@@ -152,8 +155,20 @@ async def main(n: int, modes: list[str]) -> None:
     rows.sort(key=lambda r: (r[1], r[0] != "in-process (baseline)"))
     report(
         "Orchestrator throughput",
-        table(["mode", "concurrency", "rollouts", "p50 ms", "p95 ms", "p50 overhead ms",
-               "rollouts/s", "rate vs in-process", "pool start s"], rows),  # fmt: skip
+        table(
+            [
+                "mode",
+                "concurrency",
+                "rollouts",
+                "p50 ms",
+                "p95 ms",
+                "p50 overhead ms",
+                "rollouts/s",
+                "rate vs in-process",
+                "pool start s",
+            ],
+            rows,
+        ),
         "One-call harness against a zero-latency OpenAI-compatible endpoint, through the whole "
         "evaluation path: Evaluator (pending rows, scheduling, reward, rollout row), sandbox, "
         "gateway (token, budget, step recorded by the single writer). The baseline runs the same "
@@ -172,8 +187,17 @@ def row(name, concurrency, count, latencies, wall, start_up, baseline) -> list:
     base_p50, base_rate = baseline[concurrency]
     rate = count / wall
     print(f"{name:24} c={concurrency:<4} p50 {p50:7.1f} ms  {rate:6.0f}/s", flush=True)
-    return [name, concurrency, count, f"{p50:.1f}", f"{p95:.1f}", f"{p50 - base_p50:+.1f}",
-            f"{rate:.0f}", f"{rate / base_rate:.2f}", f"{start_up:.2f}"]  # fmt: skip
+    return [
+        name,
+        concurrency,
+        count,
+        f"{p50:.1f}",
+        f"{p95:.1f}",
+        f"{p50 - base_p50:+.1f}",
+        f"{rate:.0f}",
+        f"{rate / base_rate:.2f}",
+        f"{start_up:.2f}",
+    ]
 
 
 if __name__ == "__main__":

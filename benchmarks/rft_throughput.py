@@ -9,6 +9,7 @@ workbench: `"$(cat .venv/.shared)/bin/pip" install 'trl>=1.0'` first (the shared
 
     python -m benchmarks.rft_throughput [--examples N]
 """
+
 import argparse
 import asyncio
 import json
@@ -26,8 +27,10 @@ from app.training.examples import encode
 from app.training.job import run_trainer
 from benchmarks.common import report, table
 
-SYSTEM = ("You are a careful assistant. Solve the arithmetic problem, show one line of working, "
-          "then give the final answer as 'The answer is N.'")  # fmt: skip
+SYSTEM = (
+    "You are a careful assistant. Solve the arithmetic problem, show one line of working, "
+    "then give the final answer as 'The answer is N.'"
+)
 
 
 def examples(n: int) -> list[dict]:
@@ -37,10 +40,16 @@ def examples(n: int) -> list[dict]:
         a, b, c = rng.randint(10, 999), rng.randint(10, 999), rng.randint(2, 9)
         question = f"A shop has {a} apples, receives {b} more, then sells them in bags of {c}. How many full bags?"
         answer = (a + b) // c
-        rows.append({"messages": [{"role": "system", "content": SYSTEM},
-                                  {"role": "user", "content": question}],
-                     "completion": f"{a} + {b} = {a + b}; {a + b} // {c} = {answer}. The answer is {answer}.",
-                     "finish_reason": "stop"})  # fmt: skip
+        rows.append(
+            {
+                "messages": [
+                    {"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": question},
+                ],
+                "completion": f"{a} + {b} = {a + b}; {a + b} // {c} = {answer}. The answer is {answer}.",
+                "finish_reason": "stop",
+            }
+        )
     return rows
 
 
@@ -49,11 +58,21 @@ def workbench_job(base: Path, rows: list[dict], cfg: RFTConfig, work: Path) -> f
     work.mkdir(parents=True)
     path = work / "examples.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    spec = {"base_model": str(base), "init_adapter": None, "examples": str(path),
-            "output": str(work / "ckpt"), "lora": True, "lora_rank": cfg.lora_rank,
-            "lora_alpha": cfg.lora_alpha, "lora_targets": cfg.lora_targets, "lr": cfg.lr,
-            "batch_size": cfg.batch_size, "epochs": 1, "max_seq_len": cfg.max_seq_len,
-            "seed": 0}  # fmt: skip
+    spec = {
+        "base_model": str(base),
+        "init_adapter": None,
+        "examples": str(path),
+        "output": str(work / "ckpt"),
+        "lora": True,
+        "lora_rank": cfg.lora_rank,
+        "lora_alpha": cfg.lora_alpha,
+        "lora_targets": cfg.lora_targets,
+        "lr": cfg.lr,
+        "batch_size": cfg.batch_size,
+        "epochs": 1,
+        "max_seq_len": cfg.max_seq_len,
+        "seed": 0,
+    }
     done = asyncio.run(run_trainer(spec, work / "job", lambda event: None))
     return done["train_seconds"]
 
@@ -65,19 +84,47 @@ def trl_sft(base: Path, rows: list[dict], cfg: RFTConfig, work: Path) -> float:
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    data = Dataset.from_list([{"prompt": r["messages"],
-                               "completion": [{"role": "assistant", "content": r["completion"]}]}
-                              for r in rows])  # fmt: skip
-    args = SFTConfig(output_dir=str(work / "trl"), per_device_train_batch_size=cfg.batch_size,
-                     num_train_epochs=1, learning_rate=cfg.lr, max_length=cfg.max_seq_len,
-                     completion_only_loss=True, use_cpu=True, report_to=[], save_strategy="no",
-                     logging_steps=1000, lr_scheduler_type="constant", warmup_steps=0,
-                     max_grad_norm=1.0, seed=0, dataloader_num_workers=0)  # fmt: skip
+    data = Dataset.from_list(
+        [
+            {
+                "prompt": r["messages"],
+                "completion": [{"role": "assistant", "content": r["completion"]}],
+            }
+            for r in rows
+        ]
+    )
+    args = SFTConfig(
+        output_dir=str(work / "trl"),
+        per_device_train_batch_size=cfg.batch_size,
+        num_train_epochs=1,
+        learning_rate=cfg.lr,
+        max_length=cfg.max_seq_len,
+        completion_only_loss=True,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1000,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=1.0,
+        seed=0,
+        dataloader_num_workers=0,
+    )
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    peft = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, target_modules=cfg.lora_targets,
-                      lora_dropout=0.0, task_type="CAUSAL_LM")  # fmt: skip
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, peft_config=peft,
-                         processing_class=AutoTokenizer.from_pretrained(base))  # fmt: skip
+    peft = LoraConfig(
+        r=cfg.lora_rank,
+        lora_alpha=cfg.lora_alpha,
+        target_modules=cfg.lora_targets,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        peft_config=peft,
+        processing_class=AutoTokenizer.from_pretrained(base),
+    )
     start = time.perf_counter()
     trainer.train()
     return time.perf_counter() - start
@@ -98,9 +145,13 @@ def main(n: int) -> None:
     trl_rate = tokens / results[1][1]
     report(
         "RFT training throughput against TRL (CPU)",
-        table(["trainer", "examples", "tokens", "seconds", "tokens/s", "ratio to TRL"],
-              [[name, n, tokens, f"{s:.1f}", f"{tokens / s:.0f}", f"{tokens / s / trl_rate:.2f}"]
-               for name, s in results]),  # fmt: skip
+        table(
+            ["trainer", "examples", "tokens", "seconds", "tokens/s", "ratio to TRL"],
+            [
+                [name, n, tokens, f"{s:.1f}", f"{tokens / s:.0f}", f"{tokens / s / trl_rate:.2f}"]
+                for name, s in results
+            ],
+        ),
         f"SmolLM2-135M-Instruct in float32 on the CPU, LoRA rank {cfg.lora_rank} on "
         f"{', '.join(cfg.lora_targets)}, batch {cfg.batch_size}, one pass, lr {cfg.lr}, loss on "
         "completion tokens only; chat examples of ~90 tokens (system and user prompt, a short "

@@ -7,6 +7,7 @@ The reading side (the traces list at 10k-1M rollouts) is benchmarks/traces_list.
 
     python -m benchmarks.trace_insert [--rollouts N] [--turns T]
 """
+
 import argparse
 import asyncio
 import json
@@ -34,14 +35,24 @@ def text(rng: random.Random, chars: int) -> str:
 
 def conversation(rng: random.Random, turns: int) -> list[tuple[dict, dict]]:
     """(request, response) of each model call: the request repeats the conversation so far."""
-    messages = [{"role": "system", "content": text(rng, 600)},
-                {"role": "user", "content": text(rng, 1200)}]  # fmt: skip
+    messages = [
+        {"role": "system", "content": text(rng, 600)},
+        {"role": "user", "content": text(rng, 1200)},
+    ]
     calls = []
     for _ in range(turns):
         reply = {"role": "assistant", "content": text(rng, 400)}
-        calls.append(({"messages": list(messages), "temperature": 1.0, "max_tokens": 512,
-                       "seed": rng.randrange(2**31)},
-                      {"message": reply, "finish_reason": "stop"}))  # fmt: skip
+        calls.append(
+            (
+                {
+                    "messages": list(messages),
+                    "temperature": 1.0,
+                    "max_tokens": 512,
+                    "seed": rng.randrange(2**31),
+                },
+                {"message": reply, "finish_reason": "stop"},
+            )
+        )
         messages += [reply, {"role": "user", "content": text(rng, 300)}]
     return calls
 
@@ -54,19 +65,30 @@ async def measure(work: Path, n: int, turns: int) -> list:
 
     rollouts = await asyncio.to_thread(make_rollouts, writer, n)
     writer.flush()
-    size_before = db.stat().st_size + (db.with_suffix(".db-wal").stat().st_size
-                                       if db.with_suffix(".db-wal").exists() else 0)  # fmt: skip
+    size_before = db.stat().st_size + (
+        db.with_suffix(".db-wal").stat().st_size if db.with_suffix(".db-wal").exists() else 0
+    )
     rng = random.Random(0)
-    traces = [conversation(rng, turns) for _ in range(16)]  # reused: generating text is not measured
+    traces = [
+        conversation(rng, turns) for _ in range(16)
+    ]  # reused: generating text is not measured
     raw_bytes = sum(len(json.dumps(q)) + len(json.dumps(a)) for q, a in traces[0])
     start = time.perf_counter()
     for i, rollout in enumerate(rollouts):
         grant = Grant(rollout.id, "c")
         for request, response in traces[i % len(traces)]:
-            gateway._record(grant, kind="model", request=request, response=response,
-                            prompt_tokens=900, completion_tokens=100, latency_ms=1.0)  # fmt: skip
-        values = dict(status="pass", reward=1.0, answer="42", turns=turns, wall_s=0.1,
-                      finished_at=now())  # fmt: skip
+            gateway._record(
+                grant,
+                kind="model",
+                request=request,
+                response=response,
+                prompt_tokens=900,
+                completion_tokens=100,
+                latency_ms=1.0,
+            )
+        values = dict(
+            status="pass", reward=1.0, answer="42", turns=turns, wall_s=0.1, finished_at=now()
+        )
         writer.submit(lambda s, r=rollout, v=values: _record_result(s, r, v))
     writer.flush()
     elapsed = time.perf_counter() - start
@@ -77,8 +99,15 @@ async def measure(work: Path, n: int, turns: int) -> list:
         steps = conn.execute("SELECT count(*) FROM step").fetchone()[0]
     size = db.stat().st_size - size_before
     assert steps == n * turns, steps
-    return [turns, n, steps, f"{steps / elapsed:,.0f}", f"{n / elapsed:,.0f}",
-            f"{raw_bytes / 1024:.1f}", f"{size / n / 1024:.1f}"]  # fmt: skip
+    return [
+        turns,
+        n,
+        steps,
+        f"{steps / elapsed:,.0f}",
+        f"{n / elapsed:,.0f}",
+        f"{raw_bytes / 1024:.1f}",
+        f"{size / n / 1024:.1f}",
+    ]
 
 
 def main(n: int, turn_counts: list[int]) -> None:
@@ -89,8 +118,18 @@ def main(n: int, turn_counts: list[int]) -> None:
             print(rows[-1], flush=True)
     report(
         "Trace store: insert rate and size",
-        table(["model calls per rollout", "rollouts", "steps", "steps/s", "rollouts/s",
-               "raw JSON KiB per rollout", "stored KiB per rollout"], rows),  # fmt: skip
+        table(
+            [
+                "model calls per rollout",
+                "rollouts",
+                "steps",
+                "steps/s",
+                "rollouts/s",
+                "raw JSON KiB per rollout",
+                "stored KiB per rollout",
+            ],
+            rows,
+        ),
         "Each rollout: its steps recorded as the gateway records them (one step per model call, "
         "the request holding the whole conversation so far: ~2 KB of prompt growing ~700 B per "
         "turn), then its row finished as the Evaluator finishes it; everything through the "
@@ -104,6 +143,8 @@ def main(n: int, turn_counts: list[int]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=2000)
-    parser.add_argument("--turns", default="1,4,16", help="model calls per rollout, comma-separated")
+    parser.add_argument(
+        "--turns", default="1,4,16", help="model calls per rollout, comma-separated"
+    )
     args = parser.parse_args()
     main(args.rollouts, [int(t) for t in args.turns.split(",")])

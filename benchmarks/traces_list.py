@@ -9,6 +9,7 @@ each request runs `--repeat` times through the real app in process (FastAPI Test
 validation, SQLite, templates), after a few warm-up requests. Prints the table and replaces its
 section in docs/benchmarks.md.
 """
+
 import argparse
 import asyncio
 import sqlite3
@@ -35,15 +36,24 @@ def cases(db: Path, n: int) -> list[tuple[str, str, str | None]]:
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     run = c.execute("SELECT id FROM run ORDER BY id LIMIT 1 OFFSET 3").fetchone()[0]
     # the harness and checkpoint with the most rollouts, and a harness phase of that run
-    harness = c.execute("SELECT harness_id FROM evaluation GROUP BY harness_id"
-                        " ORDER BY sum(n_done) DESC LIMIT 1").fetchone()[0]  # fmt: skip
-    checkpoint = c.execute("SELECT checkpoint_id FROM evaluation GROUP BY checkpoint_id"
-                           " ORDER BY sum(n_done) DESC LIMIT 1").fetchone()[0]  # fmt: skip
-    phase = c.execute("SELECT id FROM phase WHERE run_id = ? AND kind = 'harness' ORDER BY id",
-                      (run,)).fetchone()[0]  # fmt: skip
-    seed, best = c.execute("SELECT min(id), max(id) FROM harness WHERE run_id = ?", (run,)).fetchone()
-    other = c.execute("SELECT id FROM rollout WHERE task_id = (SELECT task_id FROM rollout"
-                      " WHERE id = ?) AND id > ? LIMIT 1", (n // 2, n // 2)).fetchone()[0]  # fmt: skip
+    harness = c.execute(
+        "SELECT harness_id FROM evaluation GROUP BY harness_id ORDER BY sum(n_done) DESC LIMIT 1"
+    ).fetchone()[0]
+    checkpoint = c.execute(
+        "SELECT checkpoint_id FROM evaluation GROUP BY checkpoint_id"
+        " ORDER BY sum(n_done) DESC LIMIT 1"
+    ).fetchone()[0]
+    phase = c.execute(
+        "SELECT id FROM phase WHERE run_id = ? AND kind = 'harness' ORDER BY id", (run,)
+    ).fetchone()[0]
+    seed, best = c.execute(
+        "SELECT min(id), max(id) FROM harness WHERE run_id = ?", (run,)
+    ).fetchone()
+    other = c.execute(
+        "SELECT id FROM rollout WHERE task_id = (SELECT task_id FROM rollout"
+        " WHERE id = ?) AND id > ? LIMIT 1",
+        (n // 2, n // 2),
+    ).fetchone()[0]
     c.close()
     deep = int(n * 0.9)
     listed = [
@@ -64,18 +74,29 @@ def cases(db: Path, n: int) -> list[tuple[str, str, str | None]]:
         ("deep page, status=fail", f"status=fail&after={deep}", None),
         ("last page (before=max)", f"before={2**63 - 1}", None),
     ]
-    rows = [(name, f"/rollouts?{q}".rstrip("?"), f"/api/rollouts?{q}".rstrip("?"))
-            for name, q, _ in listed]
+    rows = [
+        (name, f"/rollouts?{q}".rstrip("?"), f"/api/rollouts?{q}".rstrip("?"))
+        for name, q, _ in listed
+    ]
     contrast = f"a_harness={seed}&b_harness={best}"
     rows += [
-        ("contrast: seed vs last harness of a run", f"/rollouts/contrast?{contrast}",
-         f"/api/rollouts/contrast?{contrast}"),
+        (
+            "contrast: seed vs last harness of a run",
+            f"/rollouts/contrast?{contrast}",
+            f"/api/rollouts/contrast?{contrast}",
+        ),
         ("trace page, 600 steps (first 20 + last 5)", f"/rollouts/{n // 2}", None),
-        ("trace page, steps 200-249", f"/rollouts/{n // 2}?steps=200-249",
-         f"/api/rollouts/{n // 2}?steps=200-249"),
-        ("compare two traces (600 steps + short)", f"/rollouts/compare?a={n // 2}&b={other}",
-         f"/api/rollouts/compare?a={n // 2}&b={other}"),
-    ]  # fmt: skip
+        (
+            "trace page, steps 200-249",
+            f"/rollouts/{n // 2}?steps=200-249",
+            f"/api/rollouts/{n // 2}?steps=200-249",
+        ),
+        (
+            "compare two traces (600 steps + short)",
+            f"/rollouts/compare?a={n // 2}&b={other}",
+            f"/api/rollouts/compare?a={n // 2}&b={other}",
+        ),
+    ]
     return rows
 
 
@@ -126,14 +147,18 @@ def main() -> None:
     rows = []
     first = by_size[args.sizes[0]]
     for i, (name, kind, _, _) in enumerate(first):
-        rows.append([name, kind] + [f"{by_size[n][i][2]:.1f} / {by_size[n][i][3]:.1f}"
-                                    for n in args.sizes])  # fmt: skip
+        rows.append(
+            [name, kind] + [f"{by_size[n][i][2]:.1f} / {by_size[n][i][3]:.1f}" for n in args.sizes]
+        )
     largest = by_size[args.sizes[-1]]
     worst = max(largest, key=lambda r: r[3])
-    verdict = (f"p95 at {labels[-1]}: every request under {GOAL_MS} ms (slowest: {worst[0]}, "
-               f"{worst[1]}, {worst[3]:.0f} ms)." if worst[3] < GOAL_MS else
-               f"p95 at {labels[-1]}: NOT all under {GOAL_MS} ms (slowest: {worst[0]}, {worst[1]}, "
-               f"{worst[3]:.0f} ms).")  # fmt: skip
+    verdict = (
+        f"p95 at {labels[-1]}: every request under {GOAL_MS} ms (slowest: {worst[0]}, "
+        f"{worst[1]}, {worst[3]:.0f} ms)."
+        if worst[3] < GOAL_MS
+        else f"p95 at {labels[-1]}: NOT all under {GOAL_MS} ms (slowest: {worst[0]}, {worst[1]}, "
+        f"{worst[3]:.0f} ms)."
+    )
     notes = (
         f"{verdict} {args.repeat} timed requests per URL after {WARMUP} warm-up ones, through the "
         "whole app in process (FastAPI TestClient: routing, validation, SQLite queries, jinja2); "

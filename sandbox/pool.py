@@ -5,6 +5,7 @@ isolation - a bubblewrap process or a Docker container - with the harness file a
 socket bound in and a private control directory for the server's socket. Each rollout then costs
 one connection and one fork inside the sandbox, never an interpreter or container start.
 """
+
 import asyncio
 import json
 import logging
@@ -69,8 +70,14 @@ class _HarnessServers:
 
 
 class SandboxPool:
-    def __init__(self, launcher: Launcher, gateway_socket: Path, root: Path,
-                 limits: Limits = Limits(), warm: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        launcher: Launcher,
+        gateway_socket: Path,
+        root: Path,
+        limits: Limits = Limits(),
+        warm: bool = True,
+    ):
         self.launcher = launcher
         self.name = launcher.name
         self.gateway_socket = gateway_socket
@@ -80,34 +87,62 @@ class SandboxPool:
         self._root = root  # control directories of the runner servers go here
         self._root.mkdir(mode=0o755, parents=True, exist_ok=True)
 
-    async def run(self, harness: Path, task: dict, token: str,
-                  forbidden_modules: frozenset[str] = frozenset(),
-                  wall_s: float | None = None,
-                  sandbox_tools: dict[str, dict] | None = None) -> SandboxResult:  # fmt: skip
+    async def run(
+        self,
+        harness: Path,
+        task: dict,
+        token: str,
+        forbidden_modules: frozenset[str] = frozenset(),
+        wall_s: float | None = None,
+        sandbox_tools: dict[str, dict] | None = None,
+    ) -> SandboxResult:
         """One rollout; `wall_s` overrides the pool's wall-clock limit for this one;
         `sandbox_tools` (name -> limits) are the domain's tools that run inside the sandbox."""
         start = time.monotonic()
         try:
             server = await (self._acquire(harness) if self.warm else self._start(harness))
         except Exception as exc:  # noqa: BLE001 - a sandbox that cannot start fails the rollout
-            return SandboxResult(None, "sandbox_start", f"the sandbox did not start: {exc}",
-                                 wall_s=time.monotonic() - start)  # fmt: skip
+            return SandboxResult(
+                None,
+                "sandbox_start",
+                f"the sandbox did not start: {exc}",
+                wall_s=time.monotonic() - start,
+            )
         try:
-            return await self._call(server, task, token, forbidden_modules, start,
-                                    wall_s or self.limits.wall_s, sandbox_tools or {})
+            return await self._call(
+                server,
+                task,
+                token,
+                forbidden_modules,
+                start,
+                wall_s or self.limits.wall_s,
+                sandbox_tools or {},
+            )
         finally:
             server.in_flight -= 1
             if not self.warm or server.dead:
                 await self._retire(server)
 
-    async def _call(self, server: _Server, task: dict, token: str, forbidden: frozenset[str],
-                    start: float, wall_s: float,
-                    sandbox_tools: dict[str, dict]) -> SandboxResult:  # fmt: skip
+    async def _call(
+        self,
+        server: _Server,
+        task: dict,
+        token: str,
+        forbidden: frozenset[str],
+        start: float,
+        wall_s: float,
+        sandbox_tools: dict[str, dict],
+    ) -> SandboxResult:
         # Two lines: the limits, read by the runner server, then what only the rollout's own
         # worker reads (its token never enters the server, see sandbox/runner.py).
         limits = {"wall_s": wall_s, "output_bytes": self.limits.output_bytes}
-        request = {"task": task, "token": token, "memory_mb": self.limits.memory_mb,
-                   "forbidden_modules": sorted(forbidden), "sandbox_tools": sandbox_tools}  # fmt: skip
+        request = {
+            "task": task,
+            "token": token,
+            "memory_mb": self.limits.memory_mb,
+            "forbidden_modules": sorted(forbidden),
+            "sandbox_tools": sandbox_tools,
+        }
         writer = None
         try:
             reader, writer = await asyncio.open_unix_connection(
@@ -122,20 +157,28 @@ class SandboxPool:
             if not line:
                 raise ConnectionError("the runner closed the connection")
             result = json.loads(line)
-        except (OSError, ConnectionError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, OSError, ConnectionError, ValueError) as exc:
             why = self.launcher.exited(server.handle) if server.handle is not None else None
             if why is not None or isinstance(exc, asyncio.TimeoutError):
                 server.dead = True  # gone or wedged: no more work for it; it is replaced
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
-            return SandboxResult(None, "crash", f"the sandbox stopped answering ({detail})"
-                                 + (f"; {why}" if why else ""),
-                                 wall_s=time.monotonic() - start)  # fmt: skip
+            return SandboxResult(
+                None,
+                "crash",
+                f"the sandbox stopped answering ({detail})" + (f"; {why}" if why else ""),
+                wall_s=time.monotonic() - start,
+            )
         finally:
             if writer is not None:
                 writer.close()
-        return SandboxResult(result.get("answer"), result.get("reason"), result.get("error"),
-                             result.get("stdout_tail", ""), result.get("stderr_tail", ""),
-                             result.get("wall_s", time.monotonic() - start))  # fmt: skip
+        return SandboxResult(
+            result.get("answer"),
+            result.get("reason"),
+            result.get("error"),
+            result.get("stdout_tail", ""),
+            result.get("stderr_tail", ""),
+            result.get("wall_s", time.monotonic() - start),
+        )
 
     async def prestart(self, harness: Path, rollouts: int) -> None:
         """Start, all at once, the servers `rollouts` concurrent rollouts of `harness` will need
@@ -147,8 +190,9 @@ class SandboxPool:
         async with pool.lock:
             pool.servers = [s for s in pool.servers if not s.dead]
             missing = -(-rollouts // self.limits.rollouts_per_server) - len(pool.servers)
-            started = await asyncio.gather(*(self._start(harness) for _ in range(missing)),
-                                           return_exceptions=True)  # fmt: skip
+            started = await asyncio.gather(
+                *(self._start(harness) for _ in range(missing)), return_exceptions=True
+            )
             for server in started:
                 if isinstance(server, _Server):
                     server.in_flight = 0

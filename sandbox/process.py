@@ -9,6 +9,7 @@ loads. Weaker than the docker backend: no cgroup memory or pid accounting, and t
 shares the invoking uid outside its namespace. Without bubblewrap only the filter, the rlimits
 and the kills remain, and a warning says so.
 """
+
 import asyncio
 import logging
 import os
@@ -31,26 +32,67 @@ def _python() -> str:
     return os.path.realpath(sys.executable)
 
 
-def _bwrap_args(harness: Path, gateway_socket: Path, control_dir: Path,
-                disable_userns: bool) -> list[str]:  # fmt: skip
+def _bwrap_args(
+    harness: Path, gateway_socket: Path, control_dir: Path, disable_userns: bool
+) -> list[str]:
     args = [
         # --as-pid-1: the runner is PID 1 and reaps; bubblewrap's own PID 1 would be a dumpable
         # process of the sandbox user, open to any rollout's ptrace or /proc/1/mem
-        "bwrap", "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session",
-        "--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL",
+        "bwrap",
+        "--unshare-all",
+        "--as-pid-1",
+        "--die-with-parent",
+        "--new-session",
+        "--unshare-user",
+        "--uid",
+        "65534",
+        "--gid",
+        "65534",
+        "--cap-drop",
+        "ALL",
         *(["--disable-userns"] if disable_userns else []),
-        "--ro-bind", "/usr", "/usr",
-        "--size", str(TMP_BYTES), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
-        "--ro-bind", str(RUNNER), "/sandbox/runner.py",
-        "--ro-bind", str(harness), "/sandbox/harness.py",
-        "--ro-bind", str(seccomp.write(control_dir)), "/sandbox/seccomp.bpf",
-        "--ro-bind", str(gateway_socket), "/gateway/gateway.sock",
-        "--bind", str(control_dir), "/control",
-        "--clearenv", "--setenv", "HOME", "/tmp", "--setenv", "PATH", "/usr/bin:/bin",
-        "--setenv", "WHALE_GATEWAY", "/gateway/gateway.sock",
-        "--setenv", "WHALE_SECCOMP", "/sandbox/seccomp.bpf",
-        "--chdir", "/tmp",
-    ]  # fmt: skip
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--size",
+        str(TMP_BYTES),
+        "--tmpfs",
+        "/tmp",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--ro-bind",
+        str(RUNNER),
+        "/sandbox/runner.py",
+        "--ro-bind",
+        str(harness),
+        "/sandbox/harness.py",
+        "--ro-bind",
+        str(seccomp.write(control_dir)),
+        "/sandbox/seccomp.bpf",
+        "--ro-bind",
+        str(gateway_socket),
+        "/gateway/gateway.sock",
+        "--bind",
+        str(control_dir),
+        "/control",
+        "--clearenv",
+        "--setenv",
+        "HOME",
+        "/tmp",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "WHALE_GATEWAY",
+        "/gateway/gateway.sock",
+        "--setenv",
+        "WHALE_SECCOMP",
+        "/sandbox/seccomp.bpf",
+        "--chdir",
+        "/tmp",
+    ]
     for link in ("bin", "lib", "lib64", "sbin"):
         target = Path("/") / link
         if target.is_symlink():
@@ -82,21 +124,44 @@ class ProcessLauncher:
     def __init__(self):
         self.bwrap = shutil.which("bwrap") is not None
         # bubblewrap 0.8+ can forbid new user namespaces inside (the seccomp filter does too)
-        self.disable_userns = self.bwrap and "--disable-userns" in subprocess.run(
-            ["bwrap", "--help"], capture_output=True, text=True).stdout  # fmt: skip
+        self.disable_userns = (
+            self.bwrap
+            and "--disable-userns"
+            in subprocess.run(["bwrap", "--help"], capture_output=True, text=True).stdout
+        )
         if not self.bwrap:
-            log.warning("bubblewrap not found: the process sandbox runs with rlimits only (weak isolation)")
+            log.warning(
+                "bubblewrap not found: the process sandbox runs with rlimits only (weak isolation)"
+            )
 
-    def command(self, harness: Path, gateway_socket: Path, control_dir: Path) -> tuple[list[str], dict]:
+    def command(
+        self, harness: Path, gateway_socket: Path, control_dir: Path
+    ) -> tuple[list[str], dict]:
         if self.bwrap:
             return _bwrap_args(harness, gateway_socket, control_dir, self.disable_userns) + [
-                _python(), "-I", "-S", "/sandbox/runner.py", "serve", f"/control/{CONTROL_SOCKET}",
+                _python(),
+                "-I",
+                "-S",
+                "/sandbox/runner.py",
+                "serve",
+                f"/control/{CONTROL_SOCKET}",
                 "/sandbox/harness.py",
-            ], {}  # fmt: skip
-        env = {"WHALE_GATEWAY": str(gateway_socket), "HOME": "/tmp", "PATH": "/usr/bin:/bin",
-               "WHALE_SECCOMP": str(seccomp.write(control_dir))}  # fmt: skip
-        return [_python(), "-I", "-S", str(RUNNER), "serve", str(control_dir / CONTROL_SOCKET),
-                str(harness)], env  # fmt: skip
+            ], {}
+        env = {
+            "WHALE_GATEWAY": str(gateway_socket),
+            "HOME": "/tmp",
+            "PATH": "/usr/bin:/bin",
+            "WHALE_SECCOMP": str(seccomp.write(control_dir)),
+        }
+        return [
+            _python(),
+            "-I",
+            "-S",
+            str(RUNNER),
+            "serve",
+            str(control_dir / CONTROL_SOCKET),
+            str(harness),
+        ], env
 
     async def start(self, harness: Path, gateway_socket: Path, control_dir: Path):
         cmd, env = self.command(harness, gateway_socket, control_dir)
@@ -112,9 +177,14 @@ class ProcessLauncher:
 
         log_file = open(control_dir / "server.log", "wb")
         proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, env=env,
-            preexec_fn=limits, start_new_session=True,
-        )  # fmt: skip
+            *cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=limits,
+            start_new_session=True,
+        )
         log_file.close()
         proc.log_path = control_dir / "server.log"
         return proc

@@ -19,6 +19,7 @@ sandbox-side tools (the request's "sandbox_tools", e.g. math's `python`) run her
 sandbox, in a child process of their own under their own limits; each call is then reported to
 the gateway so that it is counted and shows in the trace.
 """
+
 import gc
 import http.client
 import io
@@ -64,9 +65,15 @@ class _UnixConnection(http.client.HTTPConnection):
 def _post(path, body):
     conn = _UnixConnection(os.environ["WHALE_GATEWAY"], timeout=600)
     try:
-        conn.request("POST", path, body=json.dumps(body), headers={
-            "Content-Type": "application/json", "Authorization": "Bearer " + _token,
-        })  # fmt: skip
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": "Bearer " + _token,
+            },
+        )
         resp = conn.getresponse()
         data = json.loads(resp.read() or b"null")
     finally:
@@ -117,10 +124,15 @@ def _sandbox_call(name, args, kwargs):
     rollout's budget and becomes a step of its trace. A refused report (budget) fails the call."""
     start = time.monotonic()
     result = SANDBOX_TOOLS[name](*args, **kwargs, **_sandbox_tools[name])
-    _post(f"/tools/{name}/record", {
-        "args": list(args), "kwargs": kwargs, "result": result,
-        "latency_ms": (time.monotonic() - start) * 1000,
-    })  # fmt: skip
+    _post(
+        f"/tools/{name}/record",
+        {
+            "args": list(args),
+            "kwargs": kwargs,
+            "result": result,
+            "latency_ms": (time.monotonic() - start) * 1000,
+        },
+    )
     return result
 
 
@@ -202,8 +214,12 @@ def _run_child(argv, timeout_s, memory_bytes):
     stderr = _truncate(chunks[err_r])
     if timed_out:
         stderr += f"\n[timed out after {timeout_s:g}s]"
-    return {"stdout": _truncate(chunks[out_r]), "stderr": stderr, "exit_code": code,
-            "timed_out": timed_out}  # fmt: skip
+    return {
+        "stdout": _truncate(chunks[out_r]),
+        "stderr": stderr,
+        "exit_code": code,
+        "timed_out": timed_out,
+    }
 
 
 SANDBOX_TOOLS = {"python": run_python}  # the tools a domain may ask to run inside the sandbox
@@ -363,7 +379,7 @@ def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
         result = run_task(harness_path, request["task"], harness)
         data = json.dumps(result).encode()
         while data:
-            data = data[os.write(res_w, data):]
+            data = data[os.write(res_w, data) :]
     finally:
         os._exit(0)
 
@@ -417,13 +433,24 @@ class _Rollout:
     def result(self):
         direct_out = self.chunks[self.out_r].decode(errors="replace")
         direct_err = self.chunks[self.err_r].decode(errors="replace")
-        base = {"answer": None, "stdout_tail": direct_out, "stderr_tail": direct_err,
-                "wall_s": time.monotonic() - self.start}  # fmt: skip
+        base = {
+            "answer": None,
+            "stdout_tail": direct_out,
+            "stderr_tail": direct_err,
+            "wall_s": time.monotonic() - self.start,
+        }
         if self.why == "timeout":
-            return {**base, "reason": "timeout", "error": f"wall-clock limit of {self.wall_s:g}s exceeded"}
+            return {
+                **base,
+                "reason": "timeout",
+                "error": f"wall-clock limit of {self.wall_s:g}s exceeded",
+            }
         if self.why == "output_limit":
-            return {**base, "reason": "output_limit",
-                    "error": f"output limit of {self.output_bytes} bytes exceeded"}
+            return {
+                **base,
+                "reason": "output_limit",
+                "error": f"output limit of {self.output_bytes} bytes exceeded",
+            }
         try:
             result = json.loads(self.chunks[self.res_r])
         except ValueError:
@@ -530,8 +557,10 @@ class _Server:
         self.selector.unregister(conn)
         try:
             limits = json.loads(bytes(buffer))
-            limits = {"wall_s": float(limits.get("wall_s") or 60),
-                      "output_bytes": int(limits.get("output_bytes") or (1 << 20))}  # fmt: skip
+            limits = {
+                "wall_s": float(limits.get("wall_s") or 60),
+                "output_bytes": int(limits.get("output_bytes") or (1 << 20)),
+            }
         except (ValueError, TypeError, AttributeError):
             conn.close()  # not the host's pool: nothing to run
             return

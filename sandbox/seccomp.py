@@ -12,6 +12,7 @@ any harness code exists in the process, and every process forked or exec'ed afte
 it, unremovably. A denied call fails with EPERM (clone3: ENOSYS, so that the C library falls back
 to clone, whose namespace flags the filter can see).
 """
+
 import errno
 import tempfile
 from functools import cache
@@ -21,27 +22,84 @@ import pyseccomp as seccomp
 
 DENIED = (
     # reading or steering other processes
-    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "process_madvise",
+    "pidfd_getfd",
+    "kcmp",
     # namespaces and file systems
-    "unshare", "setns", "mount", "umount", "umount2", "pivot_root", "chroot", "mount_setattr",
-    "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-    "name_to_handle_at", "open_by_handle_at",
+    "unshare",
+    "setns",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "mount_setattr",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "name_to_handle_at",
+    "open_by_handle_at",
     # kernel interfaces with a history of privilege escalations
-    "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "fanotify_init",
     # the machine itself: modules, kexec, clocks, swap, reboot, accounting, quotas, NUMA, I/O ports
-    "init_module", "finit_module", "delete_module", "create_module", "query_module",
-    "get_kernel_syms", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "acct",
-    "settimeofday", "stime", "clock_settime", "clock_adjtime", "syslog", "quotactl",
-    "quotactl_fd", "lookup_dcookie", "nfsservctl", "uselib", "ustat", "_sysctl", "vm86",
-    "vm86old", "ioperm", "iopl", "mbind", "set_mempolicy", "get_mempolicy", "move_pages",
-)  # fmt: skip
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "create_module",
+    "query_module",
+    "get_kernel_syms",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "settimeofday",
+    "stime",
+    "clock_settime",
+    "clock_adjtime",
+    "syslog",
+    "quotactl",
+    "quotactl_fd",
+    "lookup_dcookie",
+    "nfsservctl",
+    "uselib",
+    "ustat",
+    "_sysctl",
+    "vm86",
+    "vm86old",
+    "ioperm",
+    "iopl",
+    "mbind",
+    "set_mempolicy",
+    "get_mempolicy",
+    "move_pages",
+)
 # clone flags that make a new namespace (linux/sched.h)
 NAMESPACE_FLAGS = {
-    "CLONE_NEWNS": 0x00020000, "CLONE_NEWCGROUP": 0x02000000, "CLONE_NEWUTS": 0x04000000,
-    "CLONE_NEWIPC": 0x08000000, "CLONE_NEWUSER": 0x10000000, "CLONE_NEWPID": 0x20000000,
+    "CLONE_NEWNS": 0x00020000,
+    "CLONE_NEWCGROUP": 0x02000000,
+    "CLONE_NEWUTS": 0x04000000,
+    "CLONE_NEWIPC": 0x08000000,
+    "CLONE_NEWUSER": 0x10000000,
+    "CLONE_NEWPID": 0x20000000,
     "CLONE_NEWNET": 0x40000000,
-}  # fmt: skip
+}
 PR_SET_DUMPABLE = 4  # the runner makes itself non-dumpable first; nobody may undo it
 
 

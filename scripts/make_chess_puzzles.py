@@ -10,6 +10,7 @@ forced mate in 1 or 2, that move becomes the puzzle's trigger (the opponent's mo
 
 The same arguments give the same file, byte for byte.
 """
+
 import argparse
 import csv
 import random
@@ -19,8 +20,18 @@ from pathlib import Path
 import chess
 
 REPO = Path(__file__).resolve().parent.parent
-COLUMNS = ["PuzzleId", "FEN", "Moves", "Rating", "RatingDeviation", "Popularity", "NbPlays",
-           "Themes", "GameUrl", "OpeningTags"]  # fmt: skip
+COLUMNS = [
+    "PuzzleId",
+    "FEN",
+    "Moves",
+    "Rating",
+    "RatingDeviation",
+    "Popularity",
+    "NbPlays",
+    "Themes",
+    "GameUrl",
+    "OpeningTags",
+]
 OPENINGS = {  # Lichess opening tags -> their main line
     "Italian_Game": "e2e4 e7e5 g1f3 b8c6 f1c4 f8c5",
     "Ruy_Lopez": "e2e4 e7e5 g1f3 b8c6 f1b5 a7a6",
@@ -125,11 +136,17 @@ def puzzles(count: int, seed: int):
             seen.add(before)
             n = (len(line) + 1) // 2
             yield {
-                "PuzzleId": f"w{len(seen):04d}", "FEN": before,
+                "PuzzleId": f"w{len(seen):04d}",
+                "FEN": before,
                 "Moves": " ".join(m.uci() for m in [trigger, *line]),
-                "Rating": RATING[n], "RatingDeviation": 500, "Popularity": 0, "NbPlays": 0,
-                "Themes": THEMES[n], "GameUrl": "", "OpeningTags": opening,
-            }  # fmt: skip
+                "Rating": RATING[n],
+                "RatingDeviation": 500,
+                "Popularity": 0,
+                "NbPlays": 0,
+                "Themes": THEMES[n],
+                "GameUrl": "",
+                "OpeningTags": opening,
+            }
             if len(seen) >= count:
                 return
             break  # one puzzle per game: the sample spreads over many games

@@ -7,6 +7,7 @@ shipped samples exercise the same loaders as the real data sets.
 
     python scripts/make_math_problems.py [OUT_DIR]
 """
+
 import json
 import math
 import random
@@ -22,9 +23,11 @@ TRAIN, TEST = 320, 64
 OUT = Path(__file__).resolve().parent.parent / "data" / "math"
 x = sympy.Symbol("x")
 # DAPO-Math-17K's own wrapper around each problem (the loader removes it again).
-DAPO_HEAD = ("Solve the following math problem step by step. The last line of your response should "
-             "be of the form Answer: $Answer (without quotes) where $Answer is the answer to the "
-             "problem.\n\n")  # fmt: skip
+DAPO_HEAD = (
+    "Solve the following math problem step by step. The last line of your response should "
+    "be of the form Answer: $Answer (without quotes) where $Answer is the answer to the "
+    "problem.\n\n"
+)
 DAPO_TAIL = '\n\nRemember to put your answer on its own line after "Answer:".'
 
 
@@ -63,7 +66,9 @@ def series(rng):
         start, step, n = rng.randint(1, 20), rng.randint(1, 9), rng.randint(5, 40)
         closed = n * (2 * start + (n - 1) * step) // 2
         summed = sympy.summation(start + (k - 1) * step, (k, 1, n))
-        terms = f"{start} + {start + step} + {start + 2 * step} + \\cdots + {start + (n - 1) * step}"
+        terms = (
+            f"{start} + {start + step} + {start + 2 * step} + \\cdots + {start + (n - 1) * step}"
+        )
         text = f"Find the sum ${terms}$ of an arithmetic progression."
     else:
         n = rng.randint(3, 30)
@@ -89,14 +94,18 @@ def probability(rng):
         count = sum(1 for d1, d2 in product(range(1, 7), repeat=2) if d1 + d2 == target)
         value = sympy.Rational(count, 36)
         assert value == sympy.Rational(6 - abs(target - 7), 36)
-        return (f"Two fair six-sided dice are rolled. What is the probability that the sum of the "
-                f"numbers shown is ${target}$? Express your answer as a common fraction."), value  # fmt: skip
+        return (
+            f"Two fair six-sided dice are rolled. What is the probability that the sum of the "
+            f"numbers shown is ${target}$? Express your answer as a common fraction."
+        ), value
     red, blue = rng.randint(2, 9), rng.randint(1, 9)
     value = sympy.Rational(sympy.binomial(red, 2), sympy.binomial(red + blue, 2))
     assert value == Fraction(red * (red - 1), (red + blue) * (red + blue - 1))
-    return (f"A bag holds ${red}$ red balls and ${blue}$ blue balls. Two balls are drawn at random "
-            f"without replacement. What is the probability that both are red? Express your answer "
-            f"as a common fraction."), value  # fmt: skip
+    return (
+        f"A bag holds ${red}$ red balls and ${blue}$ blue balls. Two balls are drawn at random "
+        f"without replacement. What is the probability that both are red? Express your answer "
+        f"as a common fraction."
+    ), value
 
 
 def quadratic(rng):
@@ -126,15 +135,23 @@ def main(out: Path = OUT) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "test.jsonl", "w") as f:
         for i, (question, answer) in enumerate(generate(TEST, rng, seen)):
-            f.write(json.dumps({"id": f"gen-test-{i}", "problem": question, "answer": answer}) + "\n")
+            f.write(
+                json.dumps({"id": f"gen-test-{i}", "problem": question, "answer": answer}) + "\n"
+            )
     with open(out / "train.jsonl", "w") as f:
         for i, (question, answer) in enumerate(generate(TRAIN, rng, seen)):
-            f.write(json.dumps({
-                "data_source": "whale-generated", "ability": "MATH",
-                "prompt": [{"role": "user", "content": DAPO_HEAD + question + DAPO_TAIL}],
-                "reward_model": {"ground_truth": answer, "style": "rule"},
-                "extra_info": {"index": f"gen-train-{i}"},
-            }) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "data_source": "whale-generated",
+                        "ability": "MATH",
+                        "prompt": [{"role": "user", "content": DAPO_HEAD + question + DAPO_TAIL}],
+                        "reward_model": {"ground_truth": answer, "style": "rule"},
+                        "extra_info": {"index": f"gen-train-{i}"},
+                    }
+                )
+                + "\n"
+            )
 
 
 if __name__ == "__main__":

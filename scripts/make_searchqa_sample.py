@@ -9,6 +9,7 @@ passage per chemical element and a few thousand FOLDOC entries, and Search-R1 st
 read off the structured element entries and FOLDOC's acronym entries, so each is answerable from
 one passage of the corpus. Deterministic: the same dictionaries give the same files.
 """
+
 import argparse
 import gzip
 import hashlib
@@ -35,11 +36,13 @@ def read_dictd(dictd: Path, name: str, encoding: str) -> list[str]:
     """The entries of a dictd dictionary, in file order, each once (headwords may share one)."""
     data = gzip.open(dictd / f"{name}.dict.dz").read()  # dictzip is gzip-compatible
     spans = set()
-    for line in (dictd / f"{name}.index").read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in (
+        (dictd / f"{name}.index").read_text(encoding="utf-8", errors="replace").splitlines()
+    ):
         head, offset, length = line.split("\t")[:3]
         if not head.startswith("00database"):
             spans.add((_number(offset), _number(length)))
-    return [data[o:o + n].decode(encoding, errors="replace") for o, n in sorted(spans)]
+    return [data[o : o + n].decode(encoding, errors="replace") for o, n in sorted(spans)]
 
 
 def _key(text: str) -> str:
@@ -71,15 +74,21 @@ def elements(entries: list[str]) -> tuple[list[dict], list[dict]]:
         if number in by_number:  # aluminium / aluminum: one element, two spellings
             by_number[number]["names"].append(name)
             continue
-        body = " ".join(l for l in lines[1:] if not re.match(r"(Symbol|Atomic \w+):", l))
-        by_number[number] = {"names": [name], "symbol": fields["Symbol"].strip(),
-                             "weight": fields["Atomic weight"].strip(), "body": body}  # fmt: skip
+        body = " ".join(line for line in lines[1:] if not re.match(r"(Symbol|Atomic \w+):", line))
+        by_number[number] = {
+            "names": [name],
+            "symbol": fields["Symbol"].strip(),
+            "weight": fields["Atomic weight"].strip(),
+            "body": body,
+        }
     passages, questions = [], []
     for number, el in sorted(by_number.items()):
         name, symbol, weight = el["names"][0], el["symbol"], el["weight"]
         names = el["names"] + aliases.get(name, [])
-        text = (f"{name} (symbol {symbol}) is the chemical element with atomic number {number}. "
-                f"Atomic weight: {weight}. {el['body']}")  # fmt: skip
+        text = (
+            f"{name} (symbol {symbol}) is the chemical element with atomic number {number}. "
+            f"Atomic weight: {weight}. {el['body']}"
+        )
         passages.append(_passage(f"element-{number}", name, text))
         asked = [
             (f"What is the atomic number of {name}?", [str(number)]),
@@ -93,8 +102,9 @@ def elements(entries: list[str]) -> tuple[list[dict], list[dict]]:
         if found:
             asked.append((f"In what year was {name} discovered?", [found.group(1)]))
         for question, gold in asked:
-            questions.append({"question": question, "golden_answers": gold,
-                              "data_source": "elements"})  # fmt: skip
+            questions.append(
+                {"question": question, "golden_answers": gold, "data_source": "elements"}
+            )
     return passages, questions
 
 
@@ -118,14 +128,23 @@ def foldoc(entries: list[str]) -> tuple[list[dict], list[dict]]:
         if len(headings) == 2 and re.fullmatch(r"[A-Z][A-Z0-9]{1,7}", headings[1]):
             full, acronym = headings
             words = full.split()
-            if (2 <= len(words) <= 8 and f"({acronym})" in text and "{" not in full
-                    and full[0].upper() == acronym[0]):  # fmt: skip
+            if (
+                2 <= len(words) <= 8
+                and f"({acronym})" in text
+                and "{" not in full
+                and full[0].upper() == acronym[0]
+            ):
                 expansions.setdefault(acronym, []).append((full, pid))
     questions, cited = [], set()
     unambiguous = sorted((a, e[0]) for a, e in expansions.items() if len(e) == 1)
     for acronym, (full, pid) in sorted(unambiguous, key=lambda x: _key(x[0]))[:ACRONYM_QUESTIONS]:
-        questions.append({"question": f"What does the acronym {acronym} stand for in computing?",
-                          "golden_answers": [full], "data_source": "foldoc"})  # fmt: skip
+        questions.append(
+            {
+                "question": f"What does the acronym {acronym} stand for in computing?",
+                "golden_answers": [full],
+                "data_source": "foldoc",
+            }
+        )
         cited.add(pid)
     # The entries questions cite, then others in a fixed pseudo-random order, up to the size.
     rest = sorted((p for p in passages if p[0] not in cited), key=lambda p: _key(p[0]))
@@ -136,15 +155,19 @@ def foldoc(entries: list[str]) -> tuple[list[dict], list[dict]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dictd", type=Path, default=Path("/usr/share/dictd"))
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "data" / "searchqa")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parent.parent / "data" / "searchqa"
+    )
     args = parser.parse_args()
     element_passages, element_questions = elements(read_dictd(args.dictd, "elements", "latin-1"))
     foldoc_passages, foldoc_questions = foldoc(read_dictd(args.dictd, "foldoc", "utf-8"))
     corpus = element_passages + foldoc_passages[: CORPUS_SIZE - len(element_passages)]
     args.out.mkdir(parents=True, exist_ok=True)
     # mtime=0: the same input gives byte-identical output
-    with open(args.out / "corpus.jsonl.gz", "wb") as raw, \
-            gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:  # fmt: skip
+    with (
+        open(args.out / "corpus.jsonl.gz", "wb") as raw,
+        gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz,
+    ):
         for passage in corpus:
             gz.write((json.dumps(passage, ensure_ascii=False) + "\n").encode())
     splits = {"train": [], "test": []}
@@ -155,8 +178,10 @@ def main() -> None:
     for split, rows in splits.items():
         with open(args.out / f"{split}.jsonl", "w") as f:
             f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    print(f"{len(corpus)} passages, {len(splits['train'])} train and {len(splits['test'])} test "
-          f"questions in {args.out}")
+    print(
+        f"{len(corpus)} passages, {len(splits['train'])} train and {len(splits['test'])} test "
+        f"questions in {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,16 @@ if ((${#packages[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${packages[@]}" >/dev/null
 fi
 
-# The Python environment lives in the cache, named after what it was built from.
+# The Python environment lives in the cache, named after what it is built from: the dependency
+# lists of pyproject.toml (not its other tables), the Python version, with or without the tests'.
 python=${PYTHON:-python3}
-key=$( (cat "$repo/pyproject.toml"; "$python" --version; echo "test=$with_test") | sha256sum | cut -c1-16)
+key=$( ("$python" - "$repo/pyproject.toml" <<'PY'
+import json, sys, tomllib
+pyproject = tomllib.load(open(sys.argv[1], "rb"))
+print(json.dumps([pyproject["project"]["dependencies"], pyproject["project"]["optional-dependencies"],
+                  pyproject["tool"]["whale"]["no-deps"]]))
+PY
+"$python" --version; echo "test=$with_test") | sha256sum | cut -c1-16)
 venv=$cache/venv-$key
 if [[ ! -f $venv/.complete ]]; then
     say "building the Python environment in $venv (once per dependency set, a few minutes)"

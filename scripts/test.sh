@@ -10,6 +10,9 @@ trap report EXIT
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bash "$repo/scripts/setup.sh" --test
 cd "$repo"
+# Formatting and lint first (seconds): the configuration is in pyproject.toml, [tool.ruff].
+.venv/bin/python -m ruff format --check --quiet . || { echo "run: .venv/bin/python -m ruff format ." >&2; exit 1; }
+.venv/bin/python -m ruff check --quiet .
 dockerd_pid=$(bash scripts/docker-engine.sh)
 stop_engine() {  # only the engine this script started
     [[ -n $dockerd_pid ]] || return 0

@@ -3,6 +3,7 @@
 The converted model is cached in WHALE_MODEL_CACHE (default ~/.cache/whale/models) so the
 suite converts it at most once per machine.
 """
+
 import json
 import os
 import subprocess
@@ -56,7 +57,9 @@ def model_cache() -> Path:
 @pytest.fixture(scope="session")
 def model_server(model_cache, tmp_path_factory):
     """SmolLM2 behind the local model server, shared by every test that needs a model."""
-    server = LocalModelServer(prepare_model(model_cache), tmp_path_factory.mktemp("logs") / "model.log")
+    server = LocalModelServer(
+        prepare_model(model_cache), tmp_path_factory.mktemp("logs") / "model.log"
+    )
     server.start()  # returns with the base weights loaded: no warm-up inside timed tests
     yield server
     server.stop()
@@ -76,8 +79,13 @@ def whale_env(tmp_path, model_server, model_cache) -> dict[str, str]:
 
 def attached_settings(home: Path, model_server, model_cache: Path) -> Settings:
     """Settings for an in-process Workbench on a fresh store, using the shared model server."""
-    return Settings(home=home, model_cache=model_cache, sandbox="process",
-                    llm_url=model_server.base_url, llm_model=model_server.model)  # fmt: skip
+    return Settings(
+        home=home,
+        model_cache=model_cache,
+        sandbox="process",
+        llm_url=model_server.base_url,
+        llm_model=model_server.model,
+    )
 
 
 @asynccontextmanager
@@ -108,9 +116,12 @@ def evaluated_home(tmp_path_factory, model_server, model_cache) -> Path:
     """A store holding one real evaluation of the arith seed harness (8 tasks x k=2)."""
     home = tmp_path_factory.mktemp("evaluated") / "home"
     env = {
-        **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
-        "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
-    }  # fmt: skip
+        **os.environ,
+        "WHALE_HOME": str(home),
+        "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": model_server.base_url,
+        "WHALE_LLM_MODEL": model_server.model,
+    }
     whale_eval_json(REPO / "harness_archive/seeds/arith/seed.py", env, "--limit", "8", "-k", "2")
     return home
 
@@ -120,8 +131,12 @@ def whale_serve(env: dict[str, str]):
     """`whale serve` over env's store on a free port, for the duration of the block; yields the
     base URL once the API answers."""
     port = free_port()
-    proc = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [WHALE, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -154,6 +169,7 @@ def server_url(evaluated_home, model_cache):
 
 def make_rollout(writer) -> int:
     """A rollout row (with its run, harness, checkpoint and evaluation) to hang steps on."""
+
     def create(s):
         run = Run(name="r", kind="eval", domain="arith")
         s.add(run)
@@ -162,12 +178,24 @@ def make_rollout(writer) -> int:
         ckpt = Checkpoint(name="m")
         s.add_all([harness, ckpt])
         s.flush()
-        ev = Evaluation(run_id=run.id, harness_id=harness.id, checkpoint_id=ckpt.id, split="test",
-                        k=1, n_tasks=1)  # fmt: skip
+        ev = Evaluation(
+            run_id=run.id,
+            harness_id=harness.id,
+            checkpoint_id=ckpt.id,
+            split="test",
+            k=1,
+            n_tasks=1,
+        )
         s.add(ev)
         s.flush()
-        rollout = Rollout(run_id=run.id, evaluation_id=ev.id, harness_id=harness.id,
-                          checkpoint_id=ckpt.id, task_id="t", sample=0)  # fmt: skip
+        rollout = Rollout(
+            run_id=run.id,
+            evaluation_id=ev.id,
+            harness_id=harness.id,
+            checkpoint_id=ckpt.id,
+            task_id="t",
+            sample=0,
+        )
         s.add(rollout)
         s.flush()
         return rollout.id

@@ -3,6 +3,7 @@
 Replies come from a script: a string is the answer to every request; a list is consumed in
 order (an int there makes that request fail with that status; past its end, 503s).
 """
+
 import threading
 import time
 from contextlib import contextmanager
@@ -30,13 +31,23 @@ def openai_stub(script: str | list[str | int]):
             return JSONResponse({"error": {"message": "scripted failure"}}, status_code=reply)
         completion_tokens = max(1, len(reply) // 4)
         return {
-            "id": f"chatcmpl-{len(seen)}", "object": "chat.completion", "created": 0,
+            "id": f"chatcmpl-{len(seen)}",
+            "object": "chat.completion",
+            "created": 0,
             "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": reply}}],
-            "usage": {"prompt_tokens": 1000, "completion_tokens": completion_tokens,
-                      "total_tokens": 1000 + completion_tokens},
-        }  # fmt: skip
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": reply},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 1000,
+                "completion_tokens": completion_tokens,
+                "total_tokens": 1000 + completion_tokens,
+            },
+        }
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))

@@ -1,4 +1,5 @@
 """docker-compose.yml is the production recipe: it must at least be a valid compose file."""
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,10 +16,16 @@ def compose_config(*profile: str) -> dict:
     """The file as docker-compose resolves it (with `--profile NAME` when given)."""
     compose = shutil.which("docker-compose")
     if compose is None:
-        pytest.skip(f"{MISSING}docker-compose is not installed (scripts/setup.sh --test installs it)")
+        pytest.skip(
+            f"{MISSING}docker-compose is not installed (scripts/setup.sh --test installs it)"
+        )
     args = ["--profile", profile[0]] if profile else []
-    proc = subprocess.run([compose, "-f", str(REPO / "docker-compose.yml"), *args, "config"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [compose, "-f", str(REPO / "docker-compose.yml"), *args, "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 
@@ -57,8 +64,11 @@ def test_scale_profile_attaches_to_every_replica():
 
     # Hot-loading: vLLM reads an adapter from the path the workbench sends, so every replica
     # mounts the workbench's store volume at the same path.
-    store = next(v for v in services["workbench-scale"]["volumes"]
-                 if env["WHALE_HOME"].startswith(v.split(":")[1]))  # fmt: skip
+    store = next(
+        v
+        for v in services["workbench-scale"]["volumes"]
+        if env["WHALE_HOME"].startswith(v.split(":")[1])
+    )
     volume, path = store.split(":")[:2]
     for name in replicas:
         assert any(v.split(":")[:2] == [volume, path] for v in services[name]["volumes"]), name

@@ -1,4 +1,5 @@
 """Checkpoints: one checkpoint with the job that made it, its lineage, children and evaluations."""
+
 from typing import Any
 
 from sqlmodel import Session, select
@@ -10,8 +11,12 @@ from app.db.schema import Checkpoint, Evaluation, TrainingJob
 
 def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:
     """What a link to a checkpoint shows."""
-    return {"id": checkpoint.id, "name": checkpoint.name, "kind": checkpoint.kind,
-            "training_job_id": checkpoint.training_job_id}  # fmt: skip
+    return {
+        "id": checkpoint.id,
+        "name": checkpoint.name,
+        "kind": checkpoint.kind,
+        "training_job_id": checkpoint.training_job_id,
+    }
 
 
 def lineage(s: Session, checkpoint: Checkpoint) -> list[dict[str, Any]]:
@@ -31,8 +36,11 @@ def mean_at_k_by_split(evaluations: list[dict[str, Any]]) -> dict[str, dict[str,
     by_split: dict[str, dict[str, Any]] = {}
     for e in evaluations:
         if e["status"] == "done" and e["split"] not in by_split:
-            by_split[e["split"]] = {"mean_at_k": e["mean_at_k"], "k": e["k"],
-                                    "evaluation_id": e["id"]}  # fmt: skip
+            by_split[e["split"]] = {
+                "mean_at_k": e["mean_at_k"],
+                "k": e["k"],
+                "evaluation_id": e["id"],
+            }
     return by_split
 
 
@@ -41,15 +49,21 @@ def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
     if checkpoint is None:
         raise NotFound("checkpoint", checkpoint_id)
     job = s.get(TrainingJob, checkpoint.training_job_id) if checkpoint.training_job_id else None
-    children = s.exec(select(Checkpoint).where(Checkpoint.parent_id == checkpoint_id)
-                      .order_by(Checkpoint.id))  # fmt: skip
+    children = s.exec(
+        select(Checkpoint).where(Checkpoint.parent_id == checkpoint_id).order_by(Checkpoint.id)
+    )
     evaluations = evaluation_rows(s, Evaluation.checkpoint_id == checkpoint_id)[::-1]
     return {
         "checkpoint": as_dict(checkpoint),
-        "training_job": None if job is None else {
-            "id": job.id, "run_id": job.run_id, "step": job.step, "status": job.status,
+        "training_job": None
+        if job is None
+        else {
+            "id": job.id,
+            "run_id": job.run_id,
+            "step": job.step,
+            "status": job.status,
             "checkpoint_in_id": job.checkpoint_in_id,
-        },  # fmt: skip
+        },
         "lineage": lineage(s, checkpoint),
         "children": [checkpoint_ref(c) for c in children],
         "mean_at_k_by_split": mean_at_k_by_split(evaluations),

@@ -3,6 +3,7 @@
 The data functions in runs.py, harnesses.py and rollouts.py return plain dicts; the JSON routes
 return them as they are and the HTML pages render them, so both always show the same data.
 """
+
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Annotated, Any, Literal, get_args

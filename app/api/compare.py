@@ -1,5 +1,6 @@
 """Several runs side by side: their summaries and their test curves on one x axis. The compare
 page and /api/runs/compare show the same dict."""
+
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
@@ -24,8 +25,10 @@ def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dic
     except UnknownRuns as exc:
         raise HTTPException(404, str(exc)) from None
     return {
-        "x": x, "x_label": X_LABELS[x],
+        "x": x,
+        "x_label": X_LABELS[x],
         "runs": [summarize(s, run) for run in runs],
-        "curves": {label(run): [{"x": px, "y": py} for px, py in curve(s, run, x)[0]]
-                   for run in runs},
-    }  # fmt: skip
+        "curves": {
+            label(run): [{"x": px, "y": py} for px, py in curve(s, run, x)[0]] for run in runs
+        },
+    }

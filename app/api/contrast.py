@@ -1,4 +1,4 @@
-""""Fails under A, passes under B": the tasks a change of harness or checkpoint fixed.
+""" "Fails under A, passes under B": the tasks a change of harness or checkpoint fixed.
 
 A side is a harness, a checkpoint, or both (optionally within one run). A task qualifies when
 every finished rollout of it under A failed (or, with `a_fails=most`, more than half did) and at
@@ -9,6 +9,7 @@ Each side is counted per task from the (harness_id, task_id, status) or (checkpo
 task_id, status) index alone: the cost grows with the rollouts of the two sides, not of the
 store.
 """
+
 from typing import Any, Literal
 
 from fastapi import HTTPException
@@ -34,21 +35,32 @@ class ContrastQuery(FormParams):
 
     def picked(self) -> bool:
         """Whether any side is named: the page shows only its form until one is."""
-        return any(v is not None for v in (self.a_harness, self.a_checkpoint, self.b_harness,
-                                           self.b_checkpoint))  # fmt: skip
+        return any(
+            v is not None
+            for v in (self.a_harness, self.a_checkpoint, self.b_harness, self.b_checkpoint)
+        )
 
     def side(self, name: str) -> RolloutFilters:
-        return RolloutFilters(run=self.run, harness=getattr(self, f"{name}_harness"),
-                              checkpoint=getattr(self, f"{name}_checkpoint"))  # fmt: skip
+        return RolloutFilters(
+            run=self.run,
+            harness=getattr(self, f"{name}_harness"),
+            checkpoint=getattr(self, f"{name}_checkpoint"),
+        )
 
 
 def _per_task(side: RolloutFilters, name: str):
     """Finished rollouts per task under one side: how many, how many passed, the first failing
     and the first passing one."""
     passed = Rollout.status == "pass"
-    terms = [column == value for value, column in (
-        (side.run, Rollout.run_id), (side.harness, Rollout.harness_id),
-        (side.checkpoint, Rollout.checkpoint_id)) if value is not None]  # fmt: skip
+    terms = [
+        column == value
+        for value, column in (
+            (side.run, Rollout.run_id),
+            (side.harness, Rollout.harness_id),
+            (side.checkpoint, Rollout.checkpoint_id),
+        )
+        if value is not None
+    ]
     return (
         select(
             Rollout.task_id,
@@ -65,33 +77,49 @@ def _per_task(side: RolloutFilters, name: str):
 
 def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
     for side in ("a", "b"):
-        if getattr(query, f"{side}_harness") is None and getattr(query, f"{side}_checkpoint") is None:
-            raise HTTPException(422, f"{side}_harness or {side}_checkpoint: name the harness or "
-                                     f"checkpoint of side {side.upper()}")  # fmt: skip
+        if (
+            getattr(query, f"{side}_harness") is None
+            and getattr(query, f"{side}_checkpoint") is None
+        ):
+            raise HTTPException(
+                422,
+                f"{side}_harness or {side}_checkpoint: name the harness or "
+                f"checkpoint of side {side.upper()}",
+            )
     side_a, side_b = query.side("a"), query.side("b")
     names = {"a": scope(s, side_a), "b": scope(s, side_b)}  # an unknown id is a 404
     a, b = _per_task(side_a, "a"), _per_task(side_b, "b")
     both = s.exec(
-        select(a.c.task_id, a.c.n.label("a_n"), a.c.n_pass.label("a_pass"), a.c.failing_id,
-               b.c.n.label("b_n"), b.c.n_pass.label("b_pass"), b.c.passing_id)
-        .join(b, a.c.task_id == b.c.task_id)
-    ).all()  # fmt: skip
+        select(
+            a.c.task_id,
+            a.c.n.label("a_n"),
+            a.c.n_pass.label("a_pass"),
+            a.c.failing_id,
+            b.c.n.label("b_n"),
+            b.c.n_pass.label("b_pass"),
+            b.c.passing_id,
+        ).join(b, a.c.task_id == b.c.task_id)
+    ).all()
     if query.a_fails == "all":
         fail_under_a = [r for r in both if r.a_pass == 0]
     else:
         fail_under_a = [r for r in both if 2 * r.a_pass < r.a_n]
     # the tasks with the most failures under A first: the strongest evidence of a fix
-    found = sorted((r for r in fail_under_a if r.b_pass > 0),
-                   key=lambda r: (r.a_pass - r.a_n, r.task_id))  # fmt: skip
+    found = sorted(
+        (r for r in fail_under_a if r.b_pass > 0), key=lambda r: (r.a_pass - r.a_n, r.task_id)
+    )
     shown = found[:MAX_TASKS]
     rollouts = items_by_id(s, [i for r in shown for i in (r.failing_id, r.passing_id)])
     tasks = [
-        {"task_id": r.task_id, "question": rollouts[r.failing_id]["question"],
-         "gold": rollouts[r.failing_id]["gold"],
-         "a": {"n": r.a_n, "n_pass": r.a_pass, "failing": rollouts[r.failing_id]},
-         "b": {"n": r.b_n, "n_pass": r.b_pass, "passing": rollouts[r.passing_id]}}
+        {
+            "task_id": r.task_id,
+            "question": rollouts[r.failing_id]["question"],
+            "gold": rollouts[r.failing_id]["gold"],
+            "a": {"n": r.a_n, "n_pass": r.a_pass, "failing": rollouts[r.failing_id]},
+            "b": {"n": r.b_n, "n_pass": r.b_pass, "passing": rollouts[r.passing_id]},
+        }
         for r in shown
-    ]  # fmt: skip
+    ]
     named = ("run", "harness", "checkpoint")
     return {
         "query": query.model_dump(),

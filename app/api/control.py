@@ -3,6 +3,7 @@
 Refusals are answers, not errors: a bad experiment is a 422 naming the key, a conflicting
 action (pause while stopping, skip while resuming...) a 409 saying why; nothing changes.
 """
+
 from typing import Literal
 
 from fastapi import APIRouter, HTTPException, Request
@@ -39,16 +40,18 @@ async def start(body: StartRequest, request: Request):
 
 
 @router.post("/runs/{run_id}/{action}")
-async def act(run_id: RowId, action: Literal[control.ACTIONS], body: ControlRequest,
-              request: Request):  # fmt: skip
+async def act(
+    run_id: RowId, action: Literal[control.ACTIONS], body: ControlRequest, request: Request
+):
     """pause | resume | stop | skip | force (kind) | promote (harness_id or checkpoint_id)."""
     args = body.model_dump(exclude_none=True, exclude={"reason"})
     try:
-        event = await control.apply(request.app.state.workbench.writer, run_id, action,
-                                    body.reason, "api", **args)  # fmt: skip
+        event = await control.apply(
+            request.app.state.workbench.writer, run_id, action, body.reason, "api", **args
+        )
+    except control.NoSuchRun:
+        raise NotFound("run", run_id) from None
     except control.Refused as exc:
-        if str(exc) == "no such run":
-            raise NotFound("run", run_id) from None
         raise HTTPException(409, f"{action} refused: {exc}") from None
     return {"event": as_dict(event)}
 

@@ -1,6 +1,7 @@
 """A loop run's dashboard: its phases on a timeline, its budgets, what it is doing now, the
 controls it accepts, its event log, and its curves on the x axis the reader picks, with a
 baseline run overlaid. The run page and /api/runs/{id}/dashboard show the same dict."""
+
 from typing import Annotated, Any, Literal
 
 from fastapi import Query
@@ -20,9 +21,14 @@ BaselineQuery = Annotated[int | None, Query(le=2**63 - 1, description="run overl
 # A run in one of these states can still change: its page keeps polling.
 LIVE_STATUSES = ("created", "resuming", "running", "paused", "stopping")
 # The buttons: (action, its arguments, label). Force comes once per phase kind.
-BUTTONS = [("pause", {}, "Pause"), ("resume", {}, "Resume"), ("skip", {}, "Skip phase"),
-           ("force", {"kind": "weight"}, "Force weight phase"),
-           ("force", {"kind": "harness"}, "Force harness phase"), ("stop", {}, "Stop")]  # fmt: skip
+BUTTONS = [
+    ("pause", {}, "Pause"),
+    ("resume", {}, "Resume"),
+    ("skip", {}, "Skip phase"),
+    ("force", {"kind": "weight"}, "Force weight phase"),
+    ("force", {"kind": "harness"}, "Force harness phase"),
+    ("stop", {}, "Stop"),
+]
 N_EVENTS = 30
 
 
@@ -30,8 +36,10 @@ def timeline(s: Session, run_id: int) -> list[dict[str, Any]]:
     """The run's phases in order, each with the rollouts it used (counted live while it runs)
     and its share of the run's rollouts, which sets its width on the timeline."""
     phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
-    rows = [{**as_dict(p), "rollouts": p.rollouts if p.status == "done" else phase_rollouts(s, p.id)}
-            for p in phases]  # fmt: skip
+    rows = [
+        {**as_dict(p), "rollouts": p.rollouts if p.status == "done" else phase_rollouts(s, p.id)}
+        for p in phases
+    ]
     total = sum(r["rollouts"] for r in rows) or 1
     for r in rows:
         r["share"] = r["rollouts"] / total
@@ -46,14 +54,24 @@ def budgets(s: Session, run: Run) -> list[dict[str, Any]]:
     """Each budget the experiment set: what it allows, what the run used, what is left."""
     limits = ((run.config or {}).get("experiment") or {}).get("budget") or {}
     used = usage(s, run.id)
-    measures = {"rollouts": used.rollouts, "tokens": used.tokens,
-                "proposer_usd": used.proposer_usd, "wall_s": _wall_s(run)}  # fmt: skip
+    measures = {
+        "rollouts": used.rollouts,
+        "tokens": used.tokens,
+        "proposer_usd": used.proposer_usd,
+        "wall_s": _wall_s(run),
+    }
     rows = []
     for name, spent in measures.items():
         limit = limits.get(name)
-        rows.append({"name": name, "used": spent, "limit": limit,
-                     "left": None if limit is None else max(limit - spent, 0),
-                     "share": None if not limit else min(spent / limit, 1.0)})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "used": spent,
+                "limit": limit,
+                "left": None if limit is None else max(limit - spent, 0),
+                "share": None if not limit else min(spent / limit, 1.0),
+            }
+        )
     return rows
 
 
@@ -62,24 +80,36 @@ def activity(s: Session, run: Run) -> str | None:
     if run.status not in LIVE_STATUSES:
         return None
     if run.status in ("paused", "stopping", "created", "resuming"):
-        return {"paused": "paused: rollouts in flight finished, no new one starts",
-                "stopping": "stopping after the rollouts in flight",
-                "created": "waiting to start", "resuming": "resuming after a restart"}[run.status]
-    phase = s.exec(select(Phase).where(Phase.run_id == run.id, Phase.status == "running")
-                   .order_by(col(Phase.id).desc())).first()  # fmt: skip
+        return {
+            "paused": "paused: rollouts in flight finished, no new one starts",
+            "stopping": "stopping after the rollouts in flight",
+            "created": "waiting to start",
+            "resuming": "resuming after a restart",
+        }[run.status]
+    phase = s.exec(
+        select(Phase)
+        .where(Phase.run_id == run.id, Phase.status == "running")
+        .order_by(col(Phase.id).desc())
+    ).first()
     where = f"{phase.kind} phase {phase.round}: " if phase else ""
-    job = s.exec(select(TrainingJob).where(TrainingJob.run_id == run.id,
-                                           col(TrainingJob.status).in_(("sampling", "training")))
-                 ).first()  # fmt: skip
+    job = s.exec(
+        select(TrainingJob).where(
+            TrainingJob.run_id == run.id, col(TrainingJob.status).in_(("sampling", "training"))
+        )
+    ).first()
     if job and job.status == "training":
         return f"{where}training RFT step {job.step + 1} on {job.n_accepted} accepted rollouts"
-    evaluation = s.exec(select(Evaluation).where(Evaluation.run_id == run.id,
-                                                 Evaluation.status != "done")
-                        .order_by(col(Evaluation.id).desc())).first()  # fmt: skip
+    evaluation = s.exec(
+        select(Evaluation)
+        .where(Evaluation.run_id == run.id, Evaluation.status != "done")
+        .order_by(col(Evaluation.id).desc())
+    ).first()
     if evaluation:
         total = evaluation.n_tasks * evaluation.k
-        return (f"{where}{evaluation.split} evaluation of harness {evaluation.harness_id}: "
-                f"{evaluation.n_done} / {total} rollouts")  # fmt: skip
+        return (
+            f"{where}{evaluation.split} evaluation of harness {evaluation.harness_id}: "
+            f"{evaluation.n_done} / {total} rollouts"
+        )
     return f"{where}between steps" if phase else "between phases"
 
 
@@ -92,8 +122,7 @@ def controls(s: Session, run: Run) -> list[dict[str, Any]]:
             refused = None
         except control.Refused as exc:
             refused = str(exc)
-        out.append({"action": action, "kind": args.get("kind"), "label": text,
-                    "refused": refused})  # fmt: skip
+        out.append({"action": action, "kind": args.get("kind"), "label": text, "refused": refused})
     return out
 
 
@@ -104,42 +133,49 @@ def describe(event: Event) -> str:
     why = f": {d['reason']}" if d.get("reason") else ""
     return {
         "run_start": lambda: f"run started ({d.get('strategy')})",
-        "run_end": lambda: f"run ended {d.get('status')}" + (f": {d['reason']}" if d.get("reason") else ""),
+        "run_end": lambda: (
+            f"run ended {d.get('status')}" + (f": {d['reason']}" if d.get("reason") else "")
+        ),
         "control": lambda: f"{what} asked from {d.get('source')}{why}",
         "control_refused": lambda: f"{what} refused: {d.get('why')}",
         "control_applied": lambda: f"{what} taken",
         "phase_end": lambda: f"{d.get('kind')} phase {d.get('round')} ended: {d.get('reason')}",
-    }.get(event.kind, lambda: f"{event.kind} {d}")()  # fmt: skip
+    }.get(event.kind, lambda: f"{event.kind} {d}")()
 
 
 def events(s: Session, run_id: int, limit: int = N_EVENTS) -> list[dict[str, Any]]:
     """The newest entries of the run's log, newest first, each with a line for people."""
-    rows = s.exec(select(Event).where(Event.run_id == run_id)
-                  .order_by(col(Event.id).desc()).limit(limit))  # fmt: skip
+    rows = s.exec(
+        select(Event).where(Event.run_id == run_id).order_by(col(Event.id).desc()).limit(limit)
+    )
     return [{**as_dict(e), "text": describe(e)} for e in rows]
 
 
 def harness_success(s: Session, run_id: int) -> list[dict[str, Any]]:
     """Best success on the harness split after each search iteration, iterations of all the
     run's harness phases numbered in one sequence."""
-    rows = s.exec(select(SearchIteration).where(SearchIteration.run_id == run_id,
-                                                col(SearchIteration.best_success).is_not(None))
-                  .order_by(SearchIteration.phase_id, SearchIteration.iteration)).all()  # fmt: skip
+    rows = s.exec(
+        select(SearchIteration)
+        .where(SearchIteration.run_id == run_id, col(SearchIteration.best_success).is_not(None))
+        .order_by(SearchIteration.phase_id, SearchIteration.iteration)
+    ).all()
     return [{"x": i, "y": row.best_success, "phase_id": row.phase_id} for i, row in enumerate(rows)]
 
 
 def curves(s: Session, run: Run, x: XAxis, baseline: Run | None) -> dict[str, Any]:
     test = {label(r): curve(s, r, x)[0] for r in ([run, baseline] if baseline else [run])}
     return {
-        "x": x, "x_label": X_LABELS[x],
+        "x": x,
+        "x_label": X_LABELS[x],
         "test": {name: [{"x": px, "y": py} for px, py in points] for name, points in test.items()},
         "harness_success": harness_success(s, run.id),
         "training": series(s, run.id, ["train/accept_rate", "train/mean_reward"]),
-    }  # fmt: skip
+    }
 
 
-def get_dashboard(s: Session, run_id: int, x: XAxis = "rollouts",
-                  baseline_id: int | None = None) -> dict[str, Any]:  # fmt: skip
+def get_dashboard(
+    s: Session, run_id: int, x: XAxis = "rollouts", baseline_id: int | None = None
+) -> dict[str, Any]:
     run = s.get(Run, run_id)
     if run is None:
         raise NotFound("run", run_id)
@@ -147,14 +183,22 @@ def get_dashboard(s: Session, run_id: int, x: XAxis = "rollouts",
     if baseline_id is not None and baseline is None:
         raise NotFound("run", baseline_id)
     return {
-        "run": {"id": run.id, "status": run.status, "desired": run.desired,
-                "command": run.command, "live": run.status in LIVE_STATUSES},  # fmt: skip
+        "run": {
+            "id": run.id,
+            "status": run.status,
+            "desired": run.desired,
+            "command": run.command,
+            "live": run.status in LIVE_STATUSES,
+        },
         "timeline": timeline(s, run_id),
         "budgets": budgets(s, run),
         "activity": activity(s, run),
         # a finished run takes no action: no buttons, only its log
-        "controls": (controls(s, run) if run.kind == "experiment"
-                     and run.status not in control.FINISHED else []),  # fmt: skip
+        "controls": (
+            controls(s, run)
+            if run.kind == "experiment" and run.status not in control.FINISHED
+            else []
+        ),
         "events": events(s, run_id),
         "curves": curves(s, run, x, baseline),
         "baseline": {"id": baseline.id, "name": baseline.name} if baseline else None,

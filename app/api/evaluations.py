@@ -1,4 +1,5 @@
 """Evaluation rows as the run and harness pages list them, with harness, checkpoint, run names."""
+
 from typing import Any
 
 from sqlmodel import Session, select
@@ -20,12 +21,14 @@ def evaluation_rows(s: Session, *where) -> list[dict[str, Any]]:
     rows = []
     for evaluation, harness_name, checkpoint_name, run_name in s.exec(query):
         total = evaluation.n_tasks * evaluation.k  # one rollout row per task and sample
-        rows.append({
-            **as_dict(evaluation),
-            "harness_name": harness_name,
-            "checkpoint_name": checkpoint_name,
-            "run_name": run_name,
-            "n_rollouts": total,
-            "progress": evaluation.n_done / total if total else 1.0,
-        })  # fmt: skip
+        rows.append(
+            {
+                **as_dict(evaluation),
+                "harness_name": harness_name,
+                "checkpoint_name": checkpoint_name,
+                "run_name": run_name,
+                "n_rollouts": total,
+                "progress": evaluation.n_done / total if total else 1.0,
+            }
+        )
     return rows

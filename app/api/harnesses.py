@@ -1,5 +1,6 @@
 """Harnesses: one harness with its code, lineage neighbours, evaluations, a matrix of its
 scores per checkpoint and split, and a diff of its code against its parent or any harness."""
+
 from typing import Annotated, Any
 
 from fastapi import Query
@@ -16,8 +17,9 @@ SPLIT_ORDER = ("harness", "test", "train")
 OTHER_RUNS_PICKABLE = 300
 
 # The page's and the JSON twin's diff parameters.
-AgainstQuery = Annotated[int | None, Query(le=2**63 - 1, description="diff against this harness "
-                                           "instead of the parent")]  # fmt: skip
+AgainstQuery = Annotated[
+    int | None, Query(le=2**63 - 1, description="diff against this harness instead of the parent")
+]
 FullQuery = Annotated[bool, Query(description="show every line of the diff, none folded")]
 
 
@@ -30,8 +32,13 @@ class NothingToCompare(NotFound):
 
 
 def _ref(harness: Harness) -> dict[str, Any]:
-    return {"id": harness.id, "name": harness.name, "proposer": harness.proposer,
-            "valid": harness.valid, "run_id": harness.run_id}  # fmt: skip
+    return {
+        "id": harness.id,
+        "name": harness.name,
+        "proposer": harness.proposer,
+        "valid": harness.valid,
+        "run_id": harness.run_id,
+    }
 
 
 def score_matrix(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
@@ -45,15 +52,25 @@ def score_matrix(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
     splits = sorted({e["split"] for e in evaluations}, key=split_order)
     rows: dict[int, dict[str, Any]] = {}
     for e in sorted(evaluations, key=lambda e: e["id"]):  # newer ones overwrite older ones
-        row = rows.setdefault(e["checkpoint_id"], {
-            "checkpoint_id": e["checkpoint_id"], "checkpoint_name": e["checkpoint_name"],
-            "cells": {}})  # fmt: skip
+        row = rows.setdefault(
+            e["checkpoint_id"],
+            {
+                "checkpoint_id": e["checkpoint_id"],
+                "checkpoint_name": e["checkpoint_name"],
+                "cells": {},
+            },
+        )
         cell = row["cells"].get(e["split"])
         count = cell["n_evaluations"] + 1 if cell else 1
         if cell is None or e["status"] == "done" or cell["status"] != "done":
-            cell = {"evaluation_id": e["id"], "mean_at_k": e["mean_at_k"], "k": e["k"],
-                    "n_tasks": e["n_tasks"], "status": e["status"],
-                    "run_id": e["run_id"]}  # fmt: skip
+            cell = {
+                "evaluation_id": e["id"],
+                "mean_at_k": e["mean_at_k"],
+                "k": e["k"],
+                "n_tasks": e["n_tasks"],
+                "status": e["status"],
+                "run_id": e["run_id"],
+            }
         row["cells"][e["split"]] = {**cell, "n_evaluations": count}
     return {"splits": splits, "rows": [rows[c] for c in sorted(rows)]}
 
@@ -64,20 +81,29 @@ def pickable(s: Session, run_id: int | None) -> list[dict[str, Any]]:
     columns = (Harness.id, Harness.name, Harness.run_id, Harness.iteration, Harness.valid, Run.name)
     query = select(*columns).outerjoin(Run, Run.id == Harness.run_id)
     own = s.exec(query.where(Harness.run_id == run_id).order_by(Harness.id)).all()
-    others = s.exec(query.where(col(Harness.run_id).is_not(run_id))
-                    .order_by(col(Harness.id).desc()).limit(OTHER_RUNS_PICKABLE)).all()  # fmt: skip
+    others = s.exec(
+        query.where(col(Harness.run_id).is_not(run_id))
+        .order_by(col(Harness.id).desc())
+        .limit(OTHER_RUNS_PICKABLE)
+    ).all()
     groups: dict[Any, dict[str, Any]] = {}
     for hid, name, their_run, iteration, valid, run_name in [*own, *others]:
-        group = groups.setdefault(their_run, {
-            "run_id": their_run, "run_name": run_name, "own": their_run == run_id,
-            "harnesses": []})  # fmt: skip
-        group["harnesses"].append({"id": hid, "name": name, "iteration": iteration,
-                                   "valid": valid})  # fmt: skip
+        group = groups.setdefault(
+            their_run,
+            {
+                "run_id": their_run,
+                "run_name": run_name,
+                "own": their_run == run_id,
+                "harnesses": [],
+            },
+        )
+        group["harnesses"].append({"id": hid, "name": name, "iteration": iteration, "valid": valid})
     return list(groups.values())
 
 
-def code_diff(s: Session, harness: Harness, against: int | None,
-              full: bool = False) -> dict[str, Any] | None:  # fmt: skip
+def code_diff(
+    s: Session, harness: Harness, against: int | None, full: bool = False
+) -> dict[str, Any] | None:
     """The harness's code diffed against harness `against`, by default its parent; None when it
     has no parent and none was picked."""
     other_id = against if against is not None else harness.parent_id
@@ -89,12 +115,17 @@ def code_diff(s: Session, harness: Harness, against: int | None,
             raise NothingToCompare(against)
         return None  # a parent id naming nothing: shown as "no parent"
     context = None if full else CONTEXT
-    return {"against": _ref(other), "is_parent": other.id == harness.parent_id,
-            "context": context, **side_by_side(other.code, harness.code, context=context)}
+    return {
+        "against": _ref(other),
+        "is_parent": other.id == harness.parent_id,
+        "context": context,
+        **side_by_side(other.code, harness.code, context=context),
+    }
 
 
-def get_harness(s: Session, harness_id: int, against: int | None = None,
-                full: bool = False) -> dict[str, Any]:  # fmt: skip
+def get_harness(
+    s: Session, harness_id: int, against: int | None = None, full: bool = False
+) -> dict[str, Any]:
     harness = s.get(Harness, harness_id)
     if harness is None:
         raise NotFound("harness", harness_id)
@@ -108,9 +139,10 @@ def get_harness(s: Session, harness_id: int, against: int | None = None,
         "parent": _ref(parent) if parent else None,
         "other_parents": [_ref(p) for p in other_parents if p is not None],
         "children": [_ref(child) for child in children],
-        "phase": None if phase is None else {"id": phase.id, "round": phase.round,
-                                              "run_id": phase.run_id, "status": phase.status},
+        "phase": None
+        if phase is None
+        else {"id": phase.id, "round": phase.round, "run_id": phase.run_id, "status": phase.status},
         "evaluations": evaluations,
         "scores": score_matrix(evaluations),
         "diff": code_diff(s, harness, against, full),
-    }  # fmt: skip
+    }

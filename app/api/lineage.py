@@ -3,6 +3,7 @@ candidate, invalid ones included), the parent edges between them, each one's sco
 harness split under the checkpoint of its own phase, which ones the phases accepted, and the
 run's checkpoint chain. /runs/{id}/lineage draws it; /api/runs/{id}/lineage returns it.
 """
+
 from typing import Any
 
 from sqlalchemy.orm import defer
@@ -12,16 +13,31 @@ from app.api.checkpoints import checkpoint_ref, lineage
 from app.api.common import NotFound
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, TrainingJob
 
-NODE_FIELDS = ("id", "name", "proposer", "valid", "error", "axis", "hypothesis", "parent_id",
-               "run_id")  # fmt: skip
+NODE_FIELDS = (
+    "id",
+    "name",
+    "proposer",
+    "valid",
+    "error",
+    "axis",
+    "hypothesis",
+    "parent_id",
+    "run_id",
+)
 
 
 def _phase_row(phase: Phase, checkpoints: dict[int, Checkpoint], index: int) -> dict[str, Any]:
     checkpoint = checkpoints.get(phase.checkpoint_in_id)
-    return {"id": phase.id, "index": index, "round": phase.round, "status": phase.status,
-            "ended_reason": phase.ended_reason, "harness_in_id": phase.harness_in_id,
-            "harness_out_id": phase.harness_out_id,
-            "checkpoint": checkpoint_ref(checkpoint) if checkpoint else None}  # fmt: skip
+    return {
+        "id": phase.id,
+        "index": index,
+        "round": phase.round,
+        "status": phase.status,
+        "ended_reason": phase.ended_reason,
+        "harness_in_id": phase.harness_in_id,
+        "harness_out_id": phase.harness_out_id,
+        "checkpoint": checkpoint_ref(checkpoint) if checkpoint else None,
+    }
 
 
 def _home(harness: Harness, phases: list[Phase]) -> tuple[Phase | None, int | None]:
@@ -58,31 +74,55 @@ def get_lineage(s: Session, run_id: int) -> dict[str, Any]:
     all_phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
     phases = [p for p in all_phases if p.kind == "harness"]
     incoming = {p.harness_in_id for p in phases} | {p.harness_out_id for p in phases}
-    harnesses = s.exec(select(Harness).options(defer(Harness.code))  # the code is not drawn
-                       .where(or_(Harness.run_id == run_id, col(Harness.id).in_(incoming - {None})))
-                       .order_by(Harness.id)).all()  # fmt: skip
+    harnesses = s.exec(
+        select(Harness)
+        .options(defer(Harness.code))  # the code is not drawn
+        .where(or_(Harness.run_id == run_id, col(Harness.id).in_(incoming - {None})))
+        .order_by(Harness.id)
+    ).all()
     ids = [h.id for h in harnesses]
-    checkpoints = {c.id: c for c in s.exec(select(Checkpoint).where(
-        col(Checkpoint.id).in_({p.checkpoint_in_id for p in phases} - {None})))}  # fmt: skip
-    evaluations = s.exec(select(Evaluation).where(
-        col(Evaluation.harness_id).in_(ids), Evaluation.split == "harness",
-        Evaluation.status == "done").order_by(Evaluation.id)).all()  # fmt: skip
+    checkpoints = {
+        c.id: c
+        for c in s.exec(
+            select(Checkpoint).where(
+                col(Checkpoint.id).in_({p.checkpoint_in_id for p in phases} - {None})
+            )
+        )
+    }
+    evaluations = s.exec(
+        select(Evaluation)
+        .where(
+            col(Evaluation.harness_id).in_(ids),
+            Evaluation.split == "harness",
+            Evaluation.status == "done",
+        )
+        .order_by(Evaluation.id)
+    ).all()
     by_harness: dict[int, list[Evaluation]] = {}
     for evaluation in evaluations:
         by_harness.setdefault(evaluation.harness_id, []).append(evaluation)
     phase_rows = [_phase_row(p, checkpoints, i) for i, p in enumerate(phases)]
     nodes = [_node(h, phases, by_harness.get(h.id, [])) for h in harnesses]
     present = set(ids)
-    edges = [{"source": parent, "target": node["id"], "primary": parent == node["parent_id"]}
-             for node in nodes for parent in node["parents"] if parent in present]  # fmt: skip
+    edges = [
+        {"source": parent, "target": node["id"], "primary": parent == node["parent_id"]}
+        for node in nodes
+        for parent in node["parents"]
+        if parent in present
+    ]
     return {
-        "run": {"id": run.id, "name": run.name, "status": run.status, "kind": run.kind,
-                "strategy": run.strategy},
+        "run": {
+            "id": run.id,
+            "name": run.name,
+            "status": run.status,
+            "kind": run.kind,
+            "strategy": run.strategy,
+        },
         "phases": phase_rows,
         "nodes": nodes,
         "edges": edges,
         "checkpoint_chain": _checkpoint_chain(s, run_id, list(all_phases)),
-    }  # fmt: skip
+    }
 
 
 def _node(harness: Harness, phases: list[Phase], mine: list[Evaluation]) -> dict[str, Any]:
@@ -98,9 +138,13 @@ def _node(harness: Harness, phases: list[Phase], mine: list[Evaluation]) -> dict
 
     score = score_in(home) if home else None
     # Later phases that took it in re-score it under their checkpoint: shown in its tooltip.
-    rescored = [{"phase_round": p.round, "success": e.mean_at_k}
-                for p in phases if p is not home and p.harness_in_id == harness.id
-                for e in [score_in(p)] if e is not None]  # fmt: skip
+    rescored = [
+        {"phase_round": p.round, "success": e.mean_at_k}
+        for p in phases
+        if p is not home and p.harness_in_id == harness.id
+        for e in [score_in(p)]
+        if e is not None
+    ]
     # the harness it was edited from first, then any others it drew on
     first = [harness.parent_id] if harness.parent_id is not None else []
     parents = list(dict.fromkeys(first + list(harness.parent_ids or [])))
@@ -117,4 +161,4 @@ def _node(harness: Harness, phases: list[Phase], mine: list[Evaluation]) -> dict
         "accepted": any(p.harness_out_id == harness.id for p in phases),
         "accepted_in": [p.round for p in phases if p.harness_out_id == harness.id],
         "incoming_in": [p.round for p in phases if p.harness_in_id == harness.id],
-    }  # fmt: skip
+    }

@@ -1,4 +1,5 @@
 """Metric series: the points of a run's curves (test mean@k, accept rate, loss, ...)."""
+
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -6,8 +7,9 @@ from sqlmodel import Session, col, select
 from app.db.schema import Metric
 
 
-def series(s: Session, run_id: int, names: list[str],
-           training_job_id: int | None = None) -> dict[str, list[dict[str, Any]]]:  # fmt: skip
+def series(
+    s: Session, run_id: int, names: list[str], training_job_id: int | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Each named series of the run (of one job, if given) as points {x, y, rollouts}, in x order.
 
     Every name is a key of the result, an empty list when nothing was recorded yet.

@@ -4,6 +4,7 @@ the SQL condition each filter adds, and the names of what the filters point at.
 All of them live in the URL, so a filtered view can be shared. A GET form sends the fields a
 user left blank as empty values; those mean "no filter", not a malformed value.
 """
+
 import unicodedata
 from typing import Annotated, Any, Literal, get_args
 
@@ -48,11 +49,19 @@ class RolloutFilters(FormParams):
     harness: int | None = id_param("only rollouts under this harness")
     checkpoint: int | None = id_param("only rollouts under this checkpoint")
     task: Annotated[str | None, Field(max_length=200, description="only this task id")] = None
-    status: StatusChoice | None = Field(default=None, description='a status, or "failed" '
-                                        "for fail, error and timeout together")  # fmt: skip
-    q: Annotated[str | None, Field(max_length=200, description=(
-        "text in the answer, error or failure reason (case-insensitive); searches a bounded "
-        "number of rows per page, see `search` in the answer"))] = None  # fmt: skip
+    status: StatusChoice | None = Field(
+        default=None, description='a status, or "failed" for fail, error and timeout together'
+    )
+    q: Annotated[
+        str | None,
+        Field(
+            max_length=200,
+            description=(
+                "text in the answer, error or failure reason (case-insensitive); searches a bounded "
+                "number of rows per page, see `search` in the answer"
+            ),
+        ),
+    ] = None
     after: int | None = id_param("the page after this rollout id (the `next_after` of a page)")
     before: int | None = id_param("the page before this rollout id (the `prev_before` of a page)")
 
@@ -64,8 +73,9 @@ class RolloutFilters(FormParams):
 
     def url_params(self) -> dict[str, Any]:
         """The filters (not the cursor) as they appear in a URL; links keep them."""
-        return {k: v for k, v in self.model_dump(exclude={"after", "before"}).items()
-                if v is not None}  # fmt: skip
+        return {
+            k: v for k, v in self.model_dump(exclude={"after", "before"}).items() if v is not None
+        }
 
 
 def statuses_of(status: str | None) -> tuple[str, ...]:
@@ -78,9 +88,13 @@ def conditions(f: RolloutFilters) -> list:
     """The WHERE terms of the filters (the text search aside). Each one has an index that keeps
     id order (see migration 005), so the database walks it and stops after a page."""
     terms = []
-    for value, column in ((f.run, Rollout.run_id), (f.evaluation, Rollout.evaluation_id),
-                          (f.harness, Rollout.harness_id), (f.checkpoint, Rollout.checkpoint_id),
-                          (f.task, Rollout.task_id)):  # fmt: skip
+    for value, column in (
+        (f.run, Rollout.run_id),
+        (f.evaluation, Rollout.evaluation_id),
+        (f.harness, Rollout.harness_id),
+        (f.checkpoint, Rollout.checkpoint_id),
+        (f.task, Rollout.task_id),
+    ):
         if value is not None:
             terms.append(column == value)
     if f.phase is not None:  # rollouts belong to a phase through their evaluation
@@ -101,15 +115,25 @@ def text_condition(q: str):
 
 def scope(s: Session, f: RolloutFilters) -> dict[str, Any]:
     """What the id filters name, for the page's title; an id that names nothing is a 404."""
-    found: dict[str, Any] = {"run": None, "evaluation": None, "phase": None, "harness": None,
-                             "checkpoint": None}  # fmt: skip
+    found: dict[str, Any] = {
+        "run": None,
+        "evaluation": None,
+        "phase": None,
+        "harness": None,
+        "checkpoint": None,
+    }
     if f.run is not None:
         run = _get(s, Run, f.run, "run")
         found["run"] = {"id": run.id, "name": run.name, "status": run.status}
     if f.evaluation is not None:
         e = _get(s, Evaluation, f.evaluation, "evaluation")
-        found["evaluation"] = {"id": e.id, "run_id": e.run_id, "split": e.split, "k": e.k,
-                               "harness_id": e.harness_id}  # fmt: skip
+        found["evaluation"] = {
+            "id": e.id,
+            "run_id": e.run_id,
+            "split": e.split,
+            "k": e.k,
+            "harness_id": e.harness_id,
+        }
     if f.phase is not None:
         p = _get(s, Phase, f.phase, "phase")
         found["phase"] = {"id": p.id, "run_id": p.run_id, "kind": p.kind, "round": p.round}
@@ -129,9 +153,12 @@ def _get(s: Session, table, id: int, what: str):
     return row
 
 
-def filter_choices(s: Session, run: int | None, limit: int = 300) -> dict[str, list[dict[str, Any]]]:
+def filter_choices(
+    s: Session, run: int | None, limit: int = 300
+) -> dict[str, list[dict[str, Any]]]:
     """Harnesses, checkpoints and phases the filter form suggests: the run's when the list is
     scoped to one, otherwise the newest. Read from the small tables, never from rollouts."""
+
     def newest(table, *columns):
         query = select(*columns)
         if run is not None:  # the run's own, and those of no run (the base model)
@@ -139,12 +166,16 @@ def filter_choices(s: Session, run: int | None, limit: int = 300) -> dict[str, l
         return s.exec(query.order_by(col(table.id).desc()).limit(limit)).all()
 
     return {
-        "harnesses": [{"id": i, "label": f"{name} (run {r})" if r else name}
-                      for i, name, r in newest(Harness, Harness.id, Harness.name, Harness.run_id)],
-        "checkpoints": [{"id": i, "label": f"{name} ({kind})"}
-                        for i, name, kind in newest(Checkpoint, Checkpoint.id, Checkpoint.name,
-                                                    Checkpoint.kind)],
-        "phases": [{"id": i, "label": f"{kind} {rnd} (run {r})"}
-                   for i, kind, rnd, r in newest(Phase, Phase.id, Phase.kind, Phase.round,
-                                                 Phase.run_id)],
-    }  # fmt: skip
+        "harnesses": [
+            {"id": i, "label": f"{name} (run {r})" if r else name}
+            for i, name, r in newest(Harness, Harness.id, Harness.name, Harness.run_id)
+        ],
+        "checkpoints": [
+            {"id": i, "label": f"{name} ({kind})"}
+            for i, name, kind in newest(Checkpoint, Checkpoint.id, Checkpoint.name, Checkpoint.kind)
+        ],
+        "phases": [
+            {"id": i, "label": f"{kind} {rnd} (run {r})"}
+            for i, kind, rnd, r in newest(Phase, Phase.id, Phase.kind, Phase.round, Phase.run_id)
+        ],
+    }

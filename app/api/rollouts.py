@@ -6,6 +6,7 @@ id order (app/db/migrations.py, 005) and stops after one page, so the 20,000th p
 first does at a million rollouts. The text search cannot use an index; it reads a bounded number
 of rows per page and says where it stopped (docs/benchmarks.md has the figures).
 """
+
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
@@ -28,18 +29,37 @@ TRACE_HEAD = 20
 TRACE_TAIL = 5
 STEPS_PER_VIEW = 200
 
-StepsQuery = Annotated[str | None, Query(
-    pattern=r"^\d{1,9}-\d{1,9}$",
-    description=f"only the steps a-b (indexes, inclusive; at most {STEPS_PER_VIEW})")]  # fmt: skip
+StepsQuery = Annotated[
+    str | None,
+    Query(
+        pattern=r"^\d{1,9}-\d{1,9}$",
+        description=f"only the steps a-b (indexes, inclusive; at most {STEPS_PER_VIEW})",
+    ),
+]
 
 # The list leaves out the large columns (stdout/stderr tails, error tracebacks): the trace page
 # shows them.
 LIST_COLUMNS = [
-    Rollout.id, Rollout.run_id, Rollout.evaluation_id, Rollout.harness_id, Rollout.checkpoint_id,
-    Rollout.task_id, Rollout.sample, Rollout.task, Rollout.gold, Rollout.status, Rollout.reason,
-    Rollout.answer, Rollout.reward, Rollout.turns, Rollout.prompt_tokens,
-    Rollout.completion_tokens, Rollout.wall_s, Rollout.created_at, Rollout.finished_at,
-]  # fmt: skip
+    Rollout.id,
+    Rollout.run_id,
+    Rollout.evaluation_id,
+    Rollout.harness_id,
+    Rollout.checkpoint_id,
+    Rollout.task_id,
+    Rollout.sample,
+    Rollout.task,
+    Rollout.gold,
+    Rollout.status,
+    Rollout.reason,
+    Rollout.answer,
+    Rollout.reward,
+    Rollout.turns,
+    Rollout.prompt_tokens,
+    Rollout.completion_tokens,
+    Rollout.wall_s,
+    Rollout.created_at,
+    Rollout.finished_at,
+]
 
 
 def question_of(task: dict | None) -> str | None:
@@ -68,8 +88,9 @@ def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     return {row.id: list_item(row) for row in rows}
 
 
-def status_counts(s: Session, run_id: int | None = None,
-                  evaluation_id: int | None = None) -> dict[str, int]:  # fmt: skip
+def status_counts(
+    s: Session, run_id: int | None = None, evaluation_id: int | None = None
+) -> dict[str, int]:
     """Rollouts per status (every status present, zeros included), counted by the database."""
     query = select(Rollout.status, func.count()).group_by(Rollout.status)
     if run_id is not None:
@@ -99,8 +120,15 @@ def recent_failures(s: Session, run_id: int, limit: int = 10) -> list[dict[str, 
     return sorted(found, key=lambda r: r["id"], reverse=True)[:limit]
 
 
-def _walk(s: Session, columns: list, terms: list, after: int | None, before: int | None,
-          limit: int, offset: int = 0) -> list:  # fmt: skip
+def _walk(
+    s: Session,
+    columns: list,
+    terms: list,
+    after: int | None,
+    before: int | None,
+    limit: int,
+    offset: int = 0,
+) -> list:
     """Up to `limit` rows matching `terms` on one side of the cursor, nearest first."""
     query = select(*columns).where(*terms)
     if before is not None:
@@ -136,8 +164,12 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
     items = [list_item(row) for row in rows]
     cut = edge is not None and not more  # the page is short because the search stopped
     if f.q is not None:
-        search = {"q": f.q, "rows_limit": SEARCH_ROWS, "complete": not cut,
-                  "stopped_at": edge if cut else None}  # fmt: skip
+        search = {
+            "q": f.q,
+            "rows_limit": SEARCH_ROWS,
+            "complete": not cut,
+            "stopped_at": edge if cut else None,
+        }
 
     # The cursors of the neighbouring pages. Ahead (the walking direction): past the last row
     # shown, or past where the search stopped. Behind: only if the filters match a row there.
@@ -178,7 +210,7 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
 
 
 def parse_steps(steps: str) -> tuple[int, int]:
-    """"20-69" -> (20, 69): the step indexes (inclusive) one view of a long trace shows."""
+    """ "20-69" -> (20, 69): the step indexes (inclusive) one view of a long trace shows."""
     first, last = (int(part) for part in steps.split("-"))
     if last < first:
         raise HTTPException(422, f"steps: {steps} ends before it starts")
@@ -187,8 +219,9 @@ def parse_steps(steps: str) -> tuple[int, int]:
     return first, last
 
 
-def get_rollout(s: Session, rollout_id: int, steps: str | None = None,
-                window: bool = False) -> dict[str, Any]:  # fmt: skip
+def get_rollout(
+    s: Session, rollout_id: int, steps: str | None = None, window: bool = False
+) -> dict[str, Any]:
     """One rollout with what its trace page shows: names around it and its steps in order.
 
     All steps by default; `steps="a-b"` only those; `window=True` (the pages) only the first
@@ -202,8 +235,10 @@ def get_rollout(s: Session, rollout_id: int, steps: str | None = None,
     checkpoint = s.get(Checkpoint, rollout.checkpoint_id)
     evaluation = s.get(Evaluation, rollout.evaluation_id)
     first, last, n_steps = s.exec(
-        select(func.min(Step.idx), func.max(Step.idx), func.count()).where(Step.rollout_id == rollout_id)
-    ).one()  # fmt: skip
+        select(func.min(Step.idx), func.max(Step.idx), func.count()).where(
+            Step.rollout_id == rollout_id
+        )
+    ).one()
     shown = None
     if steps is not None:
         shown = [parse_steps(steps)]
@@ -222,8 +257,12 @@ def get_rollout(s: Session, rollout_id: int, steps: str | None = None,
         "run": {"id": run.id, "name": run.name, "domain": run.domain, "status": run.status},
         "harness": {"id": harness.id, "name": harness.name, "sha": harness.sha},
         "checkpoint": {"id": checkpoint.id, "name": checkpoint.name, "kind": checkpoint.kind},
-        "evaluation": {"id": evaluation.id, "split": evaluation.split, "k": evaluation.k,
-                       "phase_id": evaluation.phase_id},  # fmt: skip
+        "evaluation": {
+            "id": evaluation.id,
+            "split": evaluation.split,
+            "k": evaluation.k,
+            "phase_id": evaluation.phase_id,
+        },
         "n_steps": n_steps,
         "first_step": first,
         "last_step": last,
@@ -237,10 +276,11 @@ def _whole(s: Session, rollout_id: int, steps: list[dict], all_steps: bool) -> l
     before (app/gateway/requests.py): a window of a trace needs the model steps before it."""
     if all_steps or not steps:
         return expand_steps(steps)
-    rows = s.exec(select(Step.idx, Step.request)
-                  .where(Step.rollout_id == rollout_id, Step.kind == "model",
-                         Step.idx <= steps[-1]["idx"])
-                  .order_by(Step.idx)).all()  # fmt: skip
+    rows = s.exec(
+        select(Step.idx, Step.request)
+        .where(Step.rollout_id == rollout_id, Step.kind == "model", Step.idx <= steps[-1]["idx"])
+        .order_by(Step.idx)
+    ).all()
     whole = dict(zip((idx for idx, _ in rows), expand_requests(request for _, request in rows)))
     for step in steps:
         if step["kind"] == "model":

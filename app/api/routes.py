@@ -3,6 +3,7 @@
 Malformed parameters (an id that is not an integer, an unknown status, both cursors) are refused
 by FastAPI's validation with a 422 and a message; unknown ids answer 404.
 """
+
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -11,13 +12,13 @@ from fastapi.responses import JSONResponse
 
 from app.api.checkpoints import get_checkpoint
 from app.api.common import RowId, SessionDep
+from app.api.compare import RunIds, get_comparison
 from app.api.contrast import ContrastQuery, contrast
+from app.api.dashboard import BaselineQuery, XQuery, get_dashboard
 from app.api.harnesses import AgainstQuery, FullQuery, get_harness
 from app.api.lineage import get_lineage
 from app.api.rollout_filters import RolloutFilters
 from app.api.rollouts import StepsQuery, get_rollout, list_rollouts
-from app.api.compare import RunIds, get_comparison
-from app.api.dashboard import BaselineQuery, XQuery, get_dashboard
 from app.api.runs import get_run, list_runs
 from app.api.trace_compare import CompareQuery, compare_candidates, compare_rollouts
 from app.api.training import get_training_job
@@ -51,8 +52,9 @@ def run(run_id: RowId, s: SessionDep):
 
 
 @router.get("/harnesses/{harness_id}")
-def harness(harness_id: RowId, s: SessionDep, against: AgainstQuery = None,
-            full: FullQuery = False):  # fmt: skip
+def harness(
+    harness_id: RowId, s: SessionDep, against: AgainstQuery = None, full: FullQuery = False
+):
     """A harness with its code, parent, children, evaluations, scores per checkpoint and split,
     and its code diffed against its parent (or `against`)."""
     return get_harness(s, harness_id, against=against, full=full)
@@ -93,8 +95,10 @@ def rollout(rollout_id: RowId, s: SessionDep, steps: StepsQuery = None):
 @router.get("/rollouts/{rollout_id}/raw")
 def rollout_raw(rollout_id: RowId, s: SessionDep):
     """The whole rollout with every step, as a file download."""
-    return JSONResponse(jsonable_encoder(get_rollout(s, rollout_id)),
-                        headers={"Content-Disposition": f'attachment; filename="rollout-{rollout_id}.json"'})  # fmt: skip
+    return JSONResponse(
+        jsonable_encoder(get_rollout(s, rollout_id)),
+        headers={"Content-Disposition": f'attachment; filename="rollout-{rollout_id}.json"'},
+    )
 
 
 @router.get("/training/{job_id}")

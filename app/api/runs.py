@@ -1,4 +1,5 @@
 """Runs: the list with a summary of each run, and one run with its evaluations and failures."""
+
 from typing import Any
 
 from sqlalchemy import func
@@ -31,14 +32,25 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
         .subquery()
     )
     query = (
-        select(Run, summary.c.n_evaluations, summary.c.best_mean_at_k, summary.c.n_rollouts,
-               summary.c.n_done)  # fmt: skip
+        select(
+            Run,
+            summary.c.n_evaluations,
+            summary.c.best_mean_at_k,
+            summary.c.n_rollouts,
+            summary.c.n_done,
+        )
         .outerjoin(summary, summary.c.run_id == Run.id)
         .order_by(col(Run.id).desc())
     )
     return [
-        {**as_dict(run), "n_evaluations": n_evaluations or 0, "best_mean_at_k": best,
-         "n_rollouts": n_rollouts or 0, "n_done": n_done or 0, **_progress(s, run)}  # fmt: skip
+        {
+            **as_dict(run),
+            "n_evaluations": n_evaluations or 0,
+            "best_mean_at_k": best,
+            "n_rollouts": n_rollouts or 0,
+            "n_done": n_done or 0,
+            **_progress(s, run),
+        }
         for run, n_evaluations, best, n_rollouts, n_done in s.exec(query)
     ]
 
@@ -46,16 +58,20 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
 def _progress(s: Session, run: Run) -> dict[str, Any]:
     """Where a run is: its latest phase, best test mean@k, rollouts used and left. A few indexed
     lookups per run, none over its rollouts."""
-    phase = s.exec(select(Phase).where(Phase.run_id == run.id).order_by(col(Phase.id).desc())).first()
-    best_test = s.exec(select(func.max(Metric.y)).where(Metric.run_id == run.id,
-                                                        Metric.series == TEST_SERIES)).one()  # fmt: skip
+    phase = s.exec(
+        select(Phase).where(Phase.run_id == run.id).order_by(col(Phase.id).desc())
+    ).first()
+    best_test = s.exec(
+        select(func.max(Metric.y)).where(Metric.run_id == run.id, Metric.series == TEST_SERIES)
+    ).one()
     used = rollouts_used(s, run.id)
     limit = (((run.config or {}).get("experiment") or {}).get("budget") or {}).get("rollouts")
     return {
         "phase": f"{phase.kind} {phase.round}" if phase else None,
-        "best_test": best_test, "rollouts_used": used,
+        "best_test": best_test,
+        "rollouts_used": used,
         "rollouts_left": None if limit is None else max(limit - used, 0),
-    }  # fmt: skip
+    }
 
 
 def get_run(s: Session, run_id: int) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """A run's harness phases: each iteration (proposer, cost, frontier) and each candidate with its
 score, for the run page and /api/runs/{id}."""
+
 from typing import Any
 
 from sqlmodel import Session, select
@@ -7,45 +8,78 @@ from sqlmodel import Session, select
 from app.api.common import as_dict
 from app.db.schema import Evaluation, Harness, Phase, SearchIteration
 
-CANDIDATE_FIELDS = ("id", "name", "proposer", "valid", "error", "iteration", "axis", "hypothesis",
-                    "changes", "parent_id", "parent_ids")  # fmt: skip
+CANDIDATE_FIELDS = (
+    "id",
+    "name",
+    "proposer",
+    "valid",
+    "error",
+    "iteration",
+    "axis",
+    "hypothesis",
+    "changes",
+    "parent_id",
+    "parent_ids",
+)
 
 
 def get_harness_phases(s: Session, run_id: int) -> list[dict[str, Any]]:
-    phases = s.exec(select(Phase).where(Phase.run_id == run_id, Phase.kind == "harness")
-                    .order_by(Phase.id)).all()  # fmt: skip
+    phases = s.exec(
+        select(Phase).where(Phase.run_id == run_id, Phase.kind == "harness").order_by(Phase.id)
+    ).all()
     return [_phase(s, phase) for phase in phases]
 
 
 def _phase(s: Session, phase: Phase) -> dict[str, Any]:
-    iterations = s.exec(select(SearchIteration).where(SearchIteration.phase_id == phase.id)
-                        .order_by(SearchIteration.iteration)).all()  # fmt: skip
-    candidates = s.exec(select(Harness).where(Harness.phase_id == phase.id)
-                        .order_by(Harness.id)).all()  # fmt: skip
-    scores = {e.harness_id: e for e in s.exec(
-        select(Evaluation).where(Evaluation.phase_id == phase.id, Evaluation.split == "harness",
-                                 Evaluation.status == "done"))}  # fmt: skip
+    iterations = s.exec(
+        select(SearchIteration)
+        .where(SearchIteration.phase_id == phase.id)
+        .order_by(SearchIteration.iteration)
+    ).all()
+    candidates = s.exec(
+        select(Harness).where(Harness.phase_id == phase.id).order_by(Harness.id)
+    ).all()
+    scores = {
+        e.harness_id: e
+        for e in s.exec(
+            select(Evaluation).where(
+                Evaluation.phase_id == phase.id,
+                Evaluation.split == "harness",
+                Evaluation.status == "done",
+            )
+        )
+    }
     incoming = s.get(Harness, phase.harness_in_id) if phase.harness_in_id else None
     if incoming and incoming.id not in scores:  # iteration 0 reused an earlier phase's score
-        scores[incoming.id] = s.exec(select(Evaluation).where(
-            Evaluation.harness_id == incoming.id, Evaluation.checkpoint_id == phase.checkpoint_in_id,
-            Evaluation.split == "harness", Evaluation.status == "done")).first()  # fmt: skip
+        scores[incoming.id] = s.exec(
+            select(Evaluation).where(
+                Evaluation.harness_id == incoming.id,
+                Evaluation.checkpoint_id == phase.checkpoint_in_id,
+                Evaluation.split == "harness",
+                Evaluation.status == "done",
+            )
+        ).first()
 
     def row(h: Harness) -> dict[str, Any]:
         score = scores.get(h.id)
-        return {**{k: getattr(h, k) for k in CANDIDATE_FIELDS},
-                "success": score.mean_at_k if score else None,
-                "mean_turns": score.mean_turns if score else None,
-                "evaluation_id": score.id if score else None,
-                "accepted": h.id == phase.harness_out_id}  # fmt: skip
+        return {
+            **{k: getattr(h, k) for k in CANDIDATE_FIELDS},
+            "success": score.mean_at_k if score else None,
+            "mean_turns": score.mean_turns if score else None,
+            "evaluation_id": score.id if score else None,
+            "accepted": h.id == phase.harness_out_id,
+        }
 
     return {
         "phase": as_dict(phase),
         "incoming": row(incoming) if incoming else None,
         "iterations": [as_dict(i) for i in iterations],
         "candidates": [row(h) for h in candidates],
-        "best_success": [{"x": i.iteration, "y": i.best_success} for i in iterations
-                         if i.best_success is not None],
+        "best_success": [
+            {"x": i.iteration, "y": i.best_success}
+            for i in iterations
+            if i.best_success is not None
+        ],
         "proposer_tokens": sum(i.prompt_tokens + i.completion_tokens for i in iterations),
         "proposer_cost_usd": sum(i.cost_usd or 0.0 for i in iterations),
-    }  # fmt: skip
+    }

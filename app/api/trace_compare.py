@@ -1,5 +1,6 @@
 """Two traces side by side, and which traces a trace is worth comparing with: the same task
 under other harnesses or checkpoints, the other outcome first."""
+
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -21,12 +22,16 @@ def compare_rollouts(s: Session, query: CompareQuery) -> dict[str, Any]:
     """Both rollouts as their trace pages show them (a long trace: its first and last steps)."""
     a = get_rollout(s, query.a, window=True)
     b = get_rollout(s, query.b, window=True)
-    same_task = (a["rollout"]["task_id"] == b["rollout"]["task_id"]
-                 and a["run"]["domain"] == b["run"]["domain"])  # fmt: skip
+    same_task = (
+        a["rollout"]["task_id"] == b["rollout"]["task_id"]
+        and a["run"]["domain"] == b["run"]["domain"]
+    )
     warning = None
     if not same_task:
-        warning = (f"Different tasks: {a['run']['domain']} {a['rollout']['task_id']} on the "
-                   f"left, {b['run']['domain']} {b['rollout']['task_id']} on the right.")  # fmt: skip
+        warning = (
+            f"Different tasks: {a['run']['domain']} {a['rollout']['task_id']} on the "
+            f"left, {b['run']['domain']} {b['rollout']['task_id']} on the right."
+        )
     return {"a": a, "b": b, "same_task": same_task, "warning": warning}
 
 
@@ -38,17 +43,26 @@ def compare_candidates(s: Session, rollout_id: int) -> list[dict[str, Any]]:
         return []
     domain = s.get(Run, rollout.run_id).domain
     rows = s.exec(
-        select(Rollout.id, Rollout.status, Rollout.answer, Rollout.reward, Rollout.run_id,
-               Rollout.harness_id, Harness.name.label("harness_name"), Rollout.checkpoint_id,
-               Checkpoint.name.label("checkpoint_name"))
+        select(
+            Rollout.id,
+            Rollout.status,
+            Rollout.answer,
+            Rollout.reward,
+            Rollout.run_id,
+            Rollout.harness_id,
+            Harness.name.label("harness_name"),
+            Rollout.checkpoint_id,
+            Checkpoint.name.label("checkpoint_name"),
+        )
         .join(Run, Run.id == Rollout.run_id)
         .join(Harness, Harness.id == Rollout.harness_id)
         .join(Checkpoint, Checkpoint.id == Rollout.checkpoint_id)
-        .where(Rollout.task_id == rollout.task_id, Run.domain == domain,
-               Rollout.status != "pending")
+        .where(
+            Rollout.task_id == rollout.task_id, Run.domain == domain, Rollout.status != "pending"
+        )
         .order_by(col(Rollout.id).desc())
         .limit(CANDIDATE_SCAN)
-    ).all()  # fmt: skip
+    ).all()
     passed = rollout.status == "pass"
     own_pair = (rollout.harness_id, rollout.checkpoint_id)
     best: dict[tuple[int, int], Any] = {}

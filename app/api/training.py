@@ -1,6 +1,7 @@
 """Training jobs (RFT steps): one job with its counts, loss curve and accepted rollouts, and a
 run's weight phase - its jobs, checkpoint chain and curves - for the run page.
 """
+
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -45,9 +46,13 @@ def _sampling_evaluation(s: Session, job: TrainingJob) -> dict[str, Any] | None:
     if job.evaluation_id is not None:
         where = [Evaluation.id == job.evaluation_id]
     elif job.status == "sampling":
-        where = [Evaluation.run_id == job.run_id, Evaluation.harness_id == job.harness_id,
-                 Evaluation.checkpoint_id == job.checkpoint_in_id, Evaluation.split == "train",
-                 Evaluation.created_at >= job.created_at]  # fmt: skip
+        where = [
+            Evaluation.run_id == job.run_id,
+            Evaluation.harness_id == job.harness_id,
+            Evaluation.checkpoint_id == job.checkpoint_in_id,
+            Evaluation.split == "train",
+            Evaluation.created_at >= job.created_at,
+        ]
     else:
         return None
     rows = evaluation_rows(s, *where)
@@ -72,8 +77,9 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
     return {
         "job": job_row(job, _checkpoints(s, [job])),
         # the mean of the batch losses so far; the job's own `loss` once it is done
-        "mean_loss": job.loss if job.loss is not None else (
-            sum(p["y"] for p in losses) / len(losses) if losses else None),  # fmt: skip
+        "mean_loss": job.loss
+        if job.loss is not None
+        else (sum(p["y"] for p in losses) / len(losses) if losses else None),
         "run": {"id": run.id, "name": run.name, "status": run.status},
         "harness": {"id": harness.id, "name": harness.name},
         "sampling_evaluation": sampling,
@@ -85,8 +91,9 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
 
 def get_weight_phase(s: Session, run_id: int) -> dict[str, Any] | None:
     """The run's RFT steps, its checkpoint chain and curves; None for a run without training."""
-    jobs = s.exec(select(TrainingJob).where(TrainingJob.run_id == run_id)
-                  .order_by(TrainingJob.id)).all()  # fmt: skip
+    jobs = s.exec(
+        select(TrainingJob).where(TrainingJob.run_id == run_id).order_by(TrainingJob.id)
+    ).all()
     if not jobs:
         return None
     checkpoints = _checkpoints(s, jobs)

@@ -1,4 +1,5 @@
 """SQLite engine in WAL mode: one writer thread (see writer.py), any number of readers."""
+
 import sqlite3
 from pathlib import Path
 

@@ -2,6 +2,7 @@
 
 Never edit a migration that has shipped: append a new one.
 """
+
 import sqlite3
 
 MIGRATIONS: list[tuple[str, str]] = [

@@ -1,7 +1,8 @@
 """Tables. The DDL that creates them lives in migrations.py; tests check the two agree."""
+
 import json
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Column, LargeBinary
@@ -10,13 +11,13 @@ from sqlmodel import Field, SQLModel
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def utc(value: datetime | None) -> datetime | None:
     """SQLite hands datetimes back without a zone; they were written in UTC, so say so."""
     if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
+        return value.replace(tzinfo=UTC)
     return value
 
 

@@ -5,6 +5,7 @@ transactions (a step per model call) into few large ones and removes lock conten
 appended with `append` skip the ORM altogether: consecutive ones of a table are inserted by one
 executemany, which is what lets the gateway record thousands of steps a second.
 """
+
 import asyncio
 import logging
 import queue
@@ -79,6 +80,7 @@ class Writer:
 
     async def insert(self, row: T, *more) -> T:
         """Insert rows in one transaction and wait, so they come back with their ids set."""
+
         def add(s: Session) -> T:
             s.add_all((row, *more))
             s.flush()

@@ -18,11 +18,13 @@ Domains are found through the Python entry point group `whale.domains` (name = "
 so a package of the user's adds one by declaring it in its own pyproject.toml; the built-in
 domains are declared the same way in this project's.
 """
+
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 ENTRY_POINTS = "whale.domains"
 SPLITS = ("train", "harness", "test")
@@ -87,10 +89,13 @@ def get_domain(name: str) -> Domain:
     """The domain registered under `name` (one instance per process: loading data is slow)."""
     found = [ep for ep in entry_points(group=ENTRY_POINTS) if ep.name == name]
     if not found:
-        raise UnknownDomain(f"unknown domain {name!r}; known: {', '.join(known_domains()) or 'none'}"
-                            f" (domains register under the entry point group {ENTRY_POINTS!r})")
+        raise UnknownDomain(
+            f"unknown domain {name!r}; known: {', '.join(known_domains()) or 'none'}"
+            f" (domains register under the entry point group {ENTRY_POINTS!r})"
+        )
     try:
         return found[0].load()()
     except Exception as exc:  # a broken plugin names itself, not a traceback from importlib
-        raise UnknownDomain(f"domain {name!r} ({found[0].value}) failed to load: "
-                            f"{type(exc).__name__}: {exc}") from exc
+        raise UnknownDomain(
+            f"domain {name!r} ({found[0].value}) failed to load: {type(exc).__name__}: {exc}"
+        ) from exc

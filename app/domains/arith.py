@@ -2,6 +2,7 @@
 
 Generated from a fixed seed, so every machine sees the same train/harness/test splits.
 """
+
 import random
 import re
 

@@ -8,6 +8,7 @@ is the solution, the solver's moves alternating with the opponent's replies.
 
 The domain is named "chess"; the module is not, so that `import chess` here is python-chess.
 """
+
 import csv
 import gzip
 import hashlib
@@ -15,9 +16,10 @@ import heapq
 import io
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import chess
 
@@ -26,8 +28,18 @@ from app.domains import SPLITS, Task
 
 SAMPLE = ROOT / "data" / "chess" / "puzzles.csv"
 PUZZLES_ENV = "WHALE_CHESS_PUZZLES"
-COLUMNS = ("PuzzleId", "FEN", "Moves", "Rating", "RatingDeviation", "Popularity", "NbPlays",
-           "Themes", "GameUrl", "OpeningTags")  # fmt: skip
+COLUMNS = (
+    "PuzzleId",
+    "FEN",
+    "Moves",
+    "Rating",
+    "RatingDeviation",
+    "Popularity",
+    "NbPlays",
+    "Themes",
+    "GameUrl",
+    "OpeningTags",
+)
 REQUIRED = ("PuzzleId", "FEN", "Moves")
 SPLIT_SIZES = {"train": 16384, "harness": 256, "test": 256}  # the paper's, on the full database
 MAX_SOLUTION_PLIES = 9  # the paper keeps puzzles with 1-9 ply solutions
@@ -98,15 +110,23 @@ def _puzzle(path: Path, line: int, row: list[str], columns: tuple[str, ...]) -> 
     moves = tuple(cells["Moves"].split())
     plies = len(moves) - 1
     if plies < 1 or plies % 2 == 0:
-        raise PuzzleFileError(f"{where}: Moves must be the trigger and a solution ending with "
-                              f"the solver's move, got {len(moves)} moves")  # fmt: skip
+        raise PuzzleFileError(
+            f"{where}: Moves must be the trigger and a solution ending with "
+            f"the solver's move, got {len(moves)} moves"
+        )
     if plies > MAX_SOLUTION_PLIES:
         return
     rating = cells.get("Rating") or None
     if rating is not None and not rating.lstrip("-").isdigit():
         raise PuzzleFileError(f"{where}: Rating {rating!r} is not a whole number")
-    yield Puzzle(puzzle_id, cells["FEN"], moves, None if rating is None else int(rating),
-                 tuple(cells.get("Themes", "").split()), line)  # fmt: skip
+    yield Puzzle(
+        puzzle_id,
+        cells["FEN"],
+        moves,
+        None if rating is None else int(rating),
+        tuple(cells.get("Themes", "").split()),
+        line,
+    )
 
 
 def checked(path: Path, puzzle: Puzzle) -> chess.Board:
@@ -118,15 +138,17 @@ def checked(path: Path, puzzle: Puzzle) -> chess.Board:
     except ValueError as exc:
         raise PuzzleFileError(f"{where}: bad FEN {puzzle.fen!r}: {exc}") from None
     if not board.is_valid():
-        raise PuzzleFileError(f"{where}: FEN {puzzle.fen!r} is not a legal position "
-                              f"({board.status()!r})")  # fmt: skip
+        raise PuzzleFileError(
+            f"{where}: FEN {puzzle.fen!r} is not a legal position ({board.status()!r})"
+        )
     after_trigger = None
     for i, uci in enumerate(puzzle.moves):
         try:
             board.push(board.parse_uci(uci))
         except ValueError as exc:
-            raise PuzzleFileError(f"{where}: move {i + 1} of Moves, {uci!r}, is not legal in "
-                                  f"{board.fen()!r}: {exc}") from None  # fmt: skip
+            raise PuzzleFileError(
+                f"{where}: move {i + 1} of Moves, {uci!r}, is not legal in {board.fen()!r}: {exc}"
+            ) from None
         if after_trigger is None:
             after_trigger = board.copy(stack=False)
     return after_trigger
@@ -234,8 +256,10 @@ class PuzzleEpisode:
         if played != self.line[self.played] and not self._mates(played):
             self.board.push(played)
             self.state = "wrong"
-            return {"result": "wrong",
-                    "message": f"{played.uci()} is not the solution; the puzzle is over"}
+            return {
+                "result": "wrong",
+                "message": f"{played.uci()} is not the solution; the puzzle is over",
+            }
         self.board.push(played)
         self.played += 1
         if self.played == len(self.line) or self.board.is_checkmate():
@@ -258,8 +282,11 @@ class PuzzleEpisode:
         legal = sorted(m.uci() for m in self.board.legal_moves)
         if self.illegal >= MAX_ILLEGAL_MOVES:
             self.state = "wrong"
-            return {"result": "wrong", "message": f"{uci!r} is not a legal move either: "
-                    f"{MAX_ILLEGAL_MOVES} illegal moves end the puzzle"}  # fmt: skip
+            return {
+                "result": "wrong",
+                "message": f"{uci!r} is not a legal move either: "
+                f"{MAX_ILLEGAL_MOVES} illegal moves end the puzzle",
+            }
         message = f"{uci!r} is not a legal move here; legal moves: {' '.join(legal)}"
         return {"result": "illegal", "legal_moves": legal, "message": message}
 
@@ -275,23 +302,29 @@ class PuzzleEpisode:
 class ChessPuzzles:
     name = "chess"
     # The tools keep a board per rollout (episode); these are their names and signatures.
-    tools: dict[str, Callable[..., Any]] = {"observation": PuzzleEpisode.observation,
-                                            "move": PuzzleEpisode.move}  # fmt: skip
+    tools: dict[str, Callable[..., Any]] = {
+        "observation": PuzzleEpisode.observation,
+        "move": PuzzleEpisode.move,
+    }
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})  # no engines
     seed_harness = ROOT / "harness_archive" / "seeds" / "chess" / "seed.py"
 
     def __init__(self, path: str | Path | None = None, sizes: dict[str, int] | None = None):
         self.path = Path(path or os.environ.get(PUZZLES_ENV) or SAMPLE)
         if not self.path.is_file():
-            raise PuzzleFileError(f"{self.path}: no such puzzle file (set {PUZZLES_ENV} to the "
-                                  f"Lichess CSV, e.g. lichess_db_puzzle.csv.zst)")  # fmt: skip
+            raise PuzzleFileError(
+                f"{self.path}: no such puzzle file (set {PUZZLES_ENV} to the "
+                f"Lichess CSV, e.g. lichess_db_puzzle.csv.zst)"
+            )
         chosen = select(read_puzzles(self.path), sizes or SPLIT_SIZES)
         for puzzles in chosen.values():  # an id always lands in one split: repeats meet there
             first: dict[str, int] = {}
             for p in puzzles:
                 if p.id in first:
-                    raise PuzzleFileError(f"{self.path}: line {p.line} (puzzle {p.id}): the same "
-                                          f"PuzzleId as line {first[p.id]}")  # fmt: skip
+                    raise PuzzleFileError(
+                        f"{self.path}: line {p.line} (puzzle {p.id}): the same "
+                        f"PuzzleId as line {first[p.id]}"
+                    )
                 first[p.id] = p.line
         self._splits = {s: [_task(self.path, p) for p in chosen[s]] for s in SPLITS}
 

@@ -12,13 +12,17 @@ LaTeX is turned into a sympy expression by a small translator, not sympy's parse
 needs antlr). The translated string is evaluated by sympy only when it consists of numbers,
 operators and a short list of known names: model output never reaches eval unchecked.
 """
+
 import re
 from functools import lru_cache
 
 import sympy
 from sympy.parsing.sympy_parser import (
-    auto_number, factorial_notation, implicit_multiplication, parse_expr,
-)  # fmt: skip
+    auto_number,
+    factorial_notation,
+    implicit_multiplication,
+    parse_expr,
+)
 
 MAX_EXPRESSION_CHARS = 200  # longer answers are compared as strings only
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -51,10 +55,24 @@ _LHS = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?=[^=])")
 
 def normalise(answer: str) -> str:
     s = answer.strip()
-    for old, new in (("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\left", ""),
-                     ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\:", ""),
-                     ("\\ ", ""), ("$", ""), ("^\\circ", ""), ("^{\\circ}", ""),
-                     ("\\degree", ""), ("°", ""), ("\\%", ""), ("%", "")):  # fmt: skip
+    for old, new in (
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\:", ""),
+        ("\\ ", ""),
+        ("$", ""),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+        ("\\degree", ""),
+        ("°", ""),
+        ("\\%", ""),
+        ("%", ""),
+    ):
         s = s.replace(old, new)
     s = _UNIT.sub("", s.strip())
     while (m := _WRAPPER.match(s)) is not None:
@@ -88,13 +106,13 @@ def _braced(s: str, i: int) -> tuple[str, int]:
         depth += s[j] == "{"
         depth -= s[j] == "}"
         if depth == 0:
-            return s[i + 1:j], j + 1
+            return s[i + 1 : j], j + 1
     raise ValueError("unbalanced braces")
 
 
 def _group(s: str, i: int) -> tuple[str, int]:
     """A command's argument at s[i]: a brace group, or one character (\\frac12, \\sqrt2)."""
-    if s[i:i + 1] == "{":
+    if s[i : i + 1] == "{":
         return _braced(s, i)
     if i >= len(s):
         raise ValueError("missing argument")
@@ -112,19 +130,29 @@ def to_sympy_text(s: str) -> str:
         elif s.startswith("\\sqrt", i):
             i += 5
             root = "2"
-            if s[i:i + 1] == "[":
+            if s[i : i + 1] == "[":
                 end = s.index("]", i)
-                root, i = to_sympy_text(s[i + 1:end]), end + 1
+                root, i = to_sympy_text(s[i + 1 : end]), end + 1
             body, i = _group(s, i)
             out += f"(({to_sympy_text(body)})**(1/({root})))"
         elif s[i] == "\\":
             name = re.match(r"\\([A-Za-z]+)", s[i:])
             if name is None:
-                raise ValueError(f"unknown LaTeX at {s[i:i + 10]!r}")
+                raise ValueError(f"unknown LaTeX at {s[i : i + 10]!r}")
             word = name.group(1)
-            out += {"pi": "pi", "cdot": "*", "times": "*", "div": "/", "infty": "oo",
-                    "ln": "log", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan",
-                    "exp": "exp"}.get(word) or _unknown(word)  # fmt: skip
+            out += {
+                "pi": "pi",
+                "cdot": "*",
+                "times": "*",
+                "div": "/",
+                "infty": "oo",
+                "ln": "log",
+                "log": "log",
+                "sin": "sin",
+                "cos": "cos",
+                "tan": "tan",
+                "exp": "exp",
+            }.get(word) or _unknown(word)
             out += " "
             i += len(word) + 1
         elif s[i] in "{}":
@@ -164,8 +192,12 @@ def to_expression(s: str) -> sympy.Expr | None:
     try:
         local = {n: sympy.Symbol(n) for n in names if len(n) == 1}
         local.update(E=sympy.E, I=sympy.I)
-        return parse_expr(text, local_dict=local, evaluate=True,
-                          transformations=(auto_number, factorial_notation, implicit_multiplication))  # fmt: skip
+        return parse_expr(
+            text,
+            local_dict=local,
+            evaluate=True,
+            transformations=(auto_number, factorial_notation, implicit_multiplication),
+        )
     except Exception:  # noqa: BLE001 - anything sympy cannot read is simply not an expression
         return None
 

@@ -12,6 +12,7 @@ A row that fits none of them, or lacks a value, stops the load with an error nam
 its row number (1-based, as an editor shows it). `hf:owner/name[:split]` reads a Hugging Face
 data set instead, when the `datasets` package is installed and the hub reachable.
 """
+
 import json
 import re
 from collections.abc import Iterator
@@ -48,10 +49,11 @@ def read_parquet(path: Path) -> Iterator[tuple[int, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise MalformedRow(f"{path}: reading parquet needs pyarrow "
-                           "(pip install 'whale-workbench[parquet]'), or convert it to JSONL") from None  # fmt: skip
-    for number, row in enumerate(pq.read_table(path).to_pylist(), 1):
-        yield number, row
+        raise MalformedRow(
+            f"{path}: reading parquet needs pyarrow "
+            "(pip install 'whale-workbench[parquet]'), or convert it to JSONL"
+        ) from None
+    yield from enumerate(pq.read_table(path).to_pylist(), 1)
 
 
 def read_hub(spec: str) -> Iterator[tuple[int, Any]]:
@@ -60,10 +62,11 @@ def read_hub(spec: str) -> Iterator[tuple[int, Any]]:
     try:
         import datasets
     except ImportError:
-        raise MalformedRow(f"{spec}: loading from the Hugging Face hub needs the `datasets` "
-                           "package; or download the data set and give its file path") from None  # fmt: skip
-    for number, row in enumerate(datasets.load_dataset(name, split=split or "train"), 1):
-        yield number, row
+        raise MalformedRow(
+            f"{spec}: loading from the Hugging Face hub needs the `datasets` "
+            "package; or download the data set and give its file path"
+        ) from None
+    yield from enumerate(datasets.load_dataset(name, split=split or "train"), 1)
 
 
 READERS = {".jsonl": read_jsonl, ".parquet": read_parquet}
@@ -127,8 +130,10 @@ def layout_of(row: dict) -> Any:
         return aime_problem
     if "solution" in keys:
         return math_problem
-    raise ValueError("fits no known layout (DAPO: prompt + reward_model; AIME: problem + answer; "
-                     f"GSM8K: question + answer; MATH: problem + solution); fields: {sorted(keys)}")  # fmt: skip
+    raise ValueError(
+        "fits no known layout (DAPO: prompt + reward_model; AIME: problem + answer; "
+        f"GSM8K: question + answer; MATH: problem + solution); fields: {sorted(keys)}"
+    )
 
 
 def _row_id(row: dict, source: str, number: int) -> str:
@@ -148,8 +153,9 @@ def load_problems(source: str | Path) -> list[Problem]:
         path = Path(spec)
         reader = READERS.get(path.suffix)
         if reader is None:
-            raise MalformedRow(f"{path}: unknown file type {path.suffix!r}; "
-                               f"use {' or '.join(READERS)}")  # fmt: skip
+            raise MalformedRow(
+                f"{path}: unknown file type {path.suffix!r}; use {' or '.join(READERS)}"
+            )
         if not path.is_file():
             raise FileNotFoundError(f"math data file not found: {path}")
         rows, where, stem = reader(path), str(path), path.stem

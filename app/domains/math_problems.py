@@ -14,6 +14,7 @@ The `python` tool runs inside the sandbox, in a child process of its own, limite
 WHALE_MATH_PYTHON_TIMEOUT_S seconds (default 10; the paper: 30) and WHALE_MATH_PYTHON_MEMORY_MB
 of address space (default 512; the paper: 1024). The verifier is app/domains/math_answers.py.
 """
+
 import hashlib
 import os
 import re
@@ -46,7 +47,9 @@ def _load(sources: list[str]) -> list[Problem]:
     return problems
 
 
-def make_splits(train: list[Problem], test: list[Problem], harness_size: int) -> dict[str, list[Problem]]:
+def make_splits(
+    train: list[Problem], test: list[Problem], harness_size: int
+) -> dict[str, list[Problem]]:
     held_out = {_key(p.question) for p in test}
     pool = [p for p in train if _key(p.question) not in held_out]
     pool.sort(key=lambda p: hashlib.sha256(_key(p.question).encode()).hexdigest())
@@ -62,18 +65,25 @@ class MathProblems:
     seed_harness = ROOT / "harness_archive" / "seeds" / "math" / "seed.py"
 
     def __init__(self):
-        self.sandbox_tools = {"python": {
-            "timeout_s": float(os.environ.get("WHALE_MATH_PYTHON_TIMEOUT_S", 10)),
-            "memory_mb": int(os.environ.get("WHALE_MATH_PYTHON_MEMORY_MB", 512)),
-        }}  # fmt: skip
+        self.sandbox_tools = {
+            "python": {
+                "timeout_s": float(os.environ.get("WHALE_MATH_PYTHON_TIMEOUT_S", 10)),
+                "memory_mb": int(os.environ.get("WHALE_MATH_PYTHON_MEMORY_MB", 512)),
+            }
+        }
         harness_size = int(os.environ.get("WHALE_MATH_HARNESS_SIZE", DEFAULT_HARNESS_SIZE))
-        splits = make_splits(_load(_sources("WHALE_MATH_TRAIN", "train.jsonl")),
-                             _load(_sources("WHALE_MATH_TEST", "test.jsonl")), harness_size)  # fmt: skip
+        splits = make_splits(
+            _load(_sources("WHALE_MATH_TRAIN", "train.jsonl")),
+            _load(_sources("WHALE_MATH_TEST", "test.jsonl")),
+            harness_size,
+        )
         self._splits = {
-            split: [Task(f"{split}-{i}", {"question": p.question}, p.answer)
-                    for i, p in enumerate(problems)]
+            split: [
+                Task(f"{split}-{i}", {"question": p.question}, p.answer)
+                for i, p in enumerate(problems)
+            ]
             for split, problems in splits.items()
-        }  # fmt: skip
+        }
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._splits:

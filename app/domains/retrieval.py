@@ -14,6 +14,7 @@ Both answer `search(query_list, topk)` with, for each query, a list of
 
     python -m app.domains.retrieval CORPUS [INDEX_DIR]   # build an index ahead of a run
 """
+
 import gzip
 import hashlib
 import io
@@ -68,13 +69,15 @@ def parse_passage(row: object, where: str) -> tuple[str, str, str]:
     elif isinstance(row.get("text"), str):
         title, text = str(row.get("title") or ""), row["text"]
     else:
-        raise CorpusError(f"{where}: a passage needs 'contents' (wiki-18: '\"Title\"\\ntext') "
-                          "or 'text'")  # fmt: skip
+        raise CorpusError(
+            f"{where}: a passage needs 'contents' (wiki-18: '\"Title\"\\ntext') or 'text'"
+        )
     return str(row["id"]), title, text
 
 
-def jsonl_rows(lines: Iterable[str], path: Path,
-               error: type[Exception]) -> Iterator[tuple[str, object]]:  # fmt: skip
+def jsonl_rows(
+    lines: Iterable[str], path: Path, error: type[Exception]
+) -> Iterator[tuple[str, object]]:
     """("PATH line N", row) for each non-blank line of the JSONL file `path` whose lines these
     are; a line that is not JSON raises `error` naming it."""
     for line_no, line in enumerate(lines, 1):
@@ -156,8 +159,11 @@ class BM25Index:
 
     def passage(self, row: int) -> dict:
         """Corpus line `row` (0-based), for the dense index whose rows are corpus lines."""
-        found = self._db().execute("SELECT pid, title, text FROM passages WHERE rowid = ?",
-                                   (row + 1,)).fetchone()  # fmt: skip
+        found = (
+            self._db()
+            .execute("SELECT pid, title, text FROM passages WHERE rowid = ?", (row + 1,))
+            .fetchone()
+        )
         if found is None:
             raise LookupError(f"no passage {row} in {self.path}")
         return {"id": found[0], "title": found[1], "text": found[2]}
@@ -170,13 +176,20 @@ class BM25Index:
         expression = match_expression(query)
         if not expression:
             return []
-        rows = self._db().execute(
-            # column weights: pid (unindexed), title counts double, text
-            "SELECT pid, title, text, bm25(passages, 0.0, 2.0, 1.0) AS rank FROM passages "
-            "WHERE passages MATCH ? ORDER BY rank LIMIT ?", (expression, topk),
-        ).fetchall()  # fmt: skip
-        return [{"id": pid, "title": title, "text": text, "score": round(-rank, 4)}
-                for pid, title, text, rank in rows]  # fmt: skip
+        rows = (
+            self._db()
+            .execute(
+                # column weights: pid (unindexed), title counts double, text
+                "SELECT pid, title, text, bm25(passages, 0.0, 2.0, 1.0) AS rank FROM passages "
+                "WHERE passages MATCH ? ORDER BY rank LIMIT ?",
+                (expression, topk),
+            )
+            .fetchall()
+        )
+        return [
+            {"id": pid, "title": title, "text": text, "score": round(-rank, 4)}
+            for pid, title, text, rank in rows
+        ]
 
 
 def build_bm25(corpus: Path, db_path: Path, quiet: bool = False) -> None:
@@ -192,15 +205,22 @@ def build_bm25(corpus: Path, db_path: Path, quiet: bool = False) -> None:
             "CREATE VIRTUAL TABLE passages USING fts5(pid UNINDEXED, title, text,"
             " tokenize='porter unicode61');"
             "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);"
-        )  # fmt: skip
+        )
         size = corpus.stat().st_size
-        progress = Progress(TextColumn(f"[bold]indexing {corpus.name}"), BarColumn(),
-                            DownloadColumn(), TimeRemainingColumn(), console=err, disable=quiet)
+        progress = Progress(
+            TextColumn(f"[bold]indexing {corpus.name}"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            disable=quiet,
+        )
         insert = "INSERT INTO passages(rowid, pid, title, text) VALUES (?, ?, ?, ?)"
         with progress, open(corpus, "rb") as raw:
             bar = progress.add_task("", total=size)
-            text = io.TextIOWrapper(gzip.GzipFile(fileobj=raw) if corpus.suffix == ".gz" else raw,
-                                    encoding="utf-8")  # fmt: skip
+            text = io.TextIOWrapper(
+                gzip.GzipFile(fileobj=raw) if corpus.suffix == ".gz" else raw, encoding="utf-8"
+            )
             batch, count = [], 0
             for where, row in jsonl_rows(text, corpus, CorpusError):
                 count += 1  # rowid = passage number, so FAISS row i is rowid i + 1
@@ -214,9 +234,14 @@ def build_bm25(corpus: Path, db_path: Path, quiet: bool = False) -> None:
         if count == 0:
             raise CorpusError(f"{corpus}: no passages")
         db.execute("INSERT INTO passages(passages) VALUES ('optimize')")
-        db.executemany("INSERT INTO meta VALUES (?, ?)",
-                       [("corpus", str(corpus.resolve())), ("passages", str(count)),
-                        ("version", _INDEX_VERSION)])  # fmt: skip
+        db.executemany(
+            "INSERT INTO meta VALUES (?, ?)",
+            [
+                ("corpus", str(corpus.resolve())),
+                ("passages", str(count)),
+                ("version", _INDEX_VERSION),
+            ],
+        )
         db.commit()
         db.close()
         os.replace(tmp, db_path)
@@ -238,7 +263,8 @@ class DenseIndex:
             raise RetrieverUnavailable(
                 f"the dense retriever needs sentence-transformers and faiss ({exc}); "
                 "pip install sentence-transformers faiss-cpu (or faiss-gpu), or use the default "
-                "BM25 retriever (WHALE_SEARCHQA_RETRIEVER=bm25)") from exc  # fmt: skip
+                "BM25 retriever (WHALE_SEARCHQA_RETRIEVER=bm25)"
+            ) from exc
         if not faiss_index.is_file():
             raise RetrieverUnavailable(f"no FAISS index at {faiss_index}")
         self.passages = passages
@@ -251,12 +277,20 @@ class DenseIndex:
         if not queries:
             return []
         with self._lock:
-            vectors = self.encoder.encode([f"query: {q}" for q in queries],  # e5's query prefix
-                                          normalize_embeddings=True, convert_to_numpy=True)  # fmt: skip
+            vectors = self.encoder.encode(
+                [f"query: {q}" for q in queries],  # e5's query prefix
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+            )
             scores, rows = self.index.search(vectors.astype("float32"), topk)
-        return [[{**self.passages.passage(int(r)), "score": round(float(s), 4)}
-                 for s, r in zip(row_scores, row_ids) if r >= 0]
-                for row_scores, row_ids in zip(scores, rows)]  # fmt: skip
+        return [
+            [
+                {**self.passages.passage(int(r)), "score": round(float(s), 4)}
+                for s, r in zip(row_scores, row_ids)
+                if r >= 0
+            ]
+            for row_scores, row_ids in zip(scores, rows)
+        ]
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ Environment:
 Score: 1 when the answer (the text of its last <answer>...</answer>, else all of it) equals a
 golden answer after SQuAD normalisation; `f1` is the secondary token-F1 metric.
 """
+
 import hashlib
 import json
 import os
@@ -40,8 +41,10 @@ SAMPLE = ROOT / "data" / "searchqa"
 HARNESS_SIZE = 256  # the paper's harness-search split
 # FlashRAG's collection holds the seven test sets the paper reports, under these configs.
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
-HF_SHORT = {name: (FLASHRAG, name) for name in
-            ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")}
+HF_SHORT = {
+    name: (FLASHRAG, name)
+    for name in ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+}
 
 
 class QuestionsError(ValueError):
@@ -49,6 +52,7 @@ class QuestionsError(ValueError):
 
 
 # ---- loading questions ----------------------------------------------------------------------
+
 
 def question_row(row: object, where: str, source: str) -> tuple[str, dict, list[str]]:
     """(id, public fields, golden answers) of one question row; `where` names it in errors."""
@@ -85,8 +89,10 @@ def _rows(spec: str) -> Iterable[tuple[str, object]]:
         try:
             import pyarrow.parquet as pq
         except ImportError:
-            raise QuestionsError(f"{path}: reading parquet needs pyarrow (pip install 'whale-workbench[parquet]'), "
-                                 "or convert the file to JSONL") from None  # fmt: skip
+            raise QuestionsError(
+                f"{path}: reading parquet needs pyarrow (pip install 'whale-workbench[parquet]'), "
+                "or convert the file to JSONL"
+            ) from None
         for i, row in enumerate(pq.read_table(path).to_pylist(), 1):
             yield f"{path} row {i}", row
     elif name.endswith(".json"):
@@ -118,14 +124,18 @@ def _hub_rows(spec: str) -> Iterable[tuple[str, object]]:
     try:
         import datasets
     except ImportError:
-        raise QuestionsError(f"{spec}: loading from the hub needs the datasets package "
-                             "(pip install datasets); or download the files and give their "
-                             "paths") from None  # fmt: skip
+        raise QuestionsError(
+            f"{spec}: loading from the hub needs the datasets package "
+            "(pip install datasets); or download the files and give their "
+            "paths"
+        ) from None
     try:
         rows = datasets.load_dataset(repo, config, split=split)
     except Exception as exc:  # noqa: BLE001 - offline, unknown repo or split: say which and why
-        raise QuestionsError(f"{spec}: could not load {repo} from the hub with the datasets "
-                             f"package: {type(exc).__name__}: {exc}") from None  # fmt: skip
+        raise QuestionsError(
+            f"{spec}: could not load {repo} from the hub with the datasets "
+            f"package: {type(exc).__name__}: {exc}"
+        ) from None
     for i, row in enumerate(rows, 1):
         yield f"{spec} row {i}", row
 
@@ -161,8 +171,11 @@ def make_splits(train: list, test: list, harness_size: int) -> dict[str, list[Ta
     def tasks(rows):
         return [Task(qid, public, json.dumps(golds)) for qid, public, golds in rows]
 
-    return {"train": tasks(q for q in pool if q[0] not in held),
-            "harness": tasks(q for q in pool if q[0] in held), "test": tasks(test)}  # fmt: skip
+    return {
+        "train": tasks(q for q in pool if q[0] not in held),
+        "harness": tasks(q for q in pool if q[0] in held),
+        "test": tasks(test),
+    }
 
 
 # ---- verifying answers ----------------------------------------------------------------------
@@ -207,9 +220,11 @@ class LLMJudge:
     """Asks a chat model over an OpenAI-compatible endpoint whether an answer means a golden one
     (the paper's optional judge). Used only where exact match fails; any failure scores 0."""
 
-    PROMPT = ("Question: {question}\nGold answers: {golds}\nPredicted answer: {answer}\n"
-              "Does the predicted answer mean the same as one of the gold answers? "
-              "Reply with only yes or no.")  # fmt: skip
+    PROMPT = (
+        "Question: {question}\nGold answers: {golds}\nPredicted answer: {answer}\n"
+        "Does the predicted answer mean the same as one of the gold answers? "
+        "Reply with only yes or no."
+    )
 
     def __init__(self, url: str, model: str, api_key: str | None = None, timeout: float = 30.0):
         self.url = url.rstrip("/") + "/chat/completions"
@@ -220,9 +235,17 @@ class LLMJudge:
     def __call__(self, question: str, answer: str, golds: list[str]) -> float:
         prompt = self.PROMPT.format(question=question, golds="; ".join(golds), answer=answer)
         try:
-            reply = httpx.post(self.url, headers=self.headers, timeout=self.timeout, json={
-                "model": self.model, "temperature": 0.0, "max_tokens": 4,
-                "messages": [{"role": "user", "content": prompt}]})  # fmt: skip
+            reply = httpx.post(
+                self.url,
+                headers=self.headers,
+                timeout=self.timeout,
+                json={
+                    "model": self.model,
+                    "temperature": 0.0,
+                    "max_tokens": 4,
+                    "messages": [{"role": "user", "content": prompt}],
+                },
+            )
             reply.raise_for_status()
             verdict = reply.json()["choices"][0]["message"]["content"] or ""
         except (httpx.HTTPError, KeyError, IndexError, ValueError):
@@ -237,11 +260,13 @@ def judge_from_env() -> LLMJudge | None:
     model = os.environ.get("WHALE_SEARCHQA_JUDGE_MODEL")
     if not model:
         raise ValueError("WHALE_SEARCHQA_JUDGE_URL needs WHALE_SEARCHQA_JUDGE_MODEL")
-    return LLMJudge(url, model, os.environ.get(os.environ.get("WHALE_SEARCHQA_JUDGE_KEY_ENV",
-                                                              "OPENAI_API_KEY")))  # fmt: skip
+    return LLMJudge(
+        url, model, os.environ.get(os.environ.get("WHALE_SEARCHQA_JUDGE_KEY_ENV", "OPENAI_API_KEY"))
+    )
 
 
 # ---- the domain -----------------------------------------------------------------------------
+
 
 class SearchQA:
     name = "searchqa"
@@ -253,18 +278,25 @@ class SearchQA:
         env = os.environ.get
         train = load_questions(env("WHALE_SEARCHQA_TRAIN") or str(SAMPLE / "train.jsonl"))
         test = load_questions(env("WHALE_SEARCHQA_TEST") or str(SAMPLE / "test.jsonl"))
-        self._splits = make_splits(train, test, int(env("WHALE_SEARCHQA_HARNESS_SIZE") or HARNESS_SIZE))
+        self._splits = make_splits(
+            train, test, int(env("WHALE_SEARCHQA_HARNESS_SIZE") or HARNESS_SIZE)
+        )
         corpus = Path(env("WHALE_SEARCHQA_CORPUS") or SAMPLE / "corpus.jsonl.gz").expanduser()
         if not corpus.is_file():
             raise FileNotFoundError(f"no searchqa corpus at {corpus}")
-        self.index = BM25Index.open(corpus, Settings().home / "indexes")  # built once, with progress
+        self.index = BM25Index.open(
+            corpus, Settings().home / "indexes"
+        )  # built once, with progress
         retriever = env("WHALE_SEARCHQA_RETRIEVER") or "bm25"
         if retriever == "dense":
             faiss_index = env("WHALE_SEARCHQA_DENSE_INDEX")
             if not faiss_index:
                 raise ValueError("WHALE_SEARCHQA_RETRIEVER=dense needs WHALE_SEARCHQA_DENSE_INDEX")
-            self.retriever = DenseIndex(self.index, Path(faiss_index).expanduser(),
-                                        env("WHALE_SEARCHQA_DENSE_MODEL") or "intfloat/e5-base-v2")
+            self.retriever = DenseIndex(
+                self.index,
+                Path(faiss_index).expanduser(),
+                env("WHALE_SEARCHQA_DENSE_MODEL") or "intfloat/e5-base-v2",
+            )
         elif retriever == "bm25":
             self.retriever = self.index
         else:

@@ -5,14 +5,16 @@ It listens on a Unix socket that is bind-mounted into each sandbox. A rollout ge
 grant's checkpoint, tool calls to the domain's tools; each call is checked against the grant's
 budgets and recorded as a step of that rollout.
 """
+
 import asyncio
 import inspect
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -98,7 +100,9 @@ class Gateway:
             if not isinstance(messages, list):
                 return _refuse(400, "bad_request", "messages must be a list")
             if grant.calls >= grant.max_calls:
-                return _refuse(429, "budget", f"model-call budget of {grant.max_calls} calls used up")
+                return _refuse(
+                    429, "budget", f"model-call budget of {grant.max_calls} calls used up"
+                )
             if grant.prompt_tokens + grant.completion_tokens >= grant.max_tokens:
                 return _refuse(429, "budget", f"token budget of {grant.max_tokens} tokens used up")
             body["max_tokens"] = min(
@@ -116,8 +120,9 @@ class Gateway:
                 response = await self.backend.chat(grant.model, messages, **body)
             except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
                 latency = (time.perf_counter() - start) * 1000
-                self._record(grant, kind="model", request=request_record, error=str(exc),
-                             latency_ms=latency)  # fmt: skip
+                self._record(
+                    grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
+                )
                 return _refuse(502, "backend", f"model backend error: {exc}")
             latency = (time.perf_counter() - start) * 1000
             usage = response.get("usage") or {}
@@ -126,10 +131,17 @@ class Gateway:
             grant.completion_tokens += completion
             choice = response["choices"][0]
             self._record(
-                grant, kind="model", request=request_record,
-                response={"message": choice.get("message"), "finish_reason": choice.get("finish_reason")},
-                prompt_tokens=prompt, completion_tokens=completion, latency_ms=latency,
-            )  # fmt: skip
+                grant,
+                kind="model",
+                request=request_record,
+                response={
+                    "message": choice.get("message"),
+                    "finish_reason": choice.get("finish_reason"),
+                },
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                latency_ms=latency,
+            )
             return response
 
         @app.post("/tools/{name}")
@@ -154,12 +166,23 @@ class Gateway:
                     result = await asyncio.to_thread(fn, *args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - reported to the harness as a failed call
                 detail = f"tool {name} failed: {type(exc).__name__}: {exc}"
-                self._record(grant, kind="tool", tool=name, request=request_record, error=detail,
-                             latency_ms=(time.perf_counter() - start) * 1000)  # fmt: skip
+                self._record(
+                    grant,
+                    kind="tool",
+                    tool=name,
+                    request=request_record,
+                    error=detail,
+                    latency_ms=(time.perf_counter() - start) * 1000,
+                )
                 return _refuse(400, "tool_error", detail)
-            self._record(grant, kind="tool", tool=name, request=request_record,
-                         response={"result": result},
-                         latency_ms=(time.perf_counter() - start) * 1000)  # fmt: skip
+            self._record(
+                grant,
+                kind="tool",
+                tool=name,
+                request=request_record,
+                response={"result": result},
+                latency_ms=(time.perf_counter() - start) * 1000,
+            )
             return {"result": result}
 
         @app.post("/tools/{name}/record")
@@ -181,9 +204,14 @@ class Gateway:
                 return _refuse(429, "budget", detail)
             grant.sandbox_tool_calls += 1
             latency = body.get("latency_ms")
-            self._record(grant, kind="tool", tool=name, request=request_record,
-                         response={"result": body.get("result")},
-                         latency_ms=float(latency) if isinstance(latency, (int, float)) else 0.0)  # fmt: skip
+            self._record(
+                grant,
+                kind="tool",
+                tool=name,
+                request=request_record,
+                response={"result": body.get("result")},
+                latency_ms=float(latency) if isinstance(latency, (int, float)) else 0.0,
+            )
             return {"recorded": True}
 
         return app

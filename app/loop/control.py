@@ -5,6 +5,7 @@ changes) or written to the run (`desired` for pause/resume/stop, `command` for t
 actions) together with an event in the run's log. The loop reads them from the database, so the
 API, `whale pause RUN` from another shell and a restarted server all steer it the same way.
 """
+
 from sqlmodel import Session
 
 from app.db.schema import Checkpoint, Event, Harness, Run
@@ -17,20 +18,32 @@ class Refused(ValueError):
     """The action conflicts with the run's state; the message says why."""
 
 
-async def apply(writer, run_id: int, action: str, reason: str = "", source: str = "api",
-                **args) -> Event:  # fmt: skip
+class NoSuchRun(Refused):
+    """There is no run of that id: nothing to refuse in its log either."""
+
+    def __init__(self, run_id: int):
+        super().__init__(f"no run {run_id}")
+        self.run_id = run_id
+
+
+async def apply(
+    writer, run_id: int, action: str, reason: str = "", source: str = "api", **args
+) -> Event:
     """Apply a control request, or raise Refused; either way the run's log records it."""
     detail = {"action": action, "reason": reason, "source": source, **args}
     try:
         return await writer.run(lambda s: _request(s, run_id, action, detail, args))
+    except NoSuchRun:
+        raise
     except Refused as exc:
-        if str(exc) != "no such run":
-            writer.add(Event(run_id=run_id, kind="control_refused", detail={**detail, "why": str(exc)}))
+        writer.add(Event(run_id=run_id, kind="control_refused", detail={**detail, "why": str(exc)}))
         raise
 
 
 def _request(s: Session, run_id: int, action: str, detail: dict, args: dict) -> Event:
     run = s.get(Run, run_id)
+    if run is None:
+        raise NoSuchRun(run_id)
     check(s, run, action, args)
     if action == "pause":
         run.desired = "paused"
@@ -45,11 +58,9 @@ def _request(s: Session, run_id: int, action: str, detail: dict, args: dict) -> 
     return event
 
 
-def check(s: Session, run: Run | None, action: str, args: dict) -> None:
+def check(s: Session, run: Run, action: str, args: dict) -> None:
     """Raise Refused when the run would not take this action now (also asked by the UI, which
     greys out such buttons)."""
-    if run is None:
-        raise Refused("no such run")
     if run.kind != "experiment":
         raise Refused(f"run {run.id} is a single {run.kind}, not a loop: nothing to steer")
     if action not in ACTIONS:

@@ -8,6 +8,7 @@ The incoming harness is one of: `harness` (a file), `harness_id` (a harness the 
 HTTP may name only files of the shipped archive (`harness_archive/`): a web client must never
 make the server read a path of its choosing.
 """
+
 import hashlib
 import os
 import tomllib
@@ -17,7 +18,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app import ROOT
-from app.config import MAX_SAMPLES, MAX_SEED, MAX_STEPS, MAX_TASKS, RFTConfig, SearchConfig, describe
+from app.config import (
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_TASKS,
+    RFTConfig,
+    SearchConfig,
+    describe,
+)
 
 Strategy = Literal["whale", "weight_only", "harness_only", "stagewise"]
 HARNESS_KEYS = ("harness", "harness_id", "harness_code")  # at most one: the incoming harness
@@ -32,9 +41,12 @@ class Switching(_Strict):
     """When a phase ends. `fixed`: a set length. `adaptive`: patience (reference/whale.md)."""
 
     rule: Literal["fixed", "adaptive"] = "fixed"
-    weight_steps: int = Field(default=2, ge=1, le=MAX_STEPS, description="fixed: RFT steps per weight phase")
-    harness_iterations: int = Field(default=2, ge=1, le=MAX_STEPS,
-                                    description="fixed: iterations per harness phase")
+    weight_steps: int = Field(
+        default=2, ge=1, le=MAX_STEPS, description="fixed: RFT steps per weight phase"
+    )
+    harness_iterations: int = Field(
+        default=2, ge=1, le=MAX_STEPS, description="fixed: iterations per harness phase"
+    )
     # adaptive, harness phase: signal = best frontier success on the harness split
     harness_min_iterations: int = Field(default=5, ge=1, le=MAX_STEPS)
     harness_patience: int = Field(default=2, ge=1, le=MAX_STEPS)
@@ -48,12 +60,14 @@ class Switching(_Strict):
 
 class TestSchedule(_Strict):
     k: int = Field(default=4, ge=1, le=MAX_SAMPLES, description="samples per test task (mean@k)")
-    tasks: int | None = Field(default=None, ge=1, le=MAX_TASKS,
-                              description="first N test tasks (default all)")
+    tasks: int | None = Field(
+        default=None, ge=1, le=MAX_TASKS, description="first N test tasks (default all)"
+    )
     at_start: bool = True  # a point before anything is optimized
     after_phase: bool = True
-    every_weight_steps: int = Field(default=0, ge=0, le=MAX_STEPS,
-                                    description="also every N RFT steps; 0: off")
+    every_weight_steps: int = Field(
+        default=0, ge=0, le=MAX_STEPS, description="also every N RFT steps; 0: off"
+    )
 
 
 class Budget(_Strict):
@@ -84,8 +98,9 @@ class Experiment(_Strict):
     harness_code: str | None = Field(default=None, max_length=10_000_000, description="the code")
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     strategy: Strategy = "whale"
-    stagewise_weight_share: float = Field(default=0.5, gt=0, lt=1,
-                                          description="stagewise: rollout share for weights")
+    stagewise_weight_share: float = Field(
+        default=0.5, gt=0, lt=1, description="stagewise: rollout share for weights"
+    )
     switching: Switching = Field(default_factory=Switching)
     rft: RFTConfig = Field(default_factory=RFTConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
@@ -137,19 +152,26 @@ def _harness_file(path: Path, source: str, web: bool) -> Path:
     if web:  # resolved inside the archive; a path outside it is never looked at, not even stat()
         inside = Path(os.path.normpath(ROOT / path)).is_relative_to(ARCHIVE)
         resolved = (ROOT / path).resolve() if inside else None  # then symlinks must stay inside
-        if not (inside and resolved.is_relative_to(ARCHIVE) and resolved.suffix == ".py"
-                and resolved.is_file()):
+        if not (
+            inside
+            and resolved.is_relative_to(ARCHIVE)
+            and resolved.suffix == ".py"
+            and resolved.is_file()
+        ):
             raise ExperimentError(
                 f"{source}: harness: {str(path)!r} is not a file of harness_archive/; over HTTP "
-                "the harness is an archive file (harness = \"harness_archive/seeds/arith/seed.py\"), "
-                "a stored harness (harness_id = N) or the code itself (harness_code, a TOML string)")
+                'the harness is an archive file (harness = "harness_archive/seeds/arith/seed.py"), '
+                "a stored harness (harness_id = N) or the code itself (harness_code, a TOML string)"
+            )
         return resolved
     if not path.is_file():
         raise ExperimentError(f"{source}: harness: no file {path}")
     return path.resolve()  # a resumed run may start elsewhere
 
 
-def incoming_harness(experiment: Experiment, session, source: str = "experiment") -> tuple[str, str]:
+def incoming_harness(
+    experiment: Experiment, session, source: str = "experiment"
+) -> tuple[str, str]:
     """(name, code) of the run's first harness, checked as a proposed candidate is (it parses,
     defines `run`, imports nothing the domain forbids) before any run exists."""
     from app.db.schema import Harness

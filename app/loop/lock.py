@@ -1,5 +1,6 @@
 """One loop-driving process per store: `whale serve` and `whale run` hold an exclusive lock on
 $WHALE_HOME/whale.lock, so a second one is refused instead of running the same phases twice."""
+
 import fcntl
 import os
 from pathlib import Path
@@ -23,8 +24,10 @@ class StoreLock:
             f.seek(0)
             holder = f.read().strip() or "another process"
             f.close()
-            raise StoreBusy(f"{holder} is already running the loop on {self.path.parent}; "
-                            "stop it first (one server per store)") from None  # fmt: skip
+            raise StoreBusy(
+                f"{holder} is already running the loop on {self.path.parent}; "
+                "stop it first (one server per store)"
+            ) from None
         f.seek(0)
         f.truncate()
         f.write(f"whale (pid {os.getpid()})")

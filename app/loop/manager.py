@@ -1,4 +1,5 @@
 """The loops of one server: started from the API, resumed when the server starts again."""
+
 import asyncio
 import logging
 
@@ -47,10 +48,17 @@ class LoopManager:
         """A server runs one backend and sandbox; an experiment asking for others is refused."""
         s = self.wb.settings
         wanted = experiment.runtime.model_dump(exclude_none=True)
-        have = {"backend": s.backend, "llm_url": s.llm_url, "llm_model": s.llm_model,
-                "sandbox": s.sandbox}  # fmt: skip
-        wrong = [f"runtime.{k} = {v!r} (this server: {have[k]!r})" for k, v in wanted.items()
-                 if have[k] != v]  # fmt: skip
+        have = {
+            "backend": s.backend,
+            "llm_url": s.llm_url,
+            "llm_model": s.llm_model,
+            "sandbox": s.sandbox,
+        }
+        wrong = [
+            f"runtime.{k} = {v!r} (this server: {have[k]!r})"
+            for k, v in wanted.items()
+            if have[k] != v
+        ]
         if wrong:
             raise ExperimentError("the experiment asks for another runtime: " + "; ".join(wrong))
 

@@ -7,6 +7,7 @@ rollouts already recorded are kept. Control requests (app/loop/control.py) are r
 run row every half second; pause and stop act through the evaluator's gate (no new rollout
 starts), skip, force and promote at the next step or iteration boundary.
 """
+
 import asyncio
 import logging
 from collections.abc import Callable
@@ -15,8 +16,19 @@ from pathlib import Path
 from sqlalchemy import func
 from sqlmodel import col, select
 
-from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Run,
-                           SearchIteration, TrainingJob, now, utc)  # fmt: skip
+from app.db.schema import (
+    Checkpoint,
+    Evaluation,
+    Event,
+    Harness,
+    Metric,
+    Phase,
+    Run,
+    SearchIteration,
+    TrainingJob,
+    now,
+    utc,
+)
 from app.domains import get_domain
 from app.loop.experiment import Experiment, stored
 from app.loop.switching import harness_phase_end, weight_phase_end
@@ -174,9 +186,14 @@ class Loop:
             if promoted.get("checkpoint_id"):
                 await self._serve(checkpoint_id)
         round_ = sum(p.kind == kind for p in phases) + 1
-        phase = Phase(run_id=self.run_id, kind=kind, round=round_, harness_in_id=harness_id,
-                      checkpoint_in_id=checkpoint_id,
-                      detail={"forced": bool(forced), "promoted": promoted})  # fmt: skip
+        phase = Phase(
+            run_id=self.run_id,
+            kind=kind,
+            round=round_,
+            harness_in_id=harness_id,
+            checkpoint_in_id=checkpoint_id,
+            detail={"forced": bool(forced), "promoted": promoted},
+        )
         return await self.wb.writer.insert(phase)
 
     def _rows(self, phase: Phase) -> tuple[Harness, Checkpoint]:
@@ -192,26 +209,45 @@ class Loop:
         jobs = self._jobs(phase)
         # a step interrupted by a crash is finished first, then new steps run until the phase ends
         unfinished = next((j for j in jobs if j.status in ("sampling", "training")), None)
-        checkpoint = self._checkpoint(unfinished.checkpoint_in_id if unfinished
-                                      else _last_checkpoint(jobs, checkpoint.id))  # fmt: skip
+        checkpoint = self._checkpoint(
+            unfinished.checkpoint_in_id if unfinished else _last_checkpoint(jobs, checkpoint.id)
+        )
         while True:
             if unfinished is None:
-                rewards = [j.mean_reward or 0.0 for j in self._jobs(phase)
-                           if j.status in ("done", "skipped")]  # fmt: skip
+                rewards = [
+                    j.mean_reward or 0.0
+                    for j in self._jobs(phase)
+                    if j.status in ("done", "skipped")
+                ]
                 reason = self._weight_end(rewards, step_cost)
                 if reason:
                     break
                 await self.gate()
-                self.say("phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"})
+                self.say(
+                    "phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"}
+                )
             step = unfinished.step if unfinished else self._steps_done()
-            _, checkpoint = await rft_step(self.wb, self.run_id, harness, checkpoint, self.domain,
-                                           cfg, step, self.say, phase.id, job=unfinished)  # fmt: skip
+            _, checkpoint = await rft_step(
+                self.wb,
+                self.run_id,
+                harness,
+                checkpoint,
+                self.domain,
+                cfg,
+                step,
+                self.say,
+                phase.id,
+                job=unfinished,
+            )
             unfinished = None
             every = self.exp.test.every_weight_steps
             if every and self._steps_done() % every == 0:
                 await self._test_point(harness.id, checkpoint.id)
-        return await self.wb.writer.run(lambda s: end_phase(
-            s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id))
+        return await self.wb.writer.run(
+            lambda s: end_phase(
+                s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id
+            )
+        )
 
     def _weight_end(self, rewards: list[float], step_cost: int) -> str | None:
         if self.command and self.command["action"] in ("skip", "force"):
@@ -226,14 +262,24 @@ class Loop:
 
     def _jobs(self, phase: Phase) -> list[TrainingJob]:
         with self.wb.session() as s:
-            return list(s.exec(select(TrainingJob).where(TrainingJob.phase_id == phase.id)
-                               .order_by(TrainingJob.id)))  # fmt: skip
+            return list(
+                s.exec(
+                    select(TrainingJob)
+                    .where(TrainingJob.phase_id == phase.id)
+                    .order_by(TrainingJob.id)
+                )
+            )
 
     def _steps_done(self) -> int:
         with self.wb.session() as s:
-            return s.exec(select(func.count()).select_from(TrainingJob).where(
-                TrainingJob.run_id == self.run_id,
-                col(TrainingJob.status).in_(("done", "skipped")))).one()  # fmt: skip
+            return s.exec(
+                select(func.count())
+                .select_from(TrainingJob)
+                .where(
+                    TrainingJob.run_id == self.run_id,
+                    col(TrainingJob.status).in_(("done", "skipped")),
+                )
+            ).one()
 
     def _checkpoint(self, checkpoint_id: int) -> Checkpoint:
         with self.wb.session() as s:
@@ -256,8 +302,17 @@ class Loop:
             best = [i.best_success for i in sorted(iterations, key=lambda i: i.iteration)]
             return harness_phase_end(self.exp.switching, best)
 
-        return await harness_phase(self.wb, phase, harness, checkpoint, self.domain, cfg,
-                                   make_proposer(cfg, self.wb), self.say, end_check)  # fmt: skip
+        return await harness_phase(
+            self.wb,
+            phase,
+            harness,
+            checkpoint,
+            self.domain,
+            cfg,
+            make_proposer(cfg, self.wb),
+            self.say,
+            end_check,
+        )
 
     # -- budgets and test points --------------------------------------------------------------
 
@@ -287,32 +342,57 @@ class Loop:
         if harness_id is None:
             harness_id, checkpoint_id = self._current()
         with self.wb.session() as s:
-            evaluation = s.exec(select(Evaluation).where(
-                Evaluation.run_id == self.run_id, Evaluation.split == "test",
-                Evaluation.harness_id == harness_id, Evaluation.checkpoint_id == checkpoint_id)
-            ).first()  # fmt: skip
+            evaluation = s.exec(
+                select(Evaluation).where(
+                    Evaluation.run_id == self.run_id,
+                    Evaluation.split == "test",
+                    Evaluation.harness_id == harness_id,
+                    Evaluation.checkpoint_id == checkpoint_id,
+                )
+            ).first()
             harness, checkpoint = s.get(Harness, harness_id), s.get(Checkpoint, checkpoint_id)
         t = self.exp.test
         evaluator = self.wb.evaluator()
         if evaluation is None:
-            evaluation = await evaluator.create(self.run_id, harness, checkpoint, self.domain,
-                                                "test", t.k, t.tasks)  # fmt: skip
+            evaluation = await evaluator.create(
+                self.run_id, harness, checkpoint, self.domain, "test", t.k, t.tasks
+            )
         if evaluation.status != "done":
-            self.say("phase", {"what": f"test mean@{t.k}: harness {harness_id}, checkpoint {checkpoint_id}"})
-            evaluation = await evaluator.complete(evaluation, harness, checkpoint, self.domain,
-                                                  lambda r: self.say("rollout", {"rollout": r}))  # fmt: skip
+            self.say(
+                "phase",
+                {"what": f"test mean@{t.k}: harness {harness_id}, checkpoint {checkpoint_id}"},
+            )
+            evaluation = await evaluator.complete(
+                evaluation,
+                harness,
+                checkpoint,
+                self.domain,
+                lambda r: self.say("rollout", {"rollout": r}),
+            )
         await self._plot(evaluation)
 
     async def _plot(self, evaluation: Evaluation) -> None:
         rollouts, steps, wall = self._usage().rollouts, self._steps_done(), self._wall_s()
 
         def write(s):
-            exists = s.exec(select(Metric.id).where(Metric.evaluation_id == evaluation.id,
-                                                    Metric.rollouts == rollouts)).first()  # fmt: skip
+            exists = s.exec(
+                select(Metric.id).where(
+                    Metric.evaluation_id == evaluation.id, Metric.rollouts == rollouts
+                )
+            ).first()
             if exists is None:
-                s.add(Metric(run_id=self.run_id, series="test/mean@k", x=steps, rollouts=rollouts,
-                             y=evaluation.mean_at_k, evaluation_id=evaluation.id,
-                             weight_steps=steps, wall_s=wall))  # fmt: skip
+                s.add(
+                    Metric(
+                        run_id=self.run_id,
+                        series="test/mean@k",
+                        x=steps,
+                        rollouts=rollouts,
+                        y=evaluation.mean_at_k,
+                        evaluation_id=evaluation.id,
+                        weight_steps=steps,
+                        wall_s=wall,
+                    )
+                )
 
         await self.wb.writer.run(write)
         self.say("test", {"evaluation": evaluation, "rollouts": rollouts})
@@ -320,9 +400,13 @@ class Loop:
     async def _complete_test_points(self) -> None:
         """Test evaluations a crash interrupted: finish them and plot them."""
         with self.wb.session() as s:
-            open_ = s.exec(select(Evaluation).where(Evaluation.run_id == self.run_id,
-                                                    Evaluation.split == "test",
-                                                    Evaluation.status != "done")).all()  # fmt: skip
+            open_ = s.exec(
+                select(Evaluation).where(
+                    Evaluation.run_id == self.run_id,
+                    Evaluation.split == "test",
+                    Evaluation.status != "done",
+                )
+            ).all()
         for evaluation in open_:
             await self._test_point(evaluation.harness_id, evaluation.checkpoint_id)
 
@@ -341,7 +425,11 @@ class Loop:
         def finish(s):
             run = s.get(Run, self.run_id)
             run.status, run.finished_at = status, now()
-            s.add(Event(run_id=self.run_id, kind="run_end", detail={"status": status, "reason": reason}))
+            s.add(
+                Event(
+                    run_id=self.run_id, kind="run_end", detail={"status": status, "reason": reason}
+                )
+            )
             return run
 
         self.say("end", {"status": status, "reason": reason})
@@ -353,13 +441,15 @@ def _last_checkpoint(jobs: list[TrainingJob], default: int) -> int:
     return out[-1] if out else default
 
 
-async def start_run(workbench, experiment: Experiment, source: str, config_hash: str,
-                    incoming: tuple[str, str]) -> Run:  # fmt: skip
+async def start_run(
+    workbench, experiment: Experiment, source: str, config_hash: str, incoming: tuple[str, str]
+) -> Run:
     """A new run of an experiment: its incoming harness (name, code: see incoming_harness) and
     base checkpoint are recorded."""
     config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
-    run, harness, checkpoint = await workbench.start_run(experiment.name, "experiment",
-                                                         experiment.domain, incoming, config)  # fmt: skip
+    run, harness, checkpoint = await workbench.start_run(
+        experiment.name, "experiment", experiment.domain, incoming, config
+    )
 
     def finish(s):
         row = s.get(Run, run.id)
@@ -374,6 +464,11 @@ async def start_run(workbench, experiment: Experiment, source: str, config_hash:
 def unfinished_runs(workbench) -> list[Run]:
     """Experiment runs a stopped or crashed server left unfinished."""
     with workbench.session() as s:
-        return list(s.exec(select(Run).where(
-            Run.kind == "experiment",
-            col(Run.status).in_(("created", "resuming", "running", "paused")))))  # fmt: skip
+        return list(
+            s.exec(
+                select(Run).where(
+                    Run.kind == "experiment",
+                    col(Run.status).in_(("created", "resuming", "running", "paused")),
+                )
+            )
+        )

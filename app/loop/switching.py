@@ -1,5 +1,6 @@
 """When a phase ends (reference/whale.md, "When to switch"). Pure functions of what the phase
 has seen so far; each returns why the phase ends now ("fixed", "patience", "cap") or None."""
+
 from app.loop.experiment import Switching
 
 
@@ -28,7 +29,6 @@ def weight_phase_end(rule: Switching, mean_rewards: list[float]) -> str | None:
     if done <= rule.weight_burn_in or done < rule.weight_window:
         return None
     window = rule.weight_window
-    smoothed = [sum(mean_rewards[i - window + 1 : i + 1]) / window
-                for i in range(window - 1, done)]  # fmt: skip
+    smoothed = [sum(mean_rewards[i - window + 1 : i + 1]) / window for i in range(window - 1, done)]
     best_step = (window - 1) + smoothed.index(max(smoothed))
     return "patience" if (done - 1) - best_step >= rule.weight_patience else None

@@ -1,4 +1,5 @@
 """`whale compare` and `whale export`: the report functions as commands over $WHALE_HOME."""
+
 import json
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,22 +58,34 @@ def compare_table(rows: list[dict]) -> Table:
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("name", overflow="fold")
     for r in rows:
-        table.add_row(f"#{r['id']}", r["strategy"], r["status"], _count(r["k"]),
-                      _score(r["best"]), _count(r["rollouts_to_best"]), _score(r["final"]),
-                      _count(r["rollouts_used"]), str(r["test_points"]), r["name"])  # fmt: skip
+        table.add_row(
+            f"#{r['id']}",
+            r["strategy"],
+            r["status"],
+            _count(r["k"]),
+            _score(r["best"]),
+            _count(r["rollouts_to_best"]),
+            _score(r["final"]),
+            _count(r["rollouts_used"]),
+            str(r["test_points"]),
+            r["name"],
+        )
     return table
 
 
 def compare(
     run_ids: Annotated[list[int], typer.Argument(help="run ids to compare")],
-    plot: Annotated[Path, typer.Option(help="where to write the figure (PNG)")] = Path("compare.png"),
+    plot: Annotated[Path, typer.Option(help="where to write the figure (PNG)")] = Path(
+        "compare.png"
+    ),
     x: Annotated[str, typer.Option(help="x axis: rollouts | weight_steps | wall_s")] = "rollouts",
     as_json: Annotated[bool, typer.Option("--json", help="print the table as JSON")] = False,
 ):
     """Runs side by side: best and final test mean@k, rollouts to the best; plus a figure."""
     if x not in X_LABELS:
-        raise typer.BadParameter(f"{x!r} is not an x axis; use {' | '.join(X_LABELS)}",
-                                 param_hint="--x")  # fmt: skip
+        raise typer.BadParameter(
+            f"{x!r} is not an x axis; use {' | '.join(X_LABELS)}", param_hint="--x"
+        )
     with store_session() as session:
         rows = compare_runs(session, run_ids)
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
@@ -85,7 +98,9 @@ def compare(
 
 def export(
     run_id: Annotated[int, typer.Argument(help="the run to export")],
-    out: Annotated[Optional[Path], typer.Option(help="folder (default: whale-export-run-<id>)")] = None,
+    out: Annotated[
+        Optional[Path], typer.Option(help="folder (default: whale-export-run-<id>)")
+    ] = None,
 ):
     """A run as plain files: run.json, harness .py files, one JSON lines file per table."""
     out = out or Path(f"whale-export-run-{run_id}")

@@ -1,4 +1,5 @@
 """Runs side by side: how good each got on the test split, and how many rollouts it took."""
+
 from sqlalchemy import func
 from sqlmodel import Session, select
 
@@ -34,14 +35,17 @@ def summarize(session: Session, run: Run) -> dict:
     points = test_points(session, run.id)
     best = max(points, key=lambda p: p.y, default=None)  # max keeps the first of equals
     return {
-        "id": run.id, "name": run.name, "strategy": run.strategy or run.kind,
-        "status": run.status, "k": test_k(run),
+        "id": run.id,
+        "name": run.name,
+        "strategy": run.strategy or run.kind,
+        "status": run.status,
+        "k": test_k(run),
         "best": best.y if best else None,
         "rollouts_to_best": best.rollouts if best else None,
         "final": points[-1].y if points else None,
         "rollouts_used": rollouts_used(session, run.id),
         "test_points": len(points),
-    }  # fmt: skip
+    }
 
 
 def compare_runs(session: Session, run_ids: list[int]) -> list[dict]:

@@ -4,6 +4,7 @@ to archive, diff or analyse without the workbench.
 Harnesses and checkpoints come with their whole lineage: a run may start from rows outside it
 (the shared base checkpoint, a harness of an earlier run).
 """
+
 import json
 import re
 from collections import defaultdict
@@ -12,8 +13,18 @@ from pathlib import Path
 
 from sqlmodel import Session, SQLModel, select
 
-from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Rollout,
-                           SearchIteration, Step, TrainingJob)  # fmt: skip
+from app.db.schema import (
+    Checkpoint,
+    Evaluation,
+    Event,
+    Harness,
+    Metric,
+    Phase,
+    Rollout,
+    SearchIteration,
+    Step,
+    TrainingJob,
+)
 from app.gateway.requests import expand_steps
 from app.report.runs import get_runs
 
@@ -35,8 +46,9 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> int:
     return count
 
 
-def with_ancestors(session: Session, model: type[SQLModel], ids: set,
-                   parents: Callable[[SQLModel], list]) -> list:  # fmt: skip
+def with_ancestors(
+    session: Session, model: type[SQLModel], ids: set, parents: Callable[[SQLModel], list]
+) -> list:
     """The rows with these ids and all their ancestors, in id order."""
     rows: dict[int, SQLModel] = {}
     todo = ids - {None}
@@ -52,15 +64,19 @@ def harness_file(harness: Harness) -> str:
     return f"harnesses/{harness.id}-{name}" + ("" if name.endswith(".py") else ".py")
 
 
-def rollouts_with_steps(session: Session, run_id: int,
-                        batch: int = ROLLOUT_BATCH) -> Iterator[dict]:  # fmt: skip
+def rollouts_with_steps(
+    session: Session, run_id: int, batch: int = ROLLOUT_BATCH
+) -> Iterator[dict]:
     """The run's rollouts in id order, each with its steps in order; read a batch at a time
     (keyset pagination on the id), so memory stays flat however many rollouts the run has."""
     last_id = 0
     while True:
-        rollouts = session.exec(select(Rollout)
-                                .where(Rollout.run_id == run_id, Rollout.id > last_id)
-                                .order_by(Rollout.id).limit(batch)).all()  # fmt: skip
+        rollouts = session.exec(
+            select(Rollout)
+            .where(Rollout.run_id == run_id, Rollout.id > last_id)
+            .order_by(Rollout.id)
+            .limit(batch)
+        ).all()
         if not rollouts:
             return
         steps = defaultdict(list)
@@ -87,8 +103,9 @@ def export_run(session: Session, run_id: int, out_dir: Path) -> dict[str, int]:
     harness_ids = set(session.exec(select(Harness.id).where(Harness.run_id == run_id)))
     harness_ids |= {e.harness_id for e in evaluations} | {j.harness_id for j in jobs}
     harness_ids |= {h for p in phases for h in (p.harness_in_id, p.harness_out_id)}
-    harnesses = with_ancestors(session, Harness, harness_ids,
-                               lambda h: [h.parent_id, *(h.parent_ids or [])])  # fmt: skip
+    harnesses = with_ancestors(
+        session, Harness, harness_ids, lambda h: [h.parent_id, *(h.parent_ids or [])]
+    )
     checkpoint_ids = set(session.exec(select(Checkpoint.id).where(Checkpoint.run_id == run_id)))
     checkpoint_ids |= {e.checkpoint_id for e in evaluations}
     checkpoint_ids |= {c for j in jobs for c in (j.checkpoint_in_id, j.checkpoint_out_id)}
@@ -98,8 +115,9 @@ def export_run(session: Session, run_id: int, out_dir: Path) -> dict[str, int]:
     for harness in harnesses:
         (out_dir / harness_file(harness)).write_text(harness.code, encoding="utf-8")
     jsonl = {  # the code is in the .py files, so harnesses.jsonl names the file instead
-        "harnesses.jsonl": ({**row_dict(h, exclude={"code"}), "file": harness_file(h)}
-                            for h in harnesses),
+        "harnesses.jsonl": (
+            {**row_dict(h, exclude={"code"}), "file": harness_file(h)} for h in harnesses
+        ),
         "checkpoints.jsonl": map(row_dict, checkpoints),
         "phases.jsonl": map(row_dict, phases),
         "search_iterations.jsonl": map(row_dict, of_run(SearchIteration)),

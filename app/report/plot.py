@@ -1,4 +1,5 @@
 """Test mean@k of several runs against their cost, in one figure fit for a paper."""
+
 from pathlib import Path
 
 from matplotlib import colormaps
@@ -11,8 +12,11 @@ from app.db.schema import Metric, Run
 from app.report.compare import test_k, test_points
 from app.report.runs import get_runs
 
-X_LABELS = {"rollouts": "rollouts used (training + harness search)", "weight_steps": "RFT steps",
-            "wall_s": "wall-clock time"}  # fmt: skip
+X_LABELS = {
+    "rollouts": "rollouts used (training + harness search)",
+    "weight_steps": "RFT steps",
+    "wall_s": "wall-clock time",
+}
 # Colour and marker both change from run to run, so curves stay apart in greyscale too.
 MARKERS = "os^DvP*Xhp<>"
 LABEL_CHARS = 44
@@ -68,8 +72,9 @@ def style_axes(ax, x: str, xlabel: str, metric: str) -> None:
     ax.spines[["left", "bottom"]].set_position(("outward", 4))  # points at 0 stay in sight
 
 
-def plot_accuracy_vs_rollouts(session: Session, run_ids: list[int], path: Path,
-                              x: str = "rollouts") -> Path:  # fmt: skip
+def plot_accuracy_vs_rollouts(
+    session: Session, run_ids: list[int], path: Path, x: str = "rollouts"
+) -> Path:
     """Write a PNG of each run's test mean@k against x (rollouts, weight_steps or wall_s)."""
     if x not in X_LABELS:
         raise ValueError(f"x must be one of {', '.join(X_LABELS)}, not {x!r}")
@@ -85,14 +90,22 @@ def plot_accuracy_vs_rollouts(session: Session, run_ids: list[int], path: Path,
     scale, xlabel = x_axis(x, max((px for c, _ in curves for px, _ in c), default=0))
     colors = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
     for i, (run, (points, note)) in enumerate(zip(runs, curves)):
-        ax.plot([px / scale for px, _ in points], [py for _, py in points],
-                color=colors[i % len(colors)], marker=MARKERS[i % len(MARKERS)],
-                markersize=5, linewidth=1.6, alpha=0.9, clip_on=False,
-                label=label(run) + note)  # fmt: skip
+        ax.plot(
+            [px / scale for px, _ in points],
+            [py for _, py in points],
+            color=colors[i % len(colors)],
+            marker=MARKERS[i % len(MARKERS)],
+            markersize=5,
+            linewidth=1.6,
+            alpha=0.9,
+            clip_on=False,
+            label=label(run) + note,
+        )
     style_axes(ax, x, xlabel, metric)
     # Below the axes, not on them: ten curves leave no free corner.
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=columns, fontsize=8,
-              frameon=False)  # fmt: skip
+    ax.legend(
+        loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=columns, fontsize=8, frameon=False
+    )
     FigureCanvasAgg(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

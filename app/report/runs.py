@@ -1,4 +1,5 @@
 """Looking up the runs a report is about, so every report refuses unknown ids the same way."""
+
 from sqlmodel import Session, select
 
 from app.db.schema import Run

@@ -3,6 +3,7 @@
 Rollout rows are created up front (status "pending"), then filled in as sandboxes finish, so a
 rollout's steps always have a row to point to and an interrupted evaluation shows what is left.
 """
+
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
@@ -48,9 +49,16 @@ class RunStopped(Exception):
 
 
 class Evaluator:
-    def __init__(self, writer: Writer, gateway: Gateway, sandbox: SandboxPool, harness_dir: Path,
-                 concurrency: int = 32, budget: dict | None = None,
-                 gates: dict[int, Callable[[], Awaitable[None]]] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        writer: Writer,
+        gateway: Gateway,
+        sandbox: SandboxPool,
+        harness_dir: Path,
+        concurrency: int = 32,
+        budget: dict | None = None,
+        gates: dict[int, Callable[[], Awaitable[None]]] | None = None,
+    ):
         self.budget = budget or {}  # per-rollout Grant limits: max_calls, max_tokens
         self.writer = writer
         self.gateway = gateway
@@ -62,29 +70,53 @@ class Evaluator:
         self.gates = gates if gates is not None else {}
 
     async def evaluate(
-        self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
-        split: str, k: int, limit: int | None = None,
-        progress: Callable[[Rollout], None] | None = None, tasks: list[Task] | None = None,
-        wall_s: float | None = None, phase_id: int | None = None,
-    ) -> Evaluation:  # fmt: skip
+        self,
+        run_id: int,
+        harness: Harness,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        split: str,
+        k: int,
+        limit: int | None = None,
+        progress: Callable[[Rollout], None] | None = None,
+        tasks: list[Task] | None = None,
+        wall_s: float | None = None,
+        phase_id: int | None = None,
+    ) -> Evaluation:
         """k rollouts for each task of the split (its first `limit`, or the given `tasks`);
         `wall_s` overrides the per-rollout time limit."""
-        evaluation = await self.create(run_id, harness, checkpoint, domain, split, k, limit,
-                                       tasks, phase_id)  # fmt: skip
+        evaluation = await self.create(
+            run_id, harness, checkpoint, domain, split, k, limit, tasks, phase_id
+        )
         return await self.complete(evaluation, harness, checkpoint, domain, progress, wall_s)
 
-    async def create(self, run_id: int, harness: Harness, checkpoint: Checkpoint, domain: Domain,
-                     split: str, k: int, limit: int | None = None, tasks: list[Task] | None = None,
-                     phase_id: int | None = None) -> Evaluation:  # fmt: skip
+    async def create(
+        self,
+        run_id: int,
+        harness: Harness,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        split: str,
+        k: int,
+        limit: int | None = None,
+        tasks: list[Task] | None = None,
+        phase_id: int | None = None,
+    ) -> Evaluation:
         """The evaluation and its pending rollout rows, nothing run yet."""
         tasks = tasks if tasks is not None else domain.tasks(split)[:limit]
         return await self.writer.run(
             lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks, phase_id)
         )
 
-    async def complete(self, evaluation: Evaluation, harness: Harness, checkpoint: Checkpoint,
-                       domain: Domain, progress: Callable[[Rollout], None] | None = None,
-                       wall_s: float | None = None) -> Evaluation:  # fmt: skip
+    async def complete(
+        self,
+        evaluation: Evaluation,
+        harness: Harness,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        progress: Callable[[Rollout], None] | None = None,
+        wall_s: float | None = None,
+    ) -> Evaluation:
         """Run the evaluation's pending rollouts - all of them when it is new, what is left when
         it was interrupted (recorded rollouts are kept, never run twice) - and finish it."""
         pending = await self.writer.run(lambda s: _pending(s, evaluation.id))
@@ -113,46 +145,91 @@ class Evaluator:
                 raise result
         return await self.writer.run(lambda s: _finish(s, evaluation.id))
 
-    async def _rollout(self, rollout: Rollout, task: Task, harness_path: Path,
-                       checkpoint: Checkpoint, domain: Domain,
-                       wall_s: float | None) -> Rollout:  # fmt: skip
+    async def _rollout(
+        self,
+        rollout: Rollout,
+        task: Task,
+        harness_path: Path,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        wall_s: float | None,
+    ) -> Rollout:
         env = episode(domain, task)  # this rollout's tools (a chess board keeps its state here)
         # Tools that run inside the sandbox (math's python) are only reported to the gateway.
         sandbox_tools = getattr(domain, "sandbox_tools", {})
-        token = self.gateway.grant(Grant(rollout.id, checkpoint.name, tools=env.tools,
-                                         sandbox_tools=frozenset(sandbox_tools), **self.budget))
+        token = self.gateway.grant(
+            Grant(
+                rollout.id,
+                checkpoint.name,
+                tools=env.tools,
+                sandbox_tools=frozenset(sandbox_tools),
+                **self.budget,
+            )
+        )
         try:
-            result = await self.sandbox.run(harness_path, task.public, token,
-                                            domain.forbidden_modules, wall_s, sandbox_tools)  # fmt: skip
+            result = await self.sandbox.run(
+                harness_path, task.public, token, domain.forbidden_modules, wall_s, sandbox_tools
+            )
         finally:
             grant = self.gateway.revoke(token)
         # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.
         # in a thread: a verifier may take its time (an LLM judge, sympy) without stalling rollouts
         reward = await asyncio.to_thread(env.score, result.answer) if result.reason is None else 0.0
         values = dict(
-            status=status_of(result, reward), reason=result.reason, error=result.error,
-            answer=result.answer, reward=reward, turns=grant.calls,
-            prompt_tokens=grant.prompt_tokens, completion_tokens=grant.completion_tokens,
-            wall_s=result.wall_s, stdout_tail=result.stdout_tail or None,
-            stderr_tail=result.stderr_tail or None, finished_at=now(),
-        )  # fmt: skip
+            status=status_of(result, reward),
+            reason=result.reason,
+            error=result.error,
+            answer=result.answer,
+            reward=reward,
+            turns=grant.calls,
+            prompt_tokens=grant.prompt_tokens,
+            completion_tokens=grant.completion_tokens,
+            wall_s=result.wall_s,
+            stdout_tail=result.stdout_tail or None,
+            stderr_tail=result.stderr_tail or None,
+            finished_at=now(),
+        )
         await self.writer.run(lambda s: _record_result(s, rollout, values))
         for key, value in values.items():  # the caller's copy, as the database now has it
             setattr(rollout, key, value)
         return rollout
 
 
-def _create(s: Session, run_id: int, harness: Harness, checkpoint: Checkpoint, split: str,
-            k: int, tasks: list[Task], phase_id: int | None) -> Evaluation:  # fmt: skip
-    evaluation = Evaluation(run_id=run_id, harness_id=harness.id, checkpoint_id=checkpoint.id,
-                            split=split, k=k, n_tasks=len(tasks), phase_id=phase_id)  # fmt: skip
+def _create(
+    s: Session,
+    run_id: int,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    split: str,
+    k: int,
+    tasks: list[Task],
+    phase_id: int | None,
+) -> Evaluation:
+    evaluation = Evaluation(
+        run_id=run_id,
+        harness_id=harness.id,
+        checkpoint_id=checkpoint.id,
+        split=split,
+        k=k,
+        n_tasks=len(tasks),
+        phase_id=phase_id,
+    )
     s.add(evaluation)
     s.flush()
     rollouts = [
-        Rollout(run_id=run_id, evaluation_id=evaluation.id, harness_id=harness.id,
-                checkpoint_id=checkpoint.id, task_id=t.id, sample=i, task=t.public, gold=t.gold)
-        for t in tasks for i in range(k)
-    ]  # fmt: skip
+        Rollout(
+            run_id=run_id,
+            evaluation_id=evaluation.id,
+            harness_id=harness.id,
+            checkpoint_id=checkpoint.id,
+            task_id=t.id,
+            sample=i,
+            task=t.public,
+            gold=t.gold,
+        )
+        for t in tasks
+        for i in range(k)
+    ]
     s.add_all(rollouts)
     return evaluation
 
@@ -161,8 +238,11 @@ def _create(s: Session, run_id: int, harness: Harness, checkpoint: Checkpoint, s
 # are the keys given), no ORM load or synchronisation - half the cost (~0.5 ms against ~1 ms).
 _ROLLOUT, _EVALUATION = Rollout.__table__, Evaluation.__table__
 _FINISH_ROLLOUT = _ROLLOUT.update().where(_ROLLOUT.c.id == bindparam("rollout_id"))
-_COUNT_DONE = (_EVALUATION.update().where(_EVALUATION.c.id == bindparam("evaluation_id"))
-               .values(n_done=_EVALUATION.c.n_done + 1))  # fmt: skip
+_COUNT_DONE = (
+    _EVALUATION.update()
+    .where(_EVALUATION.c.id == bindparam("evaluation_id"))
+    .values(n_done=_EVALUATION.c.n_done + 1)
+)
 
 
 def _record_result(s: Session, rollout: Rollout, values: dict) -> None:
@@ -174,9 +254,11 @@ def _record_result(s: Session, rollout: Rollout, values: dict) -> None:
 def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
     """The rollouts still to run. Steps an interrupted attempt left on them are dropped: that
     attempt never finished, so the rollout runs again from the start."""
-    pending = s.exec(select(Rollout).where(Rollout.evaluation_id == evaluation_id,
-                                           Rollout.status == "pending")
-                     .order_by(Rollout.id)).all()  # fmt: skip
+    pending = s.exec(
+        select(Rollout)
+        .where(Rollout.evaluation_id == evaluation_id, Rollout.status == "pending")
+        .order_by(Rollout.id)
+    ).all()
     ids = [r.id for r in pending]
     if ids:
         s.exec(delete(Step).where(col(Step.rollout_id).in_(ids)))
@@ -186,10 +268,13 @@ def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
 def _finish(s: Session, evaluation_id: int) -> Evaluation:
     evaluation = s.get(Evaluation, evaluation_id)
     n, reward, turns, tokens = s.exec(
-        select(func.count(), func.sum(Rollout.reward), func.sum(Rollout.turns),
-               func.sum(Rollout.prompt_tokens + Rollout.completion_tokens))
-        .where(Rollout.evaluation_id == evaluation_id)
-    ).one()  # fmt: skip
+        select(
+            func.count(),
+            func.sum(Rollout.reward),
+            func.sum(Rollout.turns),
+            func.sum(Rollout.prompt_tokens + Rollout.completion_tokens),
+        ).where(Rollout.evaluation_id == evaluation_id)
+    ).one()
     # Every task has k samples, so mean@k (mean over tasks of the mean over samples) is the
     # plain mean of all rewards.
     evaluation.mean_at_k = (reward or 0.0) / n if n else 0.0

@@ -6,6 +6,7 @@ default: the whole filesystem read-only, the store hidden, only the workspace wr
 runtime folder are hidden from it). The command's output is kept in
 `agent-logs/` up to a cap; an agent that hangs is killed with its whole process group.
 """
+
 import asyncio
 import json
 import os
@@ -25,8 +26,13 @@ TAIL = 4000
 class AgentProposer:
     name = "agent"
 
-    def __init__(self, cfg: AgentProposerConfig, archive_dir: Path, max_code_bytes: int,
-                 hidden: list[Path] = ()):  # fmt: skip
+    def __init__(
+        self,
+        cfg: AgentProposerConfig,
+        archive_dir: Path,
+        max_code_bytes: int,
+        hidden: list[Path] = (),
+    ):
         self.cfg = cfg
         self.archive_dir = archive_dir
         self.max_code_bytes = max_code_bytes
@@ -39,14 +45,19 @@ class AgentProposer:
         await asyncio.to_thread(materialize, ctx, root)
         out = clear_candidates(root)
         before = {p for p in root.rglob("*.py")}
-        argv = [a.format(workspace=root, k=ctx.k, iteration=ctx.iteration) for a in self.cfg.command]
+        argv = [
+            a.format(workspace=root, k=ctx.k, iteration=ctx.iteration) for a in self.cfg.command
+        ]
         if shutil.which(argv[0]) is None:
             raise FileNotFoundError(f"agent command not found: {argv[0]}")
         log = root / "agent-logs" / f"iteration-{ctx.phase_id}-{ctx.iteration}.log"
         rc, tail = await self._run(self._wrap(argv, root), root, log)
         candidates, notes = collect(out, ctx.k, self.max_code_bytes, ctx.accepted.id)
-        strays = sorted(str(p.relative_to(root)) for p in set(root.rglob("*.py")) - before
-                        if out not in p.parents)  # fmt: skip
+        strays = sorted(
+            str(p.relative_to(root))
+            for p in set(root.rglob("*.py")) - before
+            if out not in p.parents
+        )
         if strays:
             notes.append(f"ignored files outside candidates/: {', '.join(strays[:10])}")
         report_file = root / "reports" / f"iteration-{ctx.phase_id}-{ctx.iteration}.md"
@@ -56,8 +67,14 @@ class AgentProposer:
         error = None
         if rc != 0 and not candidates:
             error = f"the agent command exited with {rc}: {tail[-1000:]}"
-        return Proposal(candidates, usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0),
-                        usage.get("cost_usd"), report, error)  # fmt: skip
+        return Proposal(
+            candidates,
+            usage.get("prompt_tokens", 0),
+            usage.get("completion_tokens", 0),
+            usage.get("cost_usd"),
+            report,
+            error,
+        )
 
     def _wrap(self, argv: list[str], root: Path) -> list[str]:
         if self.cfg.isolation == "none":
@@ -67,8 +84,15 @@ class AgentProposer:
         wrapped = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for path in self.hidden:
             wrapped += ["--tmpfs", str(path)]
-        wrapped += ["--bind", str(root), str(root), "--unshare-all", "--die-with-parent",
-                    "--chdir", str(root)]  # fmt: skip
+        wrapped += [
+            "--bind",
+            str(root),
+            str(root),
+            "--unshare-all",
+            "--die-with-parent",
+            "--chdir",
+            str(root),
+        ]
         if self.cfg.network:
             wrapped.append("--share-net")
         return wrapped + ["--", *argv]
@@ -79,10 +103,14 @@ class AgentProposer:
             (root / ".tmp").mkdir(exist_ok=True)
             env["TMPDIR"] = str(root / ".tmp")
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=root, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            *argv,
+            cwd=root,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # one process group: a timeout kills the agent's children too
-        )  # fmt: skip
+        )
         tail = b""
         try:
             log_path.parent.mkdir(exist_ok=True)
@@ -120,11 +148,25 @@ def collect(out: Path, k: int, max_bytes: int, parent_id: int) -> tuple[list[Can
         parents = [p for p in meta.get("parents", []) if isinstance(p, int)] or [parent_id]
         fields = {key: str(meta.get(key, ""))[:2000] for key in ("hypothesis", "axis", "changes")}
         if path.is_symlink() or not path.is_file():
-            candidates.append(Candidate(name, None, parent_ids=parents, error="not a regular file "
-                                        "(symlinks are refused)", **fields))  # fmt: skip
+            candidates.append(
+                Candidate(
+                    name,
+                    None,
+                    parent_ids=parents,
+                    error="not a regular file (symlinks are refused)",
+                    **fields,
+                )
+            )
         elif path.stat().st_size > max_bytes:
-            candidates.append(Candidate(name, None, parent_ids=parents, **fields,
-                                        error=f"too large: {path.stat().st_size} bytes"))  # fmt: skip
+            candidates.append(
+                Candidate(
+                    name,
+                    None,
+                    parent_ids=parents,
+                    **fields,
+                    error=f"too large: {path.stat().st_size} bytes",
+                )
+            )
         else:
             code = path.read_text(errors="replace")
             candidates.append(Candidate(name, code, parent_ids=parents, **fields))

@@ -1,4 +1,5 @@
 """What a proposer returns: candidates (code plus notes) and what proposing them cost."""
+
 from dataclasses import dataclass, field
 
 

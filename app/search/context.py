@@ -1,10 +1,11 @@
 """What a proposer is given each iteration."""
+
 from dataclasses import dataclass, field
 
 from app.db.schema import Harness
 from app.domains import Domain
-from app.search.pareto import Score
 from app.rollout.evaluate import sha_of
+from app.search.pareto import Score
 
 
 @dataclass

@@ -7,6 +7,7 @@ the accepted harness with that knob set to each choice not tried yet in this run
 choices are all tried are skipped. Candidates are the accepted code with one assignment
 rewritten, so a diff shows exactly the knob that moved.
 """
+
 import ast
 
 from app.search.candidate import Candidate, Proposal
@@ -78,11 +79,17 @@ class KnobsProposer:
             return Proposal(report="every choice of every knob has been tried: exhausted")
         candidates = [
             Candidate(
-                name=f"{knob.lower()}-{choice}", code=code, axis=knob,
+                name=f"{knob.lower()}-{choice}",
+                code=code,
+                axis=knob,
                 hypothesis=f"{knob} = {choice!r} scores better than {values.get(knob)!r}",
-                changes=f"{knob}: {values.get(knob)!r} -> {choice!r}", parent_ids=[accepted.id],
-            )  # fmt: skip
+                changes=f"{knob}: {values.get(knob)!r} -> {choice!r}",
+                parent_ids=[accepted.id],
+            )
             for choice, code in fresh[: ctx.k]
         ]
-        return Proposal(candidates, report=f"coordinate {knob}: {len(candidates)} of "
-                        f"{len(params[knob]) - 1} alternatives proposed")  # fmt: skip
+        return Proposal(
+            candidates,
+            report=f"coordinate {knob}: {len(candidates)} of "
+            f"{len(params[knob]) - 1} alternatives proposed",
+        )

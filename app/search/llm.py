@@ -4,6 +4,7 @@ It is shown the accepted harness, the frontier, the earlier candidates of the ph
 failing and passing traces of the accepted harness flattened to text; it replies with K
 candidates in a fixed markdown shape, which `parse_candidates` reads leniently.
 """
+
 import os
 import re
 
@@ -30,8 +31,9 @@ Changes: <what changed>
 
 _HEADER = re.compile(r"^#{1,4}\s*candidate\b[^\n]*$", re.IGNORECASE | re.MULTILINE)
 _FENCE = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_FIELD = re.compile(r"^\W*(hypothesis|axis|changes|what changed|name)\W*:[\s*_]*(.+)$",
-                    re.IGNORECASE | re.MULTILINE)  # fmt: skip
+_FIELD = re.compile(
+    r"^\W*(hypothesis|axis|changes|what changed|name)\W*:[\s*_]*(.+)$", re.IGNORECASE | re.MULTILINE
+)
 
 
 def parse_candidates(text: str, parent_id: int) -> list[Candidate]:
@@ -49,16 +51,23 @@ def parse_candidates(text: str, parent_id: int) -> list[Candidate]:
 def _candidate(section: str, index: int, parent_id: int) -> Candidate:
     fields = {k.lower(): v.strip() for k, v in _FIELD.findall(section)}
     header = _HEADER.match(section.lstrip())
-    name = fields.get("name") or (header.group(0).split(":", 1)[-1].strip(" #*`") if header
-                                  and ":" in header.group(0) else "")  # fmt: skip
+    name = fields.get("name") or (
+        header.group(0).split(":", 1)[-1].strip(" #*`") if header and ":" in header.group(0) else ""
+    )
     name = re.sub(r"[^\w.-]+", "-", name).strip("-")[:60] or f"candidate-{index}"
-    blocks = [code for lang, code in _FENCE.findall(section) if lang.lower() in ("", "python", "py")]
+    blocks = [
+        code for lang, code in _FENCE.findall(section) if lang.lower() in ("", "python", "py")
+    ]
     code = max(blocks, key=lambda c: ("def run" in c, len(c)), default=None)
     return Candidate(
-        name=name, code=code, hypothesis=fields.get("hypothesis", ""),
-        axis=fields.get("axis", ""), changes=fields.get("changes") or fields.get("what changed", ""),
-        parent_ids=[parent_id], error=None if code else "no code block in the reply",
-    )  # fmt: skip
+        name=name,
+        code=code,
+        hypothesis=fields.get("hypothesis", ""),
+        axis=fields.get("axis", ""),
+        changes=fields.get("changes") or fields.get("what changed", ""),
+        parent_ids=[parent_id],
+        error=None if code else "no code block in the reply",
+    )
 
 
 class LLMProposer:
@@ -77,12 +86,18 @@ class LLMProposer:
 
     async def propose(self, ctx: SearchContext) -> Proposal:
         endpoint, model, owned = self._endpoint(ctx)
-        messages = [{"role": "system", "content": "You improve agent harnesses by reading their "
-                     f"traces.\n\n{CONTRACT}\n\nRules:\n{RULES}"},
-                    {"role": "user", "content": self.prompt(ctx)}]  # fmt: skip
+        messages = [
+            {
+                "role": "system",
+                "content": "You improve agent harnesses by reading their "
+                f"traces.\n\n{CONTRACT}\n\nRules:\n{RULES}",
+            },
+            {"role": "user", "content": self.prompt(ctx)},
+        ]
         try:
-            reply = await endpoint.chat(model, messages, temperature=self.cfg.temperature,
-                                        max_tokens=self.cfg.max_tokens)  # fmt: skip
+            reply = await endpoint.chat(
+                model, messages, temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens
+            )
         except BackendError as exc:
             raise RuntimeError(f"the proposer endpoint {endpoint.base_url} failed: {exc}") from None
         finally:
@@ -93,23 +108,39 @@ class LLMProposer:
         p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         cost = None
         if self.cfg.price_in_per_mtok is not None or self.cfg.price_out_per_mtok is not None:
-            cost = (p * (self.cfg.price_in_per_mtok or 0) + c * (self.cfg.price_out_per_mtok or 0)) / 1e6
-        return Proposal(parse_candidates(text, ctx.accepted.id), p, c, cost,
-                        report=f"{model}: {len(text)} characters")  # fmt: skip
+            cost = (
+                p * (self.cfg.price_in_per_mtok or 0) + c * (self.cfg.price_out_per_mtok or 0)
+            ) / 1e6
+        return Proposal(
+            parse_candidates(text, ctx.accepted.id),
+            p,
+            c,
+            cost,
+            report=f"{model}: {len(text)} characters",
+        )
 
     def prompt(self, ctx: SearchContext) -> str:
         with ctx.workbench.session() as s:
             harnesses = {h.id: h for h in s.exec(_phase_harnesses(ctx))}
-            shown = list(traces.examples(s, ctx.accepted.id, ctx.checkpoint_id,
-                                         self.cfg.failures, self.cfg.successes))  # fmt: skip
+            shown = list(
+                traces.examples(
+                    s, ctx.accepted.id, ctx.checkpoint_id, self.cfg.failures, self.cfg.successes
+                )
+            )
         rows = []
         for h in harnesses.values():
             score = ctx.scores.get(h.id)
-            result = (f"success {score.success:.3f}, turns {score.turns:.2f}" if score
-                      else ("invalid: " + (h.error or "")[:200] if not h.valid else "not scored"))  # fmt: skip
-            rows.append(f"- #{h.id} {h.name} (iteration {h.iteration or 0}): {result}."
-                        f" {h.hypothesis or ''}")  # fmt: skip
-        front = ", ".join(f"#{p.harness_id} ({p.success:.3f}, {p.turns:.2f} turns)" for p in ctx.frontier)
+            result = (
+                f"success {score.success:.3f}, turns {score.turns:.2f}"
+                if score
+                else ("invalid: " + (h.error or "")[:200] if not h.valid else "not scored")
+            )
+            rows.append(
+                f"- #{h.id} {h.name} (iteration {h.iteration or 0}): {result}. {h.hypothesis or ''}"
+            )
+        front = ", ".join(
+            f"#{p.harness_id} ({p.success:.3f}, {p.turns:.2f} turns)" for p in ctx.frontier
+        )
         tools = ", ".join([*ctx.domain.tools, *getattr(ctx.domain, "sandbox_tools", {})]) or "none"
         parts = [
             f"Domain: {ctx.domain.name}. Tools: {tools}. Forbidden modules: "
@@ -125,8 +156,11 @@ class LLMProposer:
 
 
 def _phase_harnesses(ctx: SearchContext):
-    return select(Harness).where(or_(Harness.phase_id == ctx.phase_id,
-                                     Harness.id == ctx.incoming.id)).order_by(Harness.id)  # fmt: skip
+    return (
+        select(Harness)
+        .where(or_(Harness.phase_id == ctx.phase_id, Harness.id == ctx.incoming.id))
+        .order_by(Harness.id)
+    )
 
 
 def _served_name(ctx: SearchContext) -> str:

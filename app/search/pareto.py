@@ -1,4 +1,5 @@
 """Selection over (success rate up, mean turns down), as in Meta-Harness."""
+
 from dataclasses import dataclass
 
 
@@ -9,8 +10,11 @@ class Score:
     turns: float  # mean model calls per rollout
 
     def dominates(self, other: "Score") -> bool:
-        return (self.success >= other.success and self.turns <= other.turns
-                and (self.success > other.success or self.turns < other.turns))  # fmt: skip
+        return (
+            self.success >= other.success
+            and self.turns <= other.turns
+            and (self.success > other.success or self.turns < other.turns)
+        )
 
 
 def frontier(scores: list[Score]) -> list[Score]:

@@ -10,6 +10,7 @@ Everything lives in the database as it happens, so a phase interrupted by a cras
 it was: finished iterations are not run again, the candidates of an interrupted iteration are
 not proposed again, and recorded rollouts are kept (only the missing ones run).
 """
+
 import asyncio
 import logging
 import time
@@ -19,8 +20,17 @@ from sqlalchemy import func
 from sqlmodel import select
 
 from app.config import SearchConfig
-from app.db.schema import (Checkpoint, Evaluation, Event, Harness, Metric, Phase, Rollout,
-                           SearchIteration, now)  # fmt: skip
+from app.db.schema import (
+    Checkpoint,
+    Evaluation,
+    Event,
+    Harness,
+    Metric,
+    Phase,
+    Rollout,
+    SearchIteration,
+    now,
+)
 from app.domains import Domain
 from app.rollout.evaluate import sha_of
 from app.rollout.usage import spent
@@ -36,19 +46,28 @@ Progress = Callable[[str, dict], None]
 EndCheck = Callable[[list[SearchIteration]], Awaitable[str | None]]
 
 
-async def harness_phase(workbench, phase: Phase, incoming: Harness, checkpoint: Checkpoint,
-                        domain: Domain, cfg: SearchConfig, proposer,
-                        progress: Progress | None = None,
-                        end_check: EndCheck | None = None) -> Phase:  # fmt: skip
+async def harness_phase(
+    workbench,
+    phase: Phase,
+    incoming: Harness,
+    checkpoint: Checkpoint,
+    domain: Domain,
+    cfg: SearchConfig,
+    proposer,
+    progress: Progress | None = None,
+    end_check: EndCheck | None = None,
+) -> Phase:
     """Run (or resume) the phase to its end; returns the finished Phase (harness_out_id is the
     accepted harness)."""
-    return await _Search(workbench, phase, incoming, checkpoint, domain, cfg, proposer,
-                         progress, end_check).run()  # fmt: skip
+    return await _Search(
+        workbench, phase, incoming, checkpoint, domain, cfg, proposer, progress, end_check
+    ).run()
 
 
 class _Search:
-    def __init__(self, workbench, phase, incoming, checkpoint, domain, cfg, proposer, progress,
-                 end_check):  # fmt: skip
+    def __init__(
+        self, workbench, phase, incoming, checkpoint, domain, cfg, proposer, progress, end_check
+    ):
         self.wb = workbench
         self.phase = phase
         self.incoming = incoming
@@ -65,27 +84,50 @@ class _Search:
         with self.wb.session() as s:
             rows = s.exec(select(Harness).where(Harness.phase_id == self.phase.id)).all()
             self.harnesses = {self.incoming.id: self.incoming, **{h.id: h for h in rows}}
-            self.iterations = list(s.exec(
-                select(SearchIteration).where(SearchIteration.phase_id == self.phase.id)
-                .order_by(SearchIteration.iteration)))  # fmt: skip
-            done = s.exec(select(Evaluation).where(
-                Evaluation.phase_id == self.phase.id, Evaluation.split == "harness",
-                Evaluation.checkpoint_id == self.checkpoint.id, Evaluation.status == "done"))  # fmt: skip
-            self.scores = {e.harness_id: Score(e.harness_id, e.mean_at_k, e.mean_turns) for e in done}
+            self.iterations = list(
+                s.exec(
+                    select(SearchIteration)
+                    .where(SearchIteration.phase_id == self.phase.id)
+                    .order_by(SearchIteration.iteration)
+                )
+            )
+            done = s.exec(
+                select(Evaluation).where(
+                    Evaluation.phase_id == self.phase.id,
+                    Evaluation.split == "harness",
+                    Evaluation.checkpoint_id == self.checkpoint.id,
+                    Evaluation.status == "done",
+                )
+            )
+            self.scores = {
+                e.harness_id: Score(e.harness_id, e.mean_at_k, e.mean_turns) for e in done
+            }
 
     async def run(self) -> Phase:
         self._load()
         started = time.monotonic()
         await self._score(self.incoming)  # found, not rerun, when iteration 0 is behind us
         if not any(i.iteration == 0 for i in self.iterations):
-            await self._finish_iteration(SearchIteration(
-                run_id=self.phase.run_id, phase_id=self.phase.id, iteration=0,
-                proposer="incoming", n_candidates=1, n_valid=1), started)  # fmt: skip
+            await self._finish_iteration(
+                SearchIteration(
+                    run_id=self.phase.run_id,
+                    phase_id=self.phase.id,
+                    iteration=0,
+                    proposer="incoming",
+                    n_candidates=1,
+                    n_valid=1,
+                ),
+                started,
+            )
         reason = "fixed"
         first = max(i.iteration for i in self.iterations if i.status != "running") + 1
         for iteration in range(first, self.cfg.iterations + 1):
             interrupted = next((i for i in self.iterations if i.iteration == iteration), None)
-            why = None if interrupted else (await self.end_check(self.iterations) if self.end_check else None)
+            why = (
+                None
+                if interrupted
+                else (await self.end_check(self.iterations) if self.end_check else None)
+            )
             if why:
                 reason = why
                 break
@@ -96,9 +138,15 @@ class _Search:
             if record.status == "done" and record.n_candidates == 0:
                 reason = "exhausted"  # the proposer has nothing left to try
                 break
-        return await self.wb.writer.run(lambda s: end_phase(
-            s, self.phase.id, reason, harness_out_id=self._accepted().harness_id,
-            checkpoint_out_id=self.checkpoint.id))  # fmt: skip
+        return await self.wb.writer.run(
+            lambda s: end_phase(
+                s,
+                self.phase.id,
+                reason,
+                harness_out_id=self._accepted().harness_id,
+                checkpoint_out_id=self.checkpoint.id,
+            )
+        )
 
     def _accepted(self) -> Score:
         return accept(self.scores[self.incoming.id], list(self.scores.values()))
@@ -106,46 +154,68 @@ class _Search:
     async def _iterate(self, iteration: int, record: SearchIteration | None) -> SearchIteration:
         started = time.monotonic()
         if record is None:  # propose and store the candidates with their iteration, at once
-            self.say("phase", {"what": f"harness iteration {iteration}/{self.cfg.iterations}: "
-                               f"{self.proposer.name} proposes {self.cfg.candidates}"})  # fmt: skip
+            self.say(
+                "phase",
+                {
+                    "what": f"harness iteration {iteration}/{self.cfg.iterations}: "
+                    f"{self.proposer.name} proposes {self.cfg.candidates}"
+                },
+            )
             proposal = await self._propose(iteration)
             record = await self._store(proposal, iteration, time.monotonic() - started)
-        candidates = [h for h in self.harnesses.values()
-                      if h.phase_id == self.phase.id and h.iteration == iteration]  # fmt: skip
+        candidates = [
+            h
+            for h in self.harnesses.values()
+            if h.phase_id == self.phase.id and h.iteration == iteration
+        ]
         valid = [h for h in candidates if h.valid]
         if self.cfg.smoke and valid:
             self.say("phase", {"what": f"smoke-testing {len(valid)} candidates"})
             # One at a time: a candidate that spins the CPU must not time out its siblings.
             valid = [h for h in valid if await self._smoke(h)]
         if valid:
-            self.say("phase", {"what": f"evaluating {len(valid)} candidates on "
-                               f"{len(self.tasks)} harness tasks"})  # fmt: skip
+            self.say(
+                "phase",
+                {"what": f"evaluating {len(valid)} candidates on {len(self.tasks)} harness tasks"},
+            )
             await asyncio.gather(*(self._score(h) for h in valid))
         record.n_candidates, record.n_valid = len(candidates), len(valid)
         return await self._finish_iteration(record, started)
 
     async def _propose(self, iteration: int) -> Proposal:
         ctx = SearchContext(
-            workbench=self.wb, run_id=self.phase.run_id, phase_id=self.phase.id,
-            round=self.phase.round, iteration=iteration, k=self.cfg.candidates,
-            domain=self.domain, checkpoint_id=self.checkpoint.id,
-            accepted=self.harnesses[self._accepted().harness_id], incoming=self.incoming,
-            scores=dict(self.scores), frontier=frontier(list(self.scores.values())),
-            shas=self._run_column(Harness.sha), proposals_before=self._proposals_before(),
-        )  # fmt: skip
+            workbench=self.wb,
+            run_id=self.phase.run_id,
+            phase_id=self.phase.id,
+            round=self.phase.round,
+            iteration=iteration,
+            k=self.cfg.candidates,
+            domain=self.domain,
+            checkpoint_id=self.checkpoint.id,
+            accepted=self.harnesses[self._accepted().harness_id],
+            incoming=self.incoming,
+            scores=dict(self.scores),
+            frontier=frontier(list(self.scores.values())),
+            shas=self._run_column(Harness.sha),
+            proposals_before=self._proposals_before(),
+        )
         try:
             return await asyncio.wait_for(self.proposer.propose(ctx), self.cfg.proposer_timeout_s)
-        except asyncio.TimeoutError:
-            return Proposal(error=f"the proposer did not finish within "
-                            f"{self.cfg.proposer_timeout_s:g} s")  # fmt: skip
+        except TimeoutError:
+            return Proposal(
+                error=f"the proposer did not finish within {self.cfg.proposer_timeout_s:g} s"
+            )
         except Exception as exc:  # noqa: BLE001 - a proposer failure is data, not a crash
             log.exception("proposer %s failed", self.proposer.name)
             return Proposal(error=f"{type(exc).__name__}: {exc}")
 
     def _proposals_before(self) -> int:
         with self.wb.session() as s:
-            return s.exec(select(func.count()).select_from(SearchIteration).where(
-                SearchIteration.run_id == self.phase.run_id, SearchIteration.iteration > 0)).one()  # fmt: skip
+            return s.exec(
+                select(func.count())
+                .select_from(SearchIteration)
+                .where(SearchIteration.run_id == self.phase.run_id, SearchIteration.iteration > 0)
+            ).one()
 
     def _run_column(self, column) -> set:
         with self.wb.session() as s:
@@ -161,67 +231,111 @@ class _Search:
             rows.append(self._candidate_row(candidate, iteration, run_ids, shas))
             shas.setdefault(rows[-1].sha, rows[-1])
         record = SearchIteration(
-            run_id=self.phase.run_id, phase_id=self.phase.id, iteration=iteration,
-            proposer=self.proposer.name, status="running", error=proposal.error,
-            prompt_tokens=proposal.prompt_tokens, completion_tokens=proposal.completion_tokens,
-            cost_usd=proposal.cost_usd, proposer_wall_s=wall_s, report=proposal.report or None,
-        )  # fmt: skip
+            run_id=self.phase.run_id,
+            phase_id=self.phase.id,
+            iteration=iteration,
+            proposer=self.proposer.name,
+            status="running",
+            error=proposal.error,
+            prompt_tokens=proposal.prompt_tokens,
+            completion_tokens=proposal.completion_tokens,
+            cost_usd=proposal.cost_usd,
+            proposer_wall_s=wall_s,
+            report=proposal.report or None,
+        )
         record = await self.wb.writer.insert(record, *rows)
         self.harnesses.update({h.id: h for h in rows})
         self.iterations.append(record)
         return record
 
-    def _candidate_row(self, candidate: Candidate, iteration: int, run_ids: set[int],
-                       shas: dict[str, Harness]) -> Harness:  # fmt: skip
-        error = candidate.error or static_error(candidate.code, self.domain.forbidden_modules,
-                                                self.cfg.max_code_bytes)  # fmt: skip
+    def _candidate_row(
+        self, candidate: Candidate, iteration: int, run_ids: set[int], shas: dict[str, Harness]
+    ) -> Harness:
+        error = candidate.error or static_error(
+            candidate.code, self.domain.forbidden_modules, self.cfg.max_code_bytes
+        )
         code = (candidate.code or "")[: self.cfg.max_code_bytes]
         twin = shas.get(sha_of(code))
         if error is None and twin is not None:
             error = f"duplicate of harness #{twin.id} ({twin.name})" if twin.id else "duplicate"
         parents = [p for p in candidate.parent_ids if p in run_ids] or [self._accepted().harness_id]
         return Harness(
-            run_id=self.phase.run_id, parent_id=parents[0], parent_ids=parents,
-            name=candidate.name[:120] or f"candidate-{iteration}", code=code, sha=sha_of(code),
-            hypothesis=candidate.hypothesis or None, proposer=self.proposer.name,
-            valid=error is None, error=error, phase_id=self.phase.id, iteration=iteration,
-            axis=candidate.axis or None, changes=candidate.changes or None,
-        )  # fmt: skip
+            run_id=self.phase.run_id,
+            parent_id=parents[0],
+            parent_ids=parents,
+            name=candidate.name[:120] or f"candidate-{iteration}",
+            code=code,
+            sha=sha_of(code),
+            hypothesis=candidate.hypothesis or None,
+            proposer=self.proposer.name,
+            valid=error is None,
+            error=error,
+            phase_id=self.phase.id,
+            iteration=iteration,
+            axis=candidate.axis or None,
+            changes=candidate.changes or None,
+        )
 
-    async def _evaluation(self, harness: Harness, split: str, k: int, tasks,
-                          wall_s: float | None = None) -> Evaluation:  # fmt: skip
+    async def _evaluation(
+        self, harness: Harness, split: str, k: int, tasks, wall_s: float | None = None
+    ) -> Evaluation:
         """The phase's evaluation of a harness on a split: the finished one, the interrupted one
         completed, or a new one."""
         evaluator = self.wb.evaluator()
-        same = (Evaluation.harness_id == harness.id, Evaluation.checkpoint_id == self.checkpoint.id,
-                Evaluation.split == split)  # fmt: skip
+        same = (
+            Evaluation.harness_id == harness.id,
+            Evaluation.checkpoint_id == self.checkpoint.id,
+            Evaluation.split == split,
+        )
         with self.wb.session() as s:
-            evaluation = s.exec(select(Evaluation).where(Evaluation.phase_id == self.phase.id,
-                                                         *same)).first()  # fmt: skip
+            evaluation = s.exec(
+                select(Evaluation).where(Evaluation.phase_id == self.phase.id, *same)
+            ).first()
             if evaluation is None:  # scored the same way by an earlier phase: no need to redo it
-                evaluation = s.exec(select(Evaluation).where(
-                    Evaluation.run_id == self.phase.run_id, *same, Evaluation.status == "done",
-                    Evaluation.k == k, Evaluation.n_tasks == len(tasks))).first()  # fmt: skip
+                evaluation = s.exec(
+                    select(Evaluation).where(
+                        Evaluation.run_id == self.phase.run_id,
+                        *same,
+                        Evaluation.status == "done",
+                        Evaluation.k == k,
+                        Evaluation.n_tasks == len(tasks),
+                    )
+                ).first()
         if evaluation is None:
-            evaluation = await evaluator.create(self.phase.run_id, harness, self.checkpoint,
-                                                self.domain, split, k, tasks=tasks,
-                                                phase_id=self.phase.id)  # fmt: skip
+            evaluation = await evaluator.create(
+                self.phase.run_id,
+                harness,
+                self.checkpoint,
+                self.domain,
+                split,
+                k,
+                tasks=tasks,
+                phase_id=self.phase.id,
+            )
         elif evaluation.status == "done":
             return evaluation
-        return await evaluator.complete(evaluation, harness, self.checkpoint, self.domain,
-                                        lambda r: self.say("rollout", {"rollout": r}), wall_s)  # fmt: skip
+        return await evaluator.complete(
+            evaluation,
+            harness,
+            self.checkpoint,
+            self.domain,
+            lambda r: self.say("rollout", {"rollout": r}),
+            wall_s,
+        )
 
     async def _smoke(self, harness: Harness) -> bool:
         """One rollout in the sandbox: a crash, a timeout or a refused import invalidates."""
-        evaluation = await self._evaluation(harness, "smoke", 1, self.tasks[:1],
-                                            self.cfg.smoke_timeout_s)  # fmt: skip
+        evaluation = await self._evaluation(
+            harness, "smoke", 1, self.tasks[:1], self.cfg.smoke_timeout_s
+        )
         with self.wb.session() as s:
             rollout = s.exec(select(Rollout).where(Rollout.evaluation_id == evaluation.id)).one()
         if rollout.status in ("pass", "fail"):
             return True
         error = f"smoke rollout #{rollout.id}: {rollout.reason}: {(rollout.error or '')[-500:]}"
         self.harnesses[harness.id] = await self.wb.writer.run(
-            lambda s: _invalidate(s, harness.id, error))  # fmt: skip
+            lambda s: _invalidate(s, harness.id, error)
+        )
         return False
 
     async def _score(self, harness: Harness) -> Score:
@@ -244,8 +358,15 @@ class _Search:
         def write(s):
             rollouts = phase_rollouts(s, phase_id)
             s.get(Phase, phase_id).rollouts = rollouts
-            s.add(Metric(run_id=run_id, series="harness/best_success", x=record.iteration,
-                         rollouts=rollouts, y=record.best_success))  # fmt: skip
+            s.add(
+                Metric(
+                    run_id=run_id,
+                    series="harness/best_success",
+                    x=record.iteration,
+                    rollouts=rollouts,
+                    y=record.best_success,
+                )
+            )
             return s.merge(record)
 
         record = await self.wb.writer.run(write)
@@ -273,13 +394,29 @@ def end_phase(s, phase_id: int, reason: str, **outs) -> Phase:
     phase.status, phase.ended_reason = "done", reason
     phase.finished_at = phase.finished_at or now()
     phase.rollouts = phase_rollouts(s, phase_id)
-    s.add(Event(run_id=phase.run_id, kind="phase_end", detail={
-        "phase_id": phase_id, "kind": phase.kind, "round": phase.round, "reason": reason}))
+    s.add(
+        Event(
+            run_id=phase.run_id,
+            kind="phase_end",
+            detail={
+                "phase_id": phase_id,
+                "kind": phase.kind,
+                "round": phase.round,
+                "reason": reason,
+            },
+        )
+    )
     return phase
 
 
-async def search_file(workbench, harness_path, domain_name: str, cfg: SearchConfig,
-                      progress: Progress | None = None, run_name: str | None = None) -> Phase:  # fmt: skip
+async def search_file(
+    workbench,
+    harness_path,
+    domain_name: str,
+    cfg: SearchConfig,
+    progress: Progress | None = None,
+    run_name: str | None = None,
+) -> Phase:
     """One harness phase from a harness file, as a new run of kind "search" (`whale search`)."""
     from app.domains import get_domain
     from app.search.proposers import make_proposer
@@ -288,15 +425,26 @@ async def search_file(workbench, harness_path, domain_name: str, cfg: SearchConf
     domain = get_domain(domain_name)
     proposer = make_proposer(cfg, workbench)
     run, harness, checkpoint = await workbench.start_run(
-        run_name or f"search {harness_path.name}", "search", domain_name, read_harness(harness_path),
+        run_name or f"search {harness_path.name}",
+        "search",
+        domain_name,
+        read_harness(harness_path),
         {"harness": str(harness_path), "search": cfg.model_dump()},
-    )  # fmt: skip
-    phase = await workbench.writer.insert(Phase(
-        run_id=run.id, kind="harness", round=1, harness_in_id=harness.id,
-        checkpoint_in_id=checkpoint.id, checkpoint_out_id=checkpoint.id))  # fmt: skip
+    )
+    phase = await workbench.writer.insert(
+        Phase(
+            run_id=run.id,
+            kind="harness",
+            round=1,
+            harness_in_id=harness.id,
+            checkpoint_in_id=checkpoint.id,
+            checkpoint_out_id=checkpoint.id,
+        )
+    )
     try:
-        phase = await harness_phase(workbench, phase, harness, checkpoint, domain, cfg, proposer,
-                                    progress)  # fmt: skip
+        phase = await harness_phase(
+            workbench, phase, harness, checkpoint, domain, cfg, proposer, progress
+        )
     except BaseException:
         await workbench.finish_run(run.id, "failed")
         raise

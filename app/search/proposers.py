@@ -1,5 +1,6 @@
 """The proposer a search config asks for. Every proposer has `name` and
 `async propose(ctx: SearchContext) -> Proposal`."""
+
 from app.config import SearchConfig
 from app.search.agent import AgentProposer
 from app.search.knobs import KnobsProposer

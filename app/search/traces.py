@@ -3,6 +3,7 @@
 Meta-Harness's point is that proposers do better when they can read raw traces, not only
 scores. Only non-test splits are ever handed out: the test split stays unseen by proposers.
 """
+
 import json
 from collections.abc import Iterator
 
@@ -14,12 +15,23 @@ from app.gateway.requests import expand_steps
 PROPOSER_SPLITS = ("harness", "smoke", "train")  # never "test"
 
 
-def rollouts_of(s: Session, harness_id: int, checkpoint_id: int | None = None,
-                status: tuple[str, ...] | None = None, limit: int | None = None) -> list[Rollout]:  # fmt: skip
-    query = (select(Rollout).join(Evaluation, Evaluation.id == Rollout.evaluation_id)
-             .where(Rollout.harness_id == harness_id, col(Evaluation.split).in_(PROPOSER_SPLITS),
-                    Rollout.status != "pending")
-             .order_by(Rollout.id))  # fmt: skip
+def rollouts_of(
+    s: Session,
+    harness_id: int,
+    checkpoint_id: int | None = None,
+    status: tuple[str, ...] | None = None,
+    limit: int | None = None,
+) -> list[Rollout]:
+    query = (
+        select(Rollout)
+        .join(Evaluation, Evaluation.id == Rollout.evaluation_id)
+        .where(
+            Rollout.harness_id == harness_id,
+            col(Evaluation.split).in_(PROPOSER_SPLITS),
+            Rollout.status != "pending",
+        )
+        .order_by(Rollout.id)
+    )
     if checkpoint_id is not None:
         query = query.where(Rollout.checkpoint_id == checkpoint_id)
     if status:
@@ -30,8 +42,11 @@ def rollouts_of(s: Session, harness_id: int, checkpoint_id: int | None = None,
 def steps_of(s: Session, rollout_ids: list[int]) -> dict[int, list[Step]]:
     steps: dict[int, list[Step]] = {rid: [] for rid in rollout_ids}
     if rollout_ids:
-        query = (select(Step).where(col(Step.rollout_id).in_(rollout_ids))
-                 .order_by(Step.rollout_id, Step.idx))  # fmt: skip
+        query = (
+            select(Step)
+            .where(col(Step.rollout_id).in_(rollout_ids))
+            .order_by(Step.rollout_id, Step.idx)
+        )
         for step in s.exec(query):
             steps[step.rollout_id].append(step)
     return steps
@@ -40,22 +55,43 @@ def steps_of(s: Session, rollout_ids: list[int]) -> dict[int, list[Step]]:
 def record(rollout: Rollout, steps: list[Step]) -> dict:
     """One rollout with every step, as one JSON-able record (a line of traces.jsonl)."""
     return {
-        "rollout_id": rollout.id, "task_id": rollout.task_id, "sample": rollout.sample,
-        "task": rollout.task, "gold": rollout.gold, "answer": rollout.answer,
-        "reward": rollout.reward, "status": rollout.status, "reason": rollout.reason,
-        "error": rollout.error, "turns": rollout.turns, "checkpoint_id": rollout.checkpoint_id,
-        "stdout_tail": rollout.stdout_tail, "stderr_tail": rollout.stderr_tail,
-        "steps": expand_steps([{"idx": st.idx, "kind": st.kind, "tool": st.tool,
-                                "request": st.request, "response": st.response,
-                                "error": st.error} for st in steps]),  # fmt: skip
-    }  # fmt: skip
+        "rollout_id": rollout.id,
+        "task_id": rollout.task_id,
+        "sample": rollout.sample,
+        "task": rollout.task,
+        "gold": rollout.gold,
+        "answer": rollout.answer,
+        "reward": rollout.reward,
+        "status": rollout.status,
+        "reason": rollout.reason,
+        "error": rollout.error,
+        "turns": rollout.turns,
+        "checkpoint_id": rollout.checkpoint_id,
+        "stdout_tail": rollout.stdout_tail,
+        "stderr_tail": rollout.stderr_tail,
+        "steps": expand_steps(
+            [
+                {
+                    "idx": st.idx,
+                    "kind": st.kind,
+                    "tool": st.tool,
+                    "request": st.request,
+                    "response": st.response,
+                    "error": st.error,
+                }
+                for st in steps
+            ]
+        ),
+    }
 
 
 def flatten(rec: dict, max_chars: int = 4000) -> str:
     """A trace as plain text: task, every call in order, answer vs gold."""
-    lines = [f"# rollout {rec['rollout_id']} task {rec['task_id']}: {rec['status']}"
-             f" (reward {rec['reward']}, {rec['turns']} model calls)",
-             f"task: {json.dumps(rec['task'], ensure_ascii=False)}"]  # fmt: skip
+    lines = [
+        f"# rollout {rec['rollout_id']} task {rec['task_id']}: {rec['status']}"
+        f" (reward {rec['reward']}, {rec['turns']} model calls)",
+        f"task: {json.dumps(rec['task'], ensure_ascii=False)}",
+    ]
     seen = 0  # messages already shown: a multi-turn harness resends the conversation
     for step in rec["steps"]:
         request, response = step["request"] or {}, step["response"] or {}
@@ -74,14 +110,20 @@ def flatten(rec: dict, max_chars: int = 4000) -> str:
         lines.append(f"[harness error: {rec['reason']}] {rec['error'][-800:]}")
     lines.append(f"answer: {rec['answer']!r}   gold: {rec['gold']!r}")
     text = "\n".join(lines)
-    return text if len(text) <= max_chars else text[: max_chars // 2] + "\n[...]\n" + text[-max_chars // 2 :]
+    return (
+        text
+        if len(text) <= max_chars
+        else text[: max_chars // 2] + "\n[...]\n" + text[-max_chars // 2 :]
+    )
 
 
-def examples(s: Session, harness_id: int, checkpoint_id: int, n_fail: int,
-             n_pass: int) -> Iterator[dict]:  # fmt: skip
+def examples(
+    s: Session, harness_id: int, checkpoint_id: int, n_fail: int, n_pass: int
+) -> Iterator[dict]:
     """A few failing then passing traces of a harness, as records."""
-    chosen = (rollouts_of(s, harness_id, checkpoint_id, ("fail", "error", "timeout"), n_fail)
-              + rollouts_of(s, harness_id, checkpoint_id, ("pass",), n_pass))  # fmt: skip
+    chosen = rollouts_of(
+        s, harness_id, checkpoint_id, ("fail", "error", "timeout"), n_fail
+    ) + rollouts_of(s, harness_id, checkpoint_id, ("pass",), n_pass)
     steps = steps_of(s, [r.id for r in chosen])
     for rollout in chosen:
         yield record(rollout, steps[rollout.id])

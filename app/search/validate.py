@@ -3,6 +3,7 @@
 The sandbox enforces forbidden imports at run time too; checking here gives the proposer a clear
 error without spending a rollout, and catches imports on code paths a smoke rollout never takes.
 """
+
 import ast
 
 

@@ -13,6 +13,7 @@
 
 Nothing from the test split is ever written here.
 """
+
 import csv
 import json
 import re
@@ -69,8 +70,9 @@ def materialize(ctx: SearchContext, root: Path) -> Path:
     for sub in ("harnesses", "reports", "candidates"):
         (root / sub).mkdir(exist_ok=True)
     with ctx.workbench.session() as s:
-        harnesses = s.exec(select(Harness).where(Harness.run_id == ctx.run_id)
-                           .order_by(Harness.id)).all()  # fmt: skip
+        harnesses = s.exec(
+            select(Harness).where(Harness.run_id == ctx.run_id).order_by(Harness.id)
+        ).all()
         scores = _scores(s, ctx.run_id)
         for harness in harnesses:
             _write_harness(s, root, harness, scores.get(harness.id, []))
@@ -82,22 +84,40 @@ def materialize(ctx: SearchContext, root: Path) -> Path:
     (root / "accepted.py").write_text(ctx.accepted.code)
     _write_summary(root / "summary.tsv", harnesses, ctx)
     (root / "frontier.json").write_text(json.dumps([vars(p) for p in ctx.frontier], indent=1))
-    (root / "SKILL.md").write_text(SKILL.format(
-        iteration=ctx.iteration, phase=ctx.phase_id, domain=ctx.domain.name, k=ctx.k,
-        contract=CONTRACT, rules=RULES, accepted_id=ctx.accepted.id))  # fmt: skip
+    (root / "SKILL.md").write_text(
+        SKILL.format(
+            iteration=ctx.iteration,
+            phase=ctx.phase_id,
+            domain=ctx.domain.name,
+            k=ctx.k,
+            contract=CONTRACT,
+            rules=RULES,
+            accepted_id=ctx.accepted.id,
+        )
+    )
     return root
 
 
 def _scores(s: Session, run_id: int) -> dict[int, list[dict]]:
     """Finished non-test evaluations of the run's harnesses, by harness."""
-    rows = s.exec(select(Evaluation).where(Evaluation.run_id == run_id,
-                                           Evaluation.split != "test",
-                                           Evaluation.status == "done")).all()  # fmt: skip
+    rows = s.exec(
+        select(Evaluation).where(
+            Evaluation.run_id == run_id, Evaluation.split != "test", Evaluation.status == "done"
+        )
+    ).all()
     scores: dict[int, list[dict]] = {}
     for e in rows:
-        scores.setdefault(e.harness_id, []).append({
-            "checkpoint_id": e.checkpoint_id, "split": e.split, "k": e.k, "n_tasks": e.n_tasks,
-            "success": e.mean_at_k, "mean_turns": e.mean_turns, "evaluation_id": e.id})  # fmt: skip
+        scores.setdefault(e.harness_id, []).append(
+            {
+                "checkpoint_id": e.checkpoint_id,
+                "split": e.split,
+                "k": e.k,
+                "n_tasks": e.n_tasks,
+                "success": e.mean_at_k,
+                "mean_turns": e.mean_turns,
+                "evaluation_id": e.id,
+            }
+        )
     return scores
 
 
@@ -105,16 +125,36 @@ def _write_harness(s: Session, root: Path, harness: Harness, scores: list[dict])
     folder = harness_dir(root, harness)
     folder.mkdir(exist_ok=True)
     (folder / "harness.py").write_text(harness.code)
-    meta = {k: getattr(harness, k) for k in ("id", "name", "parent_ids", "proposer", "phase_id",
-                                             "iteration", "hypothesis", "axis", "changes",
-                                             "valid", "error")}  # fmt: skip
+    meta = {
+        k: getattr(harness, k)
+        for k in (
+            "id",
+            "name",
+            "parent_ids",
+            "proposer",
+            "phase_id",
+            "iteration",
+            "hypothesis",
+            "axis",
+            "changes",
+            "valid",
+            "error",
+        )
+    }
     meta["parent_ids"] = harness.parent_ids or ([harness.parent_id] if harness.parent_id else [])
     (folder / "meta.json").write_text(json.dumps(meta, indent=1))
     (folder / "scores.json").write_text(json.dumps(scores, indent=1))
     # Traces are append-only per harness: rewrite only when rollouts were added since last time.
-    n = s.exec(select(func.count()).select_from(Rollout).join(Evaluation)
-               .where(Rollout.harness_id == harness.id, Rollout.status != "pending",
-                      Evaluation.split != "test")).one()  # fmt: skip
+    n = s.exec(
+        select(func.count())
+        .select_from(Rollout)
+        .join(Evaluation)
+        .where(
+            Rollout.harness_id == harness.id,
+            Rollout.status != "pending",
+            Evaluation.split != "test",
+        )
+    ).one()
     stamp = folder / ".n_rollouts"
     if stamp.exists() and stamp.read_text() == str(n):
         return
@@ -134,16 +174,40 @@ def _write_harness(s: Session, root: Path, harness: Harness, scores: list[dict])
 def _write_summary(path: Path, harnesses: list[Harness], ctx: SearchContext) -> None:
     with open(path, "w", newline="") as f:
         out = csv.writer(f, delimiter="\t")
-        out.writerow(["id", "name", "phase", "iteration", "proposer", "valid", "success",
-                      "mean_turns", "parents", "axis", "hypothesis", "error"])  # fmt: skip
+        out.writerow(
+            [
+                "id",
+                "name",
+                "phase",
+                "iteration",
+                "proposer",
+                "valid",
+                "success",
+                "mean_turns",
+                "parents",
+                "axis",
+                "hypothesis",
+                "error",
+            ]
+        )
         for h in harnesses:
             score = ctx.scores.get(h.id)
-            out.writerow([h.id, h.name, h.phase_id, h.iteration, h.proposer, h.valid,
-                          f"{score.success:.4f}" if score else "",
-                          f"{score.turns:.2f}" if score else "",
-                          ",".join(map(str, h.parent_ids or [])), h.axis or "",
-                          (h.hypothesis or "").replace("\n", " "),
-                          (h.error or "").replace("\n", " ")[:300]])  # fmt: skip
+            out.writerow(
+                [
+                    h.id,
+                    h.name,
+                    h.phase_id,
+                    h.iteration,
+                    h.proposer,
+                    h.valid,
+                    f"{score.success:.4f}" if score else "",
+                    f"{score.turns:.2f}" if score else "",
+                    ",".join(map(str, h.parent_ids or [])),
+                    h.axis or "",
+                    (h.hypothesis or "").replace("\n", " "),
+                    (h.error or "").replace("\n", " ")[:300],
+                ]
+            )
 
 
 def clear_candidates(root: Path) -> Path:

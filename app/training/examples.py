@@ -4,6 +4,7 @@ Because the harness shapes every model call, each model call of an accepted roll
 example: exactly the messages the model was given -> the completion it wrote. The loss covers
 the completion tokens only (the prompt, tool results and environment text are context).
 """
+
 from itertools import groupby
 
 from sqlmodel import Session, col, select
@@ -31,11 +32,15 @@ def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
         completion = step.response["message"].get("content")
         if not completion:
             continue
-        examples.append({
-            "rollout_id": step.rollout_id, "step_id": step.id,
-            "messages": request["messages"], "completion": completion,
-            "finish_reason": step.response.get("finish_reason"),
-        })  # fmt: skip
+        examples.append(
+            {
+                "rollout_id": step.rollout_id,
+                "step_id": step.id,
+                "messages": request["messages"],
+                "completion": completion,
+                "finish_reason": step.response.get("finish_reason"),
+            }
+        )
     return examples
 
 

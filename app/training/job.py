@@ -1,4 +1,5 @@
 """Start the training process and relay its progress; a crash there is an error here, no more."""
+
 import asyncio
 import json
 import os
@@ -18,20 +19,29 @@ class TrainingError(RuntimeError):
     pass
 
 
-def trainer_command(accelerate_config: Path | None = None,
-                    accelerate_args: str | None = None) -> list[str]:  # fmt: skip
+def trainer_command(
+    accelerate_config: Path | None = None, accelerate_args: str | None = None
+) -> list[str]:
     """The command that starts the training process, less the spec: `python -m app.training`, or
     under `accelerate launch` (several processes, GPUs or machines) when a config or arguments
     for it are given (WHALE_TRAIN_ACCELERATE_CONFIG, WHALE_TRAIN_ACCELERATE_ARGS)."""
     if accelerate_config is None and not accelerate_args:
         return [sys.executable, "-m", "app.training"]
     config = ["--config_file", str(accelerate_config)] if accelerate_config else []
-    return [sys.executable, "-m", "accelerate.commands.launch", *config,
-            *shlex.split(accelerate_args or ""), "-m", "app.training"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        *config,
+        *shlex.split(accelerate_args or ""),
+        "-m",
+        "app.training",
+    ]
 
 
-async def run_trainer(spec: dict, job_dir: Path, on_event: Callable[[dict], None],
-                      command: list[str] | None = None) -> dict:  # fmt: skip
+async def run_trainer(
+    spec: dict, job_dir: Path, on_event: Callable[[dict], None], command: list[str] | None = None
+) -> dict:
     """Run `command` (default: `python -m app.training`) on `spec`; returns its "done" event.
 
     Cancelling the awaiting task kills the process. Its stderr goes to job_dir/train.log, which
@@ -47,9 +57,12 @@ async def run_trainer(spec: dict, job_dir: Path, on_event: Callable[[dict], None
         log.write(f"$ {shlex.join(argv)}\n".encode())
         log.flush()
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=log, preexec_fn=die_with_parent,
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            preexec_fn=die_with_parent,
             env={**os.environ, SUPERVISED: "1"},
-        )  # fmt: skip
+        )
     done = None
     try:
         async for line in proc.stdout:

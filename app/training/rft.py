@@ -7,6 +7,7 @@
 3. train: every model call of the accepted rollouts is an example; one pass in a separate process;
 4. register the new checkpoint with its parent and job, and make it servable (hot-load).
 """
+
 import json
 import logging
 import shutil
@@ -33,11 +34,18 @@ def prompt_batch(domain: Domain, cfg: RFTConfig, step: int) -> list[Task]:
     return [tasks[(first + i) % len(tasks)] for i in range(cfg.prompts_per_step)]
 
 
-async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpoint,
-                   domain: Domain, cfg: RFTConfig, step: int,
-                   progress: Callable[[str, dict], None] | None = None,
-                   phase_id: int | None = None, job: TrainingJob | None = None,
-                   ) -> tuple[TrainingJob, Checkpoint]:  # fmt: skip
+async def rft_step(
+    workbench,
+    run_id: int,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    domain: Domain,
+    cfg: RFTConfig,
+    step: int,
+    progress: Callable[[str, dict], None] | None = None,
+    phase_id: int | None = None,
+    job: TrainingJob | None = None,
+) -> tuple[TrainingJob, Checkpoint]:
     """Run one RFT step; returns the job and the checkpoint to continue from (new or same).
 
     Given an unfinished `job` (a run resumed after a crash), it goes on from where the job was:
@@ -46,21 +54,31 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
     writer = workbench.writer
     say = progress or (lambda kind, data: None)
     if job is None:
-        job = await writer.insert(TrainingJob(
-            run_id=run_id, harness_id=harness.id, checkpoint_in_id=checkpoint.id, step=step,
-            config=cfg.model_dump(), phase_id=phase_id))  # fmt: skip
+        job = await writer.insert(
+            TrainingJob(
+                run_id=run_id,
+                harness_id=harness.id,
+                checkpoint_in_id=checkpoint.id,
+                step=step,
+                config=cfg.model_dump(),
+                phase_id=phase_id,
+            )
+        )
 
     # 1. sample (the evaluation is named on the job before any rollout runs)
     if job.status == "sampling":
         evaluator = workbench.evaluator()
         evaluation = await _sampling(workbench, evaluator, job, harness, checkpoint, domain, cfg)
-        evaluation = await evaluator.complete(evaluation, harness, checkpoint, domain,
-                                              lambda r: say("rollout", {"rollout": r}))  # fmt: skip
+        evaluation = await evaluator.complete(
+            evaluation, harness, checkpoint, domain, lambda r: say("rollout", {"rollout": r})
+        )
         job = await _accept(workbench, job, evaluation.id, cfg, step)
     with workbench.session() as s:
         examples = _accepted_examples(s, job.evaluation_id, cfg.threshold)
         rollouts_used = usage(s, run_id).rollouts
-    say("accepted", {"accepted": job.n_accepted, "total": job.n_rollouts, "examples": len(examples)})
+    say(
+        "accepted", {"accepted": job.n_accepted, "total": job.n_rollouts, "examples": len(examples)}
+    )
     if job.status != "training":  # skipped: nothing accepted
         return job, checkpoint
 
@@ -74,59 +92,102 @@ async def rft_step(workbench, run_id: int, harness: Harness, checkpoint: Checkpo
     spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out)
     # A training interrupted by a crash is retried cleanly: whatever it wrote goes first.
     shutil.rmtree(out, ignore_errors=True)
-    await writer.run(lambda s: s.exec(delete(Metric).where(Metric.training_job_id == job.id,
-                                                           Metric.series == "train/loss")))  # fmt: skip
+    await writer.run(
+        lambda s: s.exec(
+            delete(Metric).where(Metric.training_job_id == job.id, Metric.series == "train/loss")
+        )
+    )
 
     def on_batch(event: dict) -> None:
-        writer.add(Metric(run_id=run_id, training_job_id=job.id, series="train/loss",
-                          x=step + event["batch"] / event["of"], rollouts=rollouts_used,
-                          y=event["loss"]))  # fmt: skip
+        writer.add(
+            Metric(
+                run_id=run_id,
+                training_job_id=job.id,
+                series="train/loss",
+                x=step + event["batch"] / event["of"],
+                rollouts=rollouts_used,
+                y=event["loss"],
+            )
+        )
         say("batch", event)
 
     try:
-        command = trainer_command(workbench.settings.train_accelerate_config,
-                                  workbench.settings.train_accelerate_args)  # fmt: skip
+        command = trainer_command(
+            workbench.settings.train_accelerate_config, workbench.settings.train_accelerate_args
+        )
         result = await run_trainer(spec, job_dir, on_batch, command)
     except TrainingError as exc:
         error = str(exc)[-4000:]
-        await writer.run(lambda s: _update(s, job.id, status="failed", error=error,
-                                           finished_at=now()))  # fmt: skip
+        await writer.run(
+            lambda s: _update(s, job.id, status="failed", error=error, finished_at=now())
+        )
         raise
 
     # 4. register and serve
     name = await workbench.serve_checkpoint(out)
 
     def register(s):
-        new = Checkpoint(run_id=run_id, parent_id=checkpoint.id, kind="lora" if cfg.lora else "full",
-                         name=name, path=str(out), training_job_id=job.id,
-                         size_bytes=result["size_bytes"])  # fmt: skip
+        new = Checkpoint(
+            run_id=run_id,
+            parent_id=checkpoint.id,
+            kind="lora" if cfg.lora else "full",
+            name=name,
+            path=str(out),
+            training_job_id=job.id,
+            size_bytes=result["size_bytes"],
+        )
         s.add(new)
         s.flush()
-        _update(s, job.id, status="done", checkpoint_out_id=new.id, loss=result["loss"],
-                tokens_trained=result["tokens"], finished_at=now())
+        _update(
+            s,
+            job.id,
+            status="done",
+            checkpoint_out_id=new.id,
+            loss=result["loss"],
+            tokens_trained=result["tokens"],
+            finished_at=now(),
+        )
         return new
 
     new_checkpoint = await writer.run(register)
     job = await writer.run(lambda s: s.get(TrainingJob, job.id))
-    say("trained", {"loss": result["loss"], "tokens": result["tokens"], "checkpoint": new_checkpoint})
+    say(
+        "trained",
+        {"loss": result["loss"], "tokens": result["tokens"], "checkpoint": new_checkpoint},
+    )
     return job, new_checkpoint
 
 
-async def _sampling(workbench, evaluator, job: TrainingJob, harness: Harness,
-                    checkpoint: Checkpoint, domain: Domain, cfg: RFTConfig) -> Evaluation:  # fmt: skip
+async def _sampling(
+    workbench,
+    evaluator,
+    job: TrainingJob,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    domain: Domain,
+    cfg: RFTConfig,
+) -> Evaluation:
     """The job's sampling evaluation: the one it names, or a new one it is made to name."""
     if job.evaluation_id is not None:
         with workbench.session() as s:
             return s.get(Evaluation, job.evaluation_id)
-    evaluation = await evaluator.create(job.run_id, harness, checkpoint, domain, "train",
-                                        cfg.samples_per_prompt, phase_id=job.phase_id,
-                                        tasks=prompt_batch(domain, cfg, job.step))  # fmt: skip
+    evaluation = await evaluator.create(
+        job.run_id,
+        harness,
+        checkpoint,
+        domain,
+        "train",
+        cfg.samples_per_prompt,
+        phase_id=job.phase_id,
+        tasks=prompt_batch(domain, cfg, job.step),
+    )
     await workbench.writer.run(lambda s: _update(s, job.id, evaluation_id=evaluation.id))
     return evaluation
 
 
-async def _accept(workbench, job: TrainingJob, evaluation_id: int, cfg: RFTConfig,
-                  step: int) -> TrainingJob:  # fmt: skip
+async def _accept(
+    workbench, job: TrainingJob, evaluation_id: int, cfg: RFTConfig, step: int
+) -> TrainingJob:
     """2. accept: count what the sampling accepted; the job moves on to training, or is skipped."""
     with workbench.session() as s:
         rewards = s.exec(select(Rollout.reward).where(Rollout.evaluation_id == evaluation_id)).all()
@@ -136,35 +197,64 @@ async def _accept(workbench, job: TrainingJob, evaluation_id: int, cfg: RFTConfi
     mean_reward = sum(r or 0.0 for r in rewards) / len(rewards)
 
     def record(s):
-        s.add_all([
-            Metric(run_id=job.run_id, training_job_id=job.id, series="train/accept_rate", x=step,
-                   rollouts=rollouts_used, y=accepted / len(rewards)),
-            Metric(run_id=job.run_id, training_job_id=job.id, series="train/mean_reward", x=step,
-                   rollouts=rollouts_used, y=mean_reward),
-        ])  # fmt: skip
-        return _update(s, job.id, n_rollouts=len(rewards), n_accepted=accepted,
-                       mean_reward=mean_reward, n_examples=n_examples,
-                       status="training" if accepted else "skipped",
-                       finished_at=None if accepted else now())  # fmt: skip
+        s.add_all(
+            [
+                Metric(
+                    run_id=job.run_id,
+                    training_job_id=job.id,
+                    series="train/accept_rate",
+                    x=step,
+                    rollouts=rollouts_used,
+                    y=accepted / len(rewards),
+                ),
+                Metric(
+                    run_id=job.run_id,
+                    training_job_id=job.id,
+                    series="train/mean_reward",
+                    x=step,
+                    rollouts=rollouts_used,
+                    y=mean_reward,
+                ),
+            ]
+        )
+        return _update(
+            s,
+            job.id,
+            n_rollouts=len(rewards),
+            n_accepted=accepted,
+            mean_reward=mean_reward,
+            n_examples=n_examples,
+            status="training" if accepted else "skipped",
+            finished_at=None if accepted else now(),
+        )
 
     return await workbench.writer.run(record)
 
 
 def _accepted_examples(s, evaluation_id: int, threshold: float) -> list[dict]:
-    accepted = s.exec(select(Rollout.id).where(Rollout.evaluation_id == evaluation_id,
-                                               Rollout.reward > threshold)).all()  # fmt: skip
+    accepted = s.exec(
+        select(Rollout.id).where(Rollout.evaluation_id == evaluation_id, Rollout.reward > threshold)
+    ).all()
     return examples_from_rollouts(s, list(accepted))
 
 
 def _spec(base: str, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out: Path) -> dict:
     """What the training process needs: it continues from `checkpoint`."""
     spec = {
-        "base_model": base, "init_adapter": None, "examples": str(examples),
-        "output": str(out), "lora": cfg.lora, "lora_rank": cfg.lora_rank,
-        "lora_alpha": cfg.lora_alpha, "lora_targets": cfg.lora_targets, "lr": cfg.lr,
-        "batch_size": cfg.batch_size, "epochs": cfg.epochs, "max_seq_len": cfg.max_seq_len,
+        "base_model": base,
+        "init_adapter": None,
+        "examples": str(examples),
+        "output": str(out),
+        "lora": cfg.lora,
+        "lora_rank": cfg.lora_rank,
+        "lora_alpha": cfg.lora_alpha,
+        "lora_targets": cfg.lora_targets,
+        "lr": cfg.lr,
+        "batch_size": cfg.batch_size,
+        "epochs": cfg.epochs,
+        "max_seq_len": cfg.max_seq_len,
         "seed": cfg.seed,
-    }  # fmt: skip
+    }
     if checkpoint.kind == "lora":
         spec["init_adapter"] = str(Path(checkpoint.path) / "adapter")
     elif checkpoint.kind == "full":

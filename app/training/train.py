@@ -13,6 +13,7 @@ The checkpoint folder holds `adapter/` (LoRA, what vLLM hot-loads) and `merged/`
 what servers without adapter support load), written to a temporary folder and renamed at the end
 so a crash or a full disk never leaves a half checkpoint.
 """
+
 import json
 import math
 import os
@@ -47,9 +48,13 @@ def load_model(spec: dict, adapter: str | None = None):
 
     if adapter:
         return PeftModel.from_pretrained(model, adapter, is_trainable=True)
-    config = LoraConfig(r=spec["lora_rank"], lora_alpha=spec["lora_alpha"],
-                        target_modules=spec["lora_targets"], lora_dropout=0.0,
-                        task_type="CAUSAL_LM")  # fmt: skip
+    config = LoraConfig(
+        r=spec["lora_rank"],
+        lora_alpha=spec["lora_alpha"],
+        target_modules=spec["lora_targets"],
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)
 
 
@@ -61,7 +66,10 @@ def collate(chunk: list, pad_id: int):
     mask = torch.zeros((len(chunk), width), dtype=torch.long)
     for row, (x, y) in enumerate(chunk):
         ids[row, : len(x)], labels[row, : len(y)], mask[row, : len(x)] = (
-            torch.tensor(x), torch.tensor(y), 1)  # fmt: skip
+            torch.tensor(x),
+            torch.tensor(y),
+            1,
+        )
     return ids, mask, labels
 
 
@@ -77,8 +85,12 @@ def nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, i
     """Summed NLL over the labelled tokens of the batch, and their number."""
     logits, labels = logits[:, :-1], labels[:, 1:]
     n = int((labels != -100).sum())
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1),
-                           ignore_index=-100, reduction="sum")  # fmt: skip
+    loss = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(),
+        labels.reshape(-1),
+        ignore_index=-100,
+        reduction="sum",
+    )
     return loss, n
 
 
@@ -123,8 +135,10 @@ def train(spec: dict) -> dict | None:
         for ids, mask, labels in loader:
             logits = model(input_ids=ids, attention_mask=mask).logits
             loss, n = nll_sum(logits, labels)
-            totals = accelerator.reduce(torch.stack([loss.detach().float(), torch.tensor(
-                float(n), device=loss.device)]), reduction="sum")  # fmt: skip
+            totals = accelerator.reduce(
+                torch.stack([loss.detach().float(), torch.tensor(float(n), device=loss.device)]),
+                reduction="sum",
+            )
             all_n = int(totals[1])
             # Gradients are averaged over the processes; scaled like this, the step follows the
             # token mean over the whole batch (one process: the loss over its token count).
@@ -136,8 +150,14 @@ def train(spec: dict) -> dict | None:
             tokens += all_n
             losses.append(totals[0].item() / max(all_n, 1))
             if accelerator.is_main_process:
-                emit(event="batch", batch=done, of=total_batches, loss=losses[-1], tokens=all_n,
-                     tokens_per_s=tokens / (time.monotonic() - start))  # fmt: skip
+                emit(
+                    event="batch",
+                    batch=done,
+                    of=total_batches,
+                    loss=losses[-1],
+                    tokens=all_n,
+                    tokens_per_s=tokens / (time.monotonic() - start),
+                )
     train_seconds = time.monotonic() - start
     save(accelerator, model, tokenizer, spec)
     is_main, processes = accelerator.is_main_process, accelerator.num_processes
@@ -145,10 +165,17 @@ def train(spec: dict) -> dict | None:
     if not is_main:
         return None
     size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
-    return {"event": "done", "loss": sum(losses) / len(losses) if losses else None,
-            "tokens": tokens, "batches": done, "examples": len(encoded), "size_bytes": size,
-            "processes": processes, "train_seconds": train_seconds,
-            "seconds": time.monotonic() - start}  # fmt: skip
+    return {
+        "event": "done",
+        "loss": sum(losses) / len(losses) if losses else None,
+        "tokens": tokens,
+        "batches": done,
+        "examples": len(encoded),
+        "size_bytes": size,
+        "processes": processes,
+        "train_seconds": train_seconds,
+        "seconds": time.monotonic() - start,
+    }
 
 
 def save(accelerator: Accelerator, model, tokenizer, spec: dict) -> None:

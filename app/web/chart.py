@@ -2,6 +2,7 @@
 series and a legend. No JavaScript: the markup goes straight into the page, and a fragment that
 htmx refreshes brings its chart up to date with it.
 """
+
 import math
 from collections.abc import Sequence
 
@@ -9,8 +10,18 @@ from markupsafe import Markup, escape
 
 # One color per series, in order; the first matches the links, the second the "pass" green.
 # Ten, so ten runs overlaid on the compare page stay apart.
-COLORS = ("#0969da", "#1a7f37", "#bc4c00", "#8250df", "#cf222e", "#1b7c83", "#9a6700",
-          "#bf3989", "#24292f", "#8c959f")  # fmt: skip
+COLORS = (
+    "#0969da",
+    "#1a7f37",
+    "#bc4c00",
+    "#8250df",
+    "#cf222e",
+    "#1b7c83",
+    "#9a6700",
+    "#bf3989",
+    "#24292f",
+    "#8c959f",
+)
 DASHES = ("6 4", "2 3", "10 3 2 3")
 WIDTH, HEIGHT = 520, 220
 LEFT, RIGHT, TOP, BOTTOM = 52, 14, 26, 40  # room for tick labels, title and axis label
@@ -60,8 +71,10 @@ def tick_label(value: float, step: float) -> str:
 
 def _text(x: float, y: float, body: str, css: str, anchor: str = "middle", **attrs: str) -> str:
     extra = "".join(f' {k}="{v}"' for k, v in attrs.items())
-    return (f'<text x="{x:.1f}" y="{y:.1f}" class="{css}" text-anchor="{anchor}"{extra}>'
-            f"{escape(body)}</text>")  # fmt: skip
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" class="{css}" text-anchor="{anchor}"{extra}>'
+        f"{escape(body)}</text>"
+    )
 
 
 def _stroke(i: int) -> str:
@@ -89,20 +102,33 @@ class _Plot:
         """Grid lines and labels for the y ticks, tick marks and labels for x, axis titles."""
         parts = []
         for y in self.ys:
-            parts.append(f'<line class="chart-grid" x1="{LEFT}" x2="{LEFT + self.w}" '
-                         f'y1="{self.py(y):.1f}" y2="{self.py(y):.1f}"/>')  # fmt: skip
-            parts.append(_text(LEFT - 6, self.py(y) + 4, tick_label(y, self.ys[1] - self.ys[0]),
-                               "chart-tick", anchor="end"))  # fmt: skip
+            parts.append(
+                f'<line class="chart-grid" x1="{LEFT}" x2="{LEFT + self.w}" '
+                f'y1="{self.py(y):.1f}" y2="{self.py(y):.1f}"/>'
+            )
+            parts.append(
+                _text(
+                    LEFT - 6,
+                    self.py(y) + 4,
+                    tick_label(y, self.ys[1] - self.ys[0]),
+                    "chart-tick",
+                    anchor="end",
+                )
+            )
         bottom = TOP + self.h
         for x in self.xs:
-            parts.append(f'<line class="chart-axis" x1="{self.px(x):.1f}" x2="{self.px(x):.1f}" '
-                         f'y1="{bottom}" y2="{bottom + 4}"/>')  # fmt: skip
-            parts.append(_text(self.px(x), bottom + 16, tick_label(x, self.xs[1] - self.xs[0]),
-                               "chart-tick"))  # fmt: skip
+            parts.append(
+                f'<line class="chart-axis" x1="{self.px(x):.1f}" x2="{self.px(x):.1f}" '
+                f'y1="{bottom}" y2="{bottom + 4}"/>'
+            )
+            parts.append(
+                _text(self.px(x), bottom + 16, tick_label(x, self.xs[1] - self.xs[0]), "chart-tick")
+            )
         middle = TOP + self.h / 2
         parts.append(_text(LEFT + self.w / 2, bottom + 34, x_label, "chart-label"))
-        parts.append(_text(12, middle, y_label, "chart-label",
-                           transform=f"rotate(-90 12 {middle:.1f})"))  # fmt: skip
+        parts.append(
+            _text(12, middle, y_label, "chart-label", transform=f"rotate(-90 12 {middle:.1f})")
+        )
         return parts
 
     def line(self, i: int, label: str, points: Sequence[Point]) -> list[str]:
@@ -110,15 +136,19 @@ class _Plot:
         parts = [f'<polyline class="chart-line" points="{coords}" {_stroke(i)}/>']
         if len(points) <= MAX_MARKERS:  # a dot per point, its values as a hover tooltip
             color = COLORS[i % len(COLORS)]
-            parts += [f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" '
-                      f'fill="{color}"><title>{escape(label)}: {y:.4g} at {x:g}</title></circle>'
-                      for x, y in points]  # fmt: skip
+            parts += [
+                f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" '
+                f'fill="{color}"><title>{escape(label)}: {y:.4g} at {x:g}</title></circle>'
+                for x, y in points
+            ]
         return parts
 
 
 def _frame() -> str:
-    return (f'<rect class="chart-frame" x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
-            f'height="{HEIGHT - TOP - BOTTOM}"/>')  # fmt: skip
+    return (
+        f'<rect class="chart-frame" x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
+        f'height="{HEIGHT - TOP - BOTTOM}"/>'
+    )
 
 
 def _legend_rows(labels: list[str]) -> list[str]:
@@ -128,8 +158,10 @@ def _legend_rows(labels: list[str]) -> list[str]:
     for i, label in enumerate(labels):
         row, column = divmod(i, LEGEND_COLUMNS)
         x, y = LEFT + column * column_w, HEIGHT + row * LEGEND_ROW + 4
-        parts.append(f'<line class="chart-line" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y - 4}" '
-                     f'y2="{y - 4}" {_stroke(i)}/>')  # fmt: skip
+        parts.append(
+            f'<line class="chart-line" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y - 4}" '
+            f'y2="{y - 4}" {_stroke(i)}/>'
+        )
         text = label if len(label) <= chars else label[: chars - 1] + "\u2026"
         parts.append(_text(x + 28, y, text, "chart-legend", anchor="start"))
     return parts
@@ -141,15 +173,23 @@ def _legend(labels: list[str]) -> list[str]:
     for i, label in reversed(list(enumerate(labels))):
         parts.append(_text(right, 15, label, "chart-legend", anchor="end"))
         right -= CHAR_W * len(label) + 6
-        parts.append(f'<line class="chart-line" x1="{right - 18:.1f}" x2="{right:.1f}" y1="11" '
-                     f'y2="11" {_stroke(i)}/>')  # fmt: skip
+        parts.append(
+            f'<line class="chart-line" x1="{right - 18:.1f}" x2="{right:.1f}" y1="11" '
+            f'y2="11" {_stroke(i)}/>'
+        )
         right -= 32
     return parts
 
 
-def line_chart(series: dict[str, Sequence[Point]], title: str, x_label: str, y_label: str,
-               x_extent: Extent = (None, None), y_extent: Extent = (None, None),
-               integer_x: bool = False) -> Markup:  # fmt: skip
+def line_chart(
+    series: dict[str, Sequence[Point]],
+    title: str,
+    x_label: str,
+    y_label: str,
+    x_extent: Extent = (None, None),
+    y_extent: Extent = (None, None),
+    integer_x: bool = False,
+) -> Markup:
     """An SVG chart of `series` (label -> points in x order).
 
     The extents pin what the axes cover at least, e.g. 0..1 for rates, so curves from different
@@ -160,17 +200,22 @@ def line_chart(series: dict[str, Sequence[Point]], title: str, x_label: str, y_l
     fits = len(series) < 2 or LEFT + CHAR_W * len(title) + 16 + legend_w <= WIDTH - RIGHT
     rows = 0 if fits else -(-len(series) // LEGEND_COLUMNS)
     height = HEIGHT + rows * LEGEND_ROW + (8 if rows else 0)
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
-             f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
-             f"<title>{escape(title)}</title>",
-             _text(LEFT, 15, title, "chart-title", anchor="start")]  # fmt: skip
+    parts = [
+        f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
+        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+        _text(LEFT, 15, title, "chart-title", anchor="start"),
+    ]
     points = [p for pts in series.values() for p in pts]
     if not points:
         middle = (LEFT + WIDTH - RIGHT) / 2, (TOP + HEIGHT - BOTTOM) / 2
-        return Markup("".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"),
-                               "</svg>"]))  # fmt: skip
-    plot = _Plot(axis_ticks([x for x, _ in points], x_extent, min_step=1 if integer_x else 0),
-                 axis_ticks([y for _, y in points], y_extent))  # fmt: skip
+        return Markup(
+            "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
+        )
+    plot = _Plot(
+        axis_ticks([x for x, _ in points], x_extent, min_step=1 if integer_x else 0),
+        axis_ticks([y for _, y in points], y_extent),
+    )
     parts += plot.axes(x_label, y_label)
     parts.append(_frame())
     for i, (label, pts) in enumerate(series.items()):

@@ -3,6 +3,7 @@
 The data functions return the points as the API gives them ({x, y, rollouts}); these pick the
 x each chart needs and hand the result to the generic line chart.
 """
+
 from typing import Any
 
 from markupsafe import Markup
@@ -15,25 +16,42 @@ Points = list[dict[str, Any]]
 
 def loss_chart(points: Points, step: int) -> Markup:
     """A training job's loss per batch; x runs from the step to the next as its batches end."""
-    return line_chart({"loss": [(p["x"], p["y"]) for p in points]}, "training loss per batch",
-                      "step (fraction of its batches done)", "loss",
-                      x_extent=(step, step + 1))  # fmt: skip
+    return line_chart(
+        {"loss": [(p["x"], p["y"]) for p in points]},
+        "training loss per batch",
+        "step (fraction of its batches done)",
+        "loss",
+        x_extent=(step, step + 1),
+    )
 
 
 def step_curves_chart(curves: dict[str, Points]) -> Markup:
     """Per RFT step: the share of sampled rollouts accepted, and their mean reward."""
-    return line_chart({
-        "accept rate": [(p["x"], p["y"]) for p in curves.get("train/accept_rate", [])],
-        "mean reward": [(p["x"], p["y"]) for p in curves.get("train/mean_reward", [])],
-    }, "sampling per step", "step", "rate", x_extent=(0, None), y_extent=(0, 1),
-        integer_x=True)  # fmt: skip
+    return line_chart(
+        {
+            "accept rate": [(p["x"], p["y"]) for p in curves.get("train/accept_rate", [])],
+            "mean reward": [(p["x"], p["y"]) for p in curves.get("train/mean_reward", [])],
+        },
+        "sampling per step",
+        "step",
+        "rate",
+        x_extent=(0, None),
+        y_extent=(0, 1),
+        integer_x=True,
+    )
 
 
 def best_success_chart(points: Points) -> Markup:
     """A harness phase: the best success rate on the frontier after each iteration."""
-    return line_chart({"best success": [(p["x"], p["y"]) for p in points]},
-                      "harness split: best success on the frontier", "iteration", "success",
-                      x_extent=(0, None), y_extent=(0, 1), integer_x=True)  # fmt: skip
+    return line_chart(
+        {"best success": [(p["x"], p["y"]) for p in points]},
+        "harness split: best success on the frontier",
+        "iteration",
+        "success",
+        x_extent=(0, None),
+        y_extent=(0, 1),
+        integer_x=True,
+    )
 
 
 def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k") -> Markup:
@@ -41,14 +59,25 @@ def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k
     wall time; wall time in the unit that keeps the ticks short."""
     longest = max((p["x"] for points in curves.values() for p in points), default=0)
     scale, x_label = x_axis(x, longest)
-    return line_chart({name: [(p["x"] / scale, p["y"]) for p in points]
-                       for name, points in curves.items()},
-                      title, x_label, "mean@k", x_extent=(0, None), y_extent=(0, 1),
-                      integer_x=x != "wall_s")  # fmt: skip
+    return line_chart(
+        {name: [(p["x"] / scale, p["y"]) for p in points] for name, points in curves.items()},
+        title,
+        x_label,
+        "mean@k",
+        x_extent=(0, None),
+        y_extent=(0, 1),
+        integer_x=x != "wall_s",
+    )
 
 
 def harness_success_chart(points: Points) -> Markup:
     """Best harness-split success after each search iteration, across the run's harness phases."""
-    return line_chart({"best success": [(p["x"], p["y"]) for p in points]},
-                      "harness split: best success", "search iteration (all phases)", "success",
-                      x_extent=(0, None), y_extent=(0, 1), integer_x=True)  # fmt: skip
+    return line_chart(
+        {"best success": [(p["x"], p["y"]) for p in points]},
+        "harness split: best success",
+        "search iteration (all phases)",
+        "success",
+        x_extent=(0, None),
+        y_extent=(0, 1),
+        integer_x=True,
+    )

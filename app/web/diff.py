@@ -5,6 +5,7 @@ two-column table and /api/harnesses/{id} returns the same hunks.
 A row's tag is difflib's: equal, replace (the line changed; `old_parts`/`new_parts` mark the
 characters that changed), delete (only on the old side) or insert (only on the new side).
 """
+
 import re
 from difflib import SequenceMatcher
 from typing import Any
@@ -51,8 +52,10 @@ def intraline(old: str, new: str) -> tuple[list[dict[str, Any]], list[dict[str, 
     if matcher.ratio() < INTRALINE_MIN_RATIO:
         return _parts(old, [(0, len(old))]), _parts(new, [(0, len(new))])
     opcodes = [op for op in matcher.get_opcodes() if op[0] != "equal"]
-    return (_parts(old, _spans(old_tokens, [(i1, i2) for _, i1, i2, _, _ in opcodes])),
-            _parts(new, _spans(new_tokens, [(j1, j2) for _, _, _, j1, j2 in opcodes])))  # fmt: skip
+    return (
+        _parts(old, _spans(old_tokens, [(i1, i2) for _, i1, i2, _, _ in opcodes])),
+        _parts(new, _spans(new_tokens, [(j1, j2) for _, _, _, j1, j2 in opcodes])),
+    )
 
 
 def _rows(opcode: tuple[str, int, int, int, int], old: list[str], new: list[str]) -> list[Row]:
@@ -69,10 +72,13 @@ def _rows(opcode: tuple[str, int, int, int, int], old: list[str], new: list[str]
             row_tag = "replace"
         else:
             row_tag = "delete" if has_old else "insert"
-        row = {"tag": row_tag,
-               "old_no": i + 1 if has_old else None, "old": old[i] if has_old else None,
-               "new_no": j + 1 if has_new else None,
-               "new": new[j] if has_new else None}  # fmt: skip
+        row = {
+            "tag": row_tag,
+            "old_no": i + 1 if has_old else None,
+            "old": old[i] if has_old else None,
+            "new_no": j + 1 if has_new else None,
+            "new": new[j] if has_new else None,
+        }
         if row_tag == "replace":
             row["old_parts"], row["new_parts"] = intraline(old[i], new[j])
         rows.append(row)
@@ -101,8 +107,19 @@ def side_by_side(old_code: str, new_code: str, context: int | None = CONTEXT) ->
     hunks, shown_to = [], 0  # old lines up to shown_to are shown or folded already
     for group in groups:
         _, i1, _, j1, _ = group[0]
-        hunks.append({"folded_before": i1 - shown_to, "old_start": i1 + 1, "new_start": j1 + 1,
-                      "rows": [row for op in group for row in _rows(op, old, new)]})  # fmt: skip
+        hunks.append(
+            {
+                "folded_before": i1 - shown_to,
+                "old_start": i1 + 1,
+                "new_start": j1 + 1,
+                "rows": [row for op in group for row in _rows(op, old, new)],
+            }
+        )
         shown_to = group[-1][2]
-    return {"identical": not changes, "added": added, "removed": removed, "hunks": hunks,
-            "folded_after": len(old) - shown_to if hunks else 0}  # fmt: skip
+    return {
+        "identical": not changes,
+        "added": added,
+        "removed": removed,
+        "hunks": hunks,
+        "folded_after": len(old) - shown_to if hunks else 0,
+    }

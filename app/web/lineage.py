@@ -10,6 +10,7 @@ readable however many nodes there are - and the page scrolls it sideways inside 
 
 The layout functions are pure (data in, positions or markup out) so tests can check them alone.
 """
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -26,8 +27,13 @@ BAND_CHAR_W = 7.2  # about the width of a character of a band title, to know whe
 
 # Harness-split success 0 -> 1: light yellow to deep blue (ColorBrewer YlGnBu), ordered in
 # lightness so it reads in grey too; dark fills get white text.
-SCALE = ((0.0, (255, 255, 217)), (0.25, (199, 233, 180)), (0.5, (127, 205, 187)),
-         (0.75, (29, 145, 192)), (1.0, (12, 44, 132)))  # fmt: skip
+SCALE = (
+    (0.0, (255, 255, 217)),
+    (0.25, (199, 233, 180)),
+    (0.5, (127, 205, 187)),
+    (0.75, (29, 145, 192)),
+    (1.0, (12, 44, 132)),
+)
 WHITE_TEXT_FROM = 0.62
 INVALID_FILL, UNSCORED_FILL = "#eaeef2", "#ffffff"
 
@@ -134,8 +140,11 @@ def tooltip(node: dict[str, Any]) -> str:
     else:
         turns = f" ({node['mean_turns']:.2f} turns)" if node["mean_turns"] is not None else ""
         lines.append(f"success {node['success']:.3f}{turns}")
-    lines += [f"re-scored in harness phase {r['phase_round']}: {r['success']:.3f}"
-              for r in node["rescored"] if r["success"] is not None]  # fmt: skip
+    lines += [
+        f"re-scored in harness phase {r['phase_round']}: {r['success']:.3f}"
+        for r in node["rescored"]
+        if r["success"] is not None
+    ]
     if node["accepted_in"]:
         lines.append("accepted in harness phase " + ", ".join(map(str, node["accepted_in"])))
     if node["hypothesis"]:
@@ -160,13 +169,19 @@ def _node(node: dict[str, Any], x: float, y: float) -> str:
         second = f"{success:.3f}"
     first = f"{'★ ' if accepted else ''}#{node['id']} "
     first += _clip(node["name"], max(LABEL_CHARS - len(first), 4))
-    parts = [f'<a href="/harnesses/{node["id"]}" id="node-{node["id"]}" class="{" ".join(css)}">',
-             f"<title>{escape(tooltip(node))}</title>"]  # fmt: skip
+    parts = [
+        f'<a href="/harnesses/{node["id"]}" id="node-{node["id"]}" class="{" ".join(css)}">',
+        f"<title>{escape(tooltip(node))}</title>",
+    ]
     if accepted:
-        parts.append(f'<rect class="halo" x="{x - 4}" y="{y - 4}" width="{NODE_W + 8}" '
-                     f'height="{NODE_H + 8}" rx="8"/>')  # fmt: skip
-    parts.append(f'<rect class="box" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" '
-                 f'fill="{fill}"/>')  # fmt: skip
+        parts.append(
+            f'<rect class="halo" x="{x - 4}" y="{y - 4}" width="{NODE_W + 8}" '
+            f'height="{NODE_H + 8}" rx="8"/>'
+        )
+    parts.append(
+        f'<rect class="box" x="{x}" y="{y}" width="{NODE_W}" height="{NODE_H}" rx="5" '
+        f'fill="{fill}"/>'
+    )
     parts.append(_text(x + 8, y + 15, first, "node-label", fill=ink))
     parts.append(_text(x + 8, y + 30, _clip(second, LABEL_CHARS + 2), "node-detail", fill=ink))
     return "".join(parts) + "</a>"
@@ -188,9 +203,11 @@ def edge_path(layout: Layout, source: int, target: int) -> str:
     # farther (or, in odd data, backwards): drop into the row gap below (or above) the parent,
     # run along it, rise to the child
     lane = y1 + NODE_H + GAP_Y if ey >= sy else y1 - GAP_Y
-    return (f"M{sx:.1f},{sy:.1f} C{sx + BEND:.1f},{sy:.1f} {sx + BEND:.1f},{lane:.1f} "
-            f"{sx + 2 * BEND:.1f},{lane:.1f} L{ex - 2 * BEND:.1f},{lane:.1f} "
-            f"C{ex - BEND:.1f},{lane:.1f} {ex - BEND:.1f},{ey:.1f} {ex:.1f},{ey:.1f}")
+    return (
+        f"M{sx:.1f},{sy:.1f} C{sx + BEND:.1f},{sy:.1f} {sx + BEND:.1f},{lane:.1f} "
+        f"{sx + 2 * BEND:.1f},{lane:.1f} L{ex - 2 * BEND:.1f},{lane:.1f} "
+        f"C{ex - BEND:.1f},{lane:.1f} {ex - BEND:.1f},{ey:.1f} {ex:.1f},{ey:.1f}"
+    )
 
 
 def _edge(layout: Layout, edge: dict[str, Any], invalid: set[int]) -> str:
@@ -200,8 +217,10 @@ def _edge(layout: Layout, edge: dict[str, Any], invalid: set[int]) -> str:
         css.append("secondary")
     if edge["target"] in invalid:
         css.append("to-invalid")
-    return (f'<path class="{" ".join(css)}" d="{path}"><title>#{edge["source"]} → '
-            f'#{edge["target"]}{"" if edge["primary"] else " (also a parent)"}</title></path>')
+    return (
+        f'<path class="{" ".join(css)}" d="{path}"><title>#{edge["source"]} → '
+        f"#{edge['target']}{'' if edge['primary'] else ' (also a parent)'}</title></path>"
+    )
 
 
 def _band_title(phase: dict[str, Any] | None, width: float) -> tuple[str, str]:
@@ -234,18 +253,26 @@ def _bands(layout: Layout, phases: list[dict[str, Any]]) -> list[str]:
         width = (cols[-1] - cols[0]) * COLUMN_PITCH + NODE_W + 16
         phase = by_index.get(index)
         title, full = _band_title(phase, width)
-        parts.append(f'<g class="lineage-band{" odd" if n % 2 else ""}">'
-                     f"<title>{escape(full)}</title>"
-                     f'<rect x="{x}" y="4" width="{width}" height="{layout.height - 8}" rx="6"/>'
-                     f'{_text(x + 8, 20, title, "band-title")}</g>')  # fmt: skip
+        parts.append(
+            f'<g class="lineage-band{" odd" if n % 2 else ""}">'
+            f"<title>{escape(full)}</title>"
+            f'<rect x="{x}" y="4" width="{width}" height="{layout.height - 8}" rx="6"/>'
+            f"{_text(x + 8, 20, title, 'band-title')}</g>"
+        )
         if phase is None:
             continue  # the band title says it all
         for c in cols:
             iteration = layout.columns[c][1]
             step = "incoming" if iteration == 0 else f"iteration {iteration}"
-            parts.append(_text(PAD + c * COLUMN_PITCH + NODE_W / 2, 40,
-                               f"phase {phase['round']} · {step}", "band-iteration",
-                               text_anchor="middle"))  # fmt: skip
+            parts.append(
+                _text(
+                    PAD + c * COLUMN_PITCH + NODE_W / 2,
+                    40,
+                    f"phase {phase['round']} · {step}",
+                    "band-iteration",
+                    text_anchor="middle",
+                )
+            )
     return parts
 
 
@@ -256,10 +283,12 @@ def lineage_svg(data: dict[str, Any]) -> Markup:
         return Markup('<p class="muted">This run has no harnesses yet.</p>')
     layout = place(nodes, data["phases"])
     invalid = {n["id"] for n in nodes if not n["valid"]}
-    parts = [f'<svg class="lineage" width="{layout.width:.0f}" height="{layout.height:.0f}" '
-             f'viewBox="0 0 {layout.width:.0f} {layout.height:.0f}" role="img" '
-             f'aria-label="harness lineage of run {data["run"]["id"]}: {len(nodes)} harnesses" '
-             f'xmlns="http://www.w3.org/2000/svg">']  # fmt: skip
+    parts = [
+        f'<svg class="lineage" width="{layout.width:.0f}" height="{layout.height:.0f}" '
+        f'viewBox="0 0 {layout.width:.0f} {layout.height:.0f}" role="img" '
+        f'aria-label="harness lineage of run {data["run"]["id"]}: {len(nodes)} harnesses" '
+        f'xmlns="http://www.w3.org/2000/svg">'
+    ]
     parts += _bands(layout, data["phases"])
     parts += [_edge(layout, e, invalid) for e in data["edges"]]
     parts += [_node(n, *layout.xy(n["id"])) for n in nodes]
@@ -287,21 +316,27 @@ def _edge_sample(x: float, css: str, label: str) -> tuple[str, float]:
 def legend_svg(ticks: Iterable[float] = (0, 0.25, 0.5, 0.75, 1)) -> Markup:
     """The colour scale with its ticks and a sample of each kind of node and edge."""
     stops = "".join(f'<stop offset="{v:g}" stop-color="{score_color(v)}"/>' for v, _ in SCALE)
-    parts = [f'<defs><linearGradient id="lineage-scale">{stops}</linearGradient></defs>',
-             _text(0, 22, "harness-split success", "legend-label"),
-             '<rect x="150" y="10" width="200" height="16" rx="3" fill="url(#lineage-scale)" '
-             'stroke="#d0d7de"/>']  # fmt: skip
+    parts = [
+        f'<defs><linearGradient id="lineage-scale">{stops}</linearGradient></defs>',
+        _text(0, 22, "harness-split success", "legend-label"),
+        '<rect x="150" y="10" width="200" height="16" rx="3" fill="url(#lineage-scale)" '
+        'stroke="#d0d7de"/>',
+    ]
     for tick in ticks:
         parts.append(_text(150 + 200 * tick, 42, f"{tick:g}", "legend-tick", text_anchor="middle"))
     x = 390.0
-    for item, *args in ((_swatch, "accepted", score_color(0.7), "★ accepted", True),
-                        (_swatch, "invalid", INVALID_FILL, "invalid (hover: error)"),
-                        (_swatch, "unscored", UNSCORED_FILL, "not scored"),
-                        (_edge_sample, "lineage-edge", "parent"),
-                        (_edge_sample, "lineage-edge secondary", "also a parent")):  # fmt: skip
+    for item, *args in (
+        (_swatch, "accepted", score_color(0.7), "★ accepted", True),
+        (_swatch, "invalid", INVALID_FILL, "invalid (hover: error)"),
+        (_swatch, "unscored", UNSCORED_FILL, "not scored"),
+        (_edge_sample, "lineage-edge", "parent"),
+        (_edge_sample, "lineage-edge secondary", "also a parent"),
+    ):
         markup, x = item(x, *args)
         parts.append(markup)
     width = round(x)
-    return Markup(f'<svg class="lineage-legend" width="{width}" height="48" '
-                  f'viewBox="0 0 {width} 48" role="img" aria-label="legend" '
-                  f'xmlns="http://www.w3.org/2000/svg">' + "".join(parts) + "</svg>")
+    return Markup(
+        f'<svg class="lineage-legend" width="{width}" height="48" '
+        f'viewBox="0 0 {width} 48" role="img" aria-label="legend" '
+        f'xmlns="http://www.w3.org/2000/svg">' + "".join(parts) + "</svg>"
+    )

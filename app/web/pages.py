@@ -1,4 +1,5 @@
 """HTML pages. Each page renders the dict its JSON twin under /api returns (see app/api/)."""
+
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -27,14 +28,23 @@ def show(request: Request, template: str, load: Callable[[], dict[str, Any]]) ->
     try:
         context = load()
     except HTTPException as exc:
-        return render(request, "404.html", {"message": exc.detail, "status": exc.status_code},
-                      status_code=exc.status_code)  # fmt: skip
+        return render(
+            request,
+            "404.html",
+            {"message": exc.detail, "status": exc.status_code},
+            status_code=exc.status_code,
+        )
     return render(request, template, context)
 
 
 @router.get("/harnesses/{harness_id}")
-def harness_page(request: Request, harness_id: RowId, s: SessionDep, against: AgainstQuery = None,
-                 full: FullQuery = False):  # fmt: skip
+def harness_page(
+    request: Request,
+    harness_id: RowId,
+    s: SessionDep,
+    against: AgainstQuery = None,
+    full: FullQuery = False,
+):
     def load():
         data = get_harness(s, harness_id, against=against, full=full)
         return {**data, "pickable": pickable(s, data["harness"]["run_id"]), "full": full}
@@ -55,8 +65,13 @@ def lineage_page(request: Request, run_id: RowId, s: SessionDep):
 def rollouts_page(request: Request, s: SessionDep, filters: Annotated[RolloutFilters, Query()]):
     def load():
         data = list_rollouts(s, **filters.model_dump())
-        return {**data, "statuses": STATUS_CHOICES, "here": filters.url_params(),
-                "choices": filter_choices(s, filters.run), "max_id": MAX_ID}  # fmt: skip
+        return {
+            **data,
+            "statuses": STATUS_CHOICES,
+            "here": filters.url_params(),
+            "choices": filter_choices(s, filters.run),
+            "max_id": MAX_ID,
+        }
 
     return show(request, "rollouts.html", load)
 
@@ -64,7 +79,9 @@ def rollouts_page(request: Request, s: SessionDep, filters: Annotated[RolloutFil
 @router.get("/rollouts/contrast")
 def contrast_page(request: Request, s: SessionDep, query: Annotated[ContrastQuery, Query()]):
     def load():  # until a side is picked, the form alone
-        data = contrast(s, query) if query.picked() else {"query": query.model_dump(), "tasks": None}
+        data = (
+            contrast(s, query) if query.picked() else {"query": query.model_dump(), "tasks": None}
+        )
         return {**data, "choices": filter_choices(s, query.run)}
 
     return show(request, "contrast.html", load)
@@ -91,8 +108,11 @@ def _segments(s, data: dict[str, Any]) -> list[dict[str, Any]]:
 def rollout_page(request: Request, rollout_id: RowId, s: SessionDep, steps: StepsQuery = None):
     def load():
         data = get_rollout(s, rollout_id, steps, window=True)
-        return {**data, "segments": _segments(s, data),
-                "compare_with": compare_candidates(s, rollout_id)}  # fmt: skip
+        return {
+            **data,
+            "segments": _segments(s, data),
+            "compare_with": compare_candidates(s, rollout_id),
+        }
 
     return show(request, "rollout.html", load)
 

@@ -22,6 +22,7 @@ state-changing request must carry `X-CSRF-Token` equal to this server's CSRF tok
 hold in a meta tag (htmx sends it on every request) and other clients get from GET /api/csrf.
 A request from a foreign Origin is refused as well, in case a browser lets a header through.
 """
+
 import hmac
 import ipaddress
 import secrets
@@ -102,16 +103,24 @@ def _same(given: str | None, secret: str) -> bool:
 def _refusal(path: str, status: int, title: str, message: str) -> Response:
     if path.startswith("/api"):  # API clients read JSON
         return JSONResponse({"detail": message}, status)
-    page = (f'<!doctype html><meta charset="utf-8"><title>{escape(title)} · Whale</title>'
-            f"<h1>{escape(title)}</h1><p>{escape(message)}</p>")  # fmt: skip
+    page = (
+        f'<!doctype html><meta charset="utf-8"><title>{escape(title)} · Whale</title>'
+        f"<h1>{escape(title)}</h1><p>{escape(message)}</p>"
+    )
     return HTMLResponse(page, status)
 
 
 class WebSecurity:
     """ASGI middleware in front of the whole app, static files included."""
 
-    def __init__(self, app: ASGIApp, token: str | None, csrf_token: str, hosts: frozenset[str],
-                 any_ip: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        csrf_token: str,
+        hosts: frozenset[str],
+        any_ip: bool = False,
+    ):
         self.app, self.token, self.csrf_token = app, token, csrf_token
         self.hosts, self.any_ip = hosts, any_ip
 
@@ -119,8 +128,11 @@ class WebSecurity:
         # The app serves plain HTTP only (no websockets); lifespan events pass through.
         if scope["type"] == "http":
             request = Request(scope)
-            refused = (self.check_host(request) or (self.token and self.check_token(request))
-                       or self.check_write(request))  # fmt: skip
+            refused = (
+                self.check_host(request)
+                or (self.token and self.check_token(request))
+                or self.check_write(request)
+            )
             if refused:
                 return await refused(scope, receive, send)
         await self.app(scope, receive, send)
@@ -131,9 +143,13 @@ class WebSecurity:
         name = host_name(header)
         if name in self.hosts or (self.any_ip and _is_ip(name)):
             return None
-        return _refusal(request.url.path, 400, "Unknown host",
-                        f"Refused: this workbench does not answer to the host {header!r}; open it "
-                        "by a name it was started for, or add that name to WHALE_ALLOWED_HOSTS.")
+        return _refusal(
+            request.url.path,
+            400,
+            "Unknown host",
+            f"Refused: this workbench does not answer to the host {header!r}; open it "
+            "by a name it was started for, or add that name to WHALE_ALLOWED_HOSTS.",
+        )
 
     def check_token(self, request: Request) -> Response | None:
         """None when the request carries the access token, else the answer to give instead."""
@@ -151,10 +167,14 @@ class WebSecurity:
         offered = (in_query, request.cookies.get(cookie), bearer)
         if any(_same(given, self.token) for given in offered):
             return None
-        refused = _refusal(path, 401, "Access token required",
-                           "This workbench needs its access token: open the URL printed by "
-                           "whale serve (it ends in ?token=...), or send the header "
-                           "Authorization: Bearer <token>.")  # fmt: skip
+        refused = _refusal(
+            path,
+            401,
+            "Access token required",
+            "This workbench needs its access token: open the URL printed by "
+            "whale serve (it ends in ?token=...), or send the header "
+            "Authorization: Bearer <token>.",
+        )
         refused.headers["WWW-Authenticate"] = "Bearer"
         return refused
 
@@ -165,11 +185,19 @@ class WebSecurity:
         path, method = request.url.path, request.method
         origin, host = request.headers.get("origin"), request.headers.get("host", "")
         if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
-            return _refusal(path, 403, "Cross-origin request refused",
-                            f"Refused: a {method} from {origin}; this workbench only accepts "
-                            "changes from its own pages.")  # fmt: skip
+            return _refusal(
+                path,
+                403,
+                "Cross-origin request refused",
+                f"Refused: a {method} from {origin}; this workbench only accepts "
+                "changes from its own pages.",
+            )
         if not _same(request.headers.get(CSRF_HEADER), self.csrf_token):
-            return _refusal(path, 403, "CSRF token missing or wrong",
-                            f"Refused: a {method} needs the header {CSRF_HEADER} with this "
-                            "server's CSRF token; get it from GET /api/csrf.")  # fmt: skip
+            return _refusal(
+                path,
+                403,
+                "CSRF token missing or wrong",
+                f"Refused: a {method} needs the header {CSRF_HEADER} with this "
+                "server's CSRF token; get it from GET /api/csrf.",
+            )
         return None

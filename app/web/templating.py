@@ -1,8 +1,9 @@
 """The jinja2 environment of the HTML pages and the filters that format values for people."""
+
 import json
-from urllib.parse import urlencode
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
@@ -14,8 +15,13 @@ from pygments.lexers import PythonLexer
 
 from app import ROOT
 from app.db.schema import utc
-from app.web.curves import (best_success_chart, harness_success_chart, loss_chart,
-                            runs_test_chart, step_curves_chart)
+from app.web.curves import (
+    best_success_chart,
+    harness_success_chart,
+    loss_chart,
+    runs_test_chart,
+    step_curves_chart,
+)
 
 templates = Jinja2Templates(directory=ROOT / "templates")
 DASH = "\u2014"  # what a missing value looks like
@@ -24,7 +30,7 @@ DASH = "\u2014"  # what a missing value looks like
 def when(value: datetime | None) -> str:
     if value is None:
         return DASH
-    return utc(value).astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return utc(value).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def when_short(value: datetime | None) -> str:
@@ -129,18 +135,33 @@ def python_html(code: str) -> Markup:
 
 
 templates.env.filters.update(
-    when=when, score=score, count=count, seconds=seconds, millis=millis, percent=percent,
-    short=short, pretty=pretty, text_of=text_of, python_html=python_html, size=size,
+    when=when,
+    score=score,
+    count=count,
+    seconds=seconds,
+    millis=millis,
+    percent=percent,
+    short=short,
+    pretty=pretty,
+    text_of=text_of,
+    python_html=python_html,
+    size=size,
     when_short=when_short,
-)  # fmt: skip
-templates.env.globals.update(elapsed=elapsed, with_query=with_query, DASH=DASH,
-                             budget_value=budget_value)  # fmt: skip
+)
+templates.env.globals.update(
+    elapsed=elapsed, with_query=with_query, DASH=DASH, budget_value=budget_value
+)
 # the training and search charts, drawn as inline SVG
-templates.env.globals.update(best_success_chart=best_success_chart, loss_chart=loss_chart,
-                             step_curves_chart=step_curves_chart, runs_test_chart=runs_test_chart,
-                             harness_success_chart=harness_success_chart)  # fmt: skip
+templates.env.globals.update(
+    best_success_chart=best_success_chart,
+    loss_chart=loss_chart,
+    step_curves_chart=step_curves_chart,
+    runs_test_chart=runs_test_chart,
+    harness_success_chart=harness_success_chart,
+)
 
 
-def render(request: Request, template: str, context: dict[str, Any],
-           status_code: int = 200) -> HTMLResponse:  # fmt: skip
+def render(
+    request: Request, template: str, context: dict[str, Any], status_code: int = 200
+) -> HTMLResponse:
     return templates.TemplateResponse(request, template, context, status_code=status_code)

@@ -7,6 +7,7 @@ model call's request and its completion) and shows only what is new.
 A long trace shows a window of its steps (see get_rollout); the hidden ones become gaps that
 link to the next windows.
 """
+
 from collections.abc import Callable
 from typing import Any
 
@@ -55,8 +56,9 @@ def _conversation_after(view: dict[str, Any]) -> list[dict]:
     return view["messages"] + ([view["completion"]] if view["completion"] else [])
 
 
-def step_views(steps: list[dict[str, Any]],
-               previous_model_step: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def step_views(
+    steps: list[dict[str, Any]], previous_model_step: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Views of consecutive steps; a window that starts mid-trace passes the model call before
     it, so its first call folds what that one said."""
     views = []
@@ -81,8 +83,9 @@ def _gap(first: int, last: int) -> dict[str, Any]:
     return {"gap": {"first": first, "last": last, "n": n, "windows": windows}}
 
 
-def trace_segments(data: dict[str, Any],
-                   model_step_before: Callable[[int], dict[str, Any] | None]) -> list[dict[str, Any]]:  # fmt: skip
+def trace_segments(
+    data: dict[str, Any], model_step_before: Callable[[int], dict[str, Any] | None]
+) -> list[dict[str, Any]]:
     """A trace as the page lays it out: runs of shown steps ({"steps": views}) and the gaps
     between them ({"gap": ...}), from what get_rollout returned (`shown`: the index ranges
     loaded, None for all)."""

@@ -13,6 +13,7 @@ candidates, one candidate with two parents and one whose parent is in the earlie
 
 Shared by tests/api and tests/web.
 """
+
 from dataclasses import dataclass
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run
@@ -47,7 +48,8 @@ def run(task, llm, tools):
 # the prompt and parse functions in between untouched.
 PROGRAM_CODE = SEED_CODE.replace('SOLVER = "direct"', 'SOLVER = "program"').replace(
     "    return parse(reply)\n",
-    "    expression = parse(reply)\n    return str(eval(expression, {}))  # the harness computes\n")
+    "    expression = parse(reply)\n    return str(eval(expression, {}))  # the harness computes\n",
+)
 EXAMPLES_CODE = PROGRAM_CODE.replace("EXAMPLES = 0", "EXAMPLES = 3")
 SYNTAX_ERROR = "SyntaxError: invalid syntax (line 3)\n    SOLVER = = 'x'"
 MISSING_RUN = "the harness defines no module-level run(task, llm, tools)"
@@ -71,56 +73,123 @@ class SearchRun:
     g: Harness  # broken (invalid)
 
 
-def _harness_eval(store: Store, run: Run, harness: Harness, checkpoint: Checkpoint,
-                  phase: Phase, success: float) -> Evaluation:  # fmt: skip
-    return store.write(Evaluation(run_id=run.id, harness_id=harness.id,
-                                  checkpoint_id=checkpoint.id, split="harness", k=1, n_tasks=16,
-                                  n_done=16, status="done", mean_at_k=success, mean_turns=1.5,
-                                  phase_id=phase.id))  # fmt: skip
+def _harness_eval(
+    store: Store, run: Run, harness: Harness, checkpoint: Checkpoint, phase: Phase, success: float
+) -> Evaluation:
+    return store.write(
+        Evaluation(
+            run_id=run.id,
+            harness_id=harness.id,
+            checkpoint_id=checkpoint.id,
+            split="harness",
+            k=1,
+            n_tasks=16,
+            n_done=16,
+            status="done",
+            mean_at_k=success,
+            mean_turns=1.5,
+            phase_id=phase.id,
+        )
+    )
 
 
 def search_run(store: Store) -> SearchRun:
-    run = store.write(Run(name="whale arith", kind="experiment", domain="arith",
-                          status="done", strategy="whale"))  # fmt: skip
+    run = store.write(
+        Run(name="whale arith", kind="experiment", domain="arith", status="done", strategy="whale")
+    )
     base = store.write(Checkpoint(name="smol-base", kind="base", path="/models/smol"))
-    c1 = store.write(Checkpoint(run_id=run.id, parent_id=base.id, kind="lora",
-                                name="smol-rft-1", path="/ckpt/run/job-1"))  # fmt: skip
+    c1 = store.write(
+        Checkpoint(
+            run_id=run.id, parent_id=base.id, kind="lora", name="smol-rft-1", path="/ckpt/run/job-1"
+        )
+    )
     seed = store.harness(run, name="seed.py", code=SEED_CODE, proposer="seed")
-    store.write(Phase(run_id=run.id, kind="weight", round=1, status="done", harness_in_id=seed.id,
-                      harness_out_id=seed.id, checkpoint_in_id=base.id, checkpoint_out_id=c1.id))
-    phase1 = store.write(Phase(run_id=run.id, kind="harness", round=1, harness_in_id=seed.id,
-                               checkpoint_in_id=c1.id))  # fmt: skip
+    store.write(
+        Phase(
+            run_id=run.id,
+            kind="weight",
+            round=1,
+            status="done",
+            harness_in_id=seed.id,
+            harness_out_id=seed.id,
+            checkpoint_in_id=base.id,
+            checkpoint_out_id=c1.id,
+        )
+    )
+    phase1 = store.write(
+        Phase(run_id=run.id, kind="harness", round=1, harness_in_id=seed.id, checkpoint_in_id=c1.id)
+    )
 
     def candidate(name, code, parents, phase, iteration, **kw):
-        return store.harness(run, name=name, code=code, parent_id=parents[0], parent_ids=parents,
-                             phase_id=phase.id, iteration=iteration, proposer="llm", **kw)
+        return store.harness(
+            run,
+            name=name,
+            code=code,
+            parent_id=parents[0],
+            parent_ids=parents,
+            phase_id=phase.id,
+            iteration=iteration,
+            proposer="llm",
+            **kw,
+        )
 
-    a = candidate("program", PROGRAM_CODE, [seed.id], phase1, 1, axis="solver",
-                  hypothesis="let the model write the expression and compute it in the harness",
-                  changes="SOLVER = program; run() evaluates the expression")  # fmt: skip
-    b = candidate("syntax", "SOLVER = = 'x'\n", [seed.id], phase1, 1, valid=False,
-                  error=SYNTAX_ERROR)  # fmt: skip
-    c = candidate("examples", EXAMPLES_CODE, [a.id], phase1, 2, axis="prompt",
-                  hypothesis="three worked examples show the format")  # fmt: skip
+    a = candidate(
+        "program",
+        PROGRAM_CODE,
+        [seed.id],
+        phase1,
+        1,
+        axis="solver",
+        hypothesis="let the model write the expression and compute it in the harness",
+        changes="SOLVER = program; run() evaluates the expression",
+    )
+    b = candidate(
+        "syntax", "SOLVER = = 'x'\n", [seed.id], phase1, 1, valid=False, error=SYNTAX_ERROR
+    )
+    c = candidate(
+        "examples",
+        EXAMPLES_CODE,
+        [a.id],
+        phase1,
+        2,
+        axis="prompt",
+        hypothesis="three worked examples show the format",
+    )
     d = candidate("merge", PROGRAM_CODE + "# merged\n", [a.id, seed.id], phase1, 2, axis="prompt")
     for harness, success in ((seed, 0.10), (a, 0.40), (c, 0.60), (d, 0.30)):
         _harness_eval(store, run, harness, c1, phase1, success)
-    store.write_values(phase1, status="done", ended_reason="fixed", harness_out_id=c.id,
-                       checkpoint_out_id=c1.id)  # fmt: skip
+    store.write_values(
+        phase1, status="done", ended_reason="fixed", harness_out_id=c.id, checkpoint_out_id=c1.id
+    )
 
-    c2 = store.write(Checkpoint(run_id=run.id, parent_id=c1.id, kind="lora", name="smol-rft-2",
-                                path="/ckpt/run/job-2"))  # fmt: skip
-    store.write(Phase(run_id=run.id, kind="weight", round=2, status="done", harness_in_id=c.id,
-                      harness_out_id=c.id, checkpoint_in_id=c1.id, checkpoint_out_id=c2.id))
-    phase2 = store.write(Phase(run_id=run.id, kind="harness", round=2, harness_in_id=c.id,
-                               checkpoint_in_id=c2.id))  # fmt: skip
+    c2 = store.write(
+        Checkpoint(
+            run_id=run.id, parent_id=c1.id, kind="lora", name="smol-rft-2", path="/ckpt/run/job-2"
+        )
+    )
+    store.write(
+        Phase(
+            run_id=run.id,
+            kind="weight",
+            round=2,
+            status="done",
+            harness_in_id=c.id,
+            harness_out_id=c.id,
+            checkpoint_in_id=c1.id,
+            checkpoint_out_id=c2.id,
+        )
+    )
+    phase2 = store.write(
+        Phase(run_id=run.id, kind="harness", round=2, harness_in_id=c.id, checkpoint_in_id=c2.id)
+    )
     e = candidate("vote", EXAMPLES_CODE + "VOTES = 3\n", [c.id], phase2, 1, axis="voting")
     f = candidate("retry", PROGRAM_CODE + "RETRIES = 2\n", [a.id], phase2, 1, axis="control")
     g = candidate("broken", "x = 1\n", [c.id], phase2, 1, valid=False, error=MISSING_RUN)
     for harness, success in ((c, 0.65), (e, 0.80), (f, 0.50)):
         _harness_eval(store, run, harness, c2, phase2, success)
-    store.write_values(phase2, status="done", ended_reason="patience", harness_out_id=e.id,
-                       checkpoint_out_id=c2.id)  # fmt: skip
+    store.write_values(
+        phase2, status="done", ended_reason="patience", harness_out_id=e.id, checkpoint_out_id=c2.id
+    )
     return SearchRun(run, base, c1, c2, phase1, phase2, seed, a, b, c, d, e, f, g)
 
 
@@ -129,17 +198,34 @@ def large_search_run(store: Store, phases: int = 3, iterations: int = 8, k: int 
     harnesses by default), scores and parents picked by a fixed rule: each candidate edits the
     accepted harness or, one in three, another valid candidate of the phase; one in seven is
     invalid. For checking that the tree stays readable at the size of a real search."""
-    run = store.write(Run(name="whale arith (large)", kind="experiment", domain="arith",
-                          status="done", strategy="whale"))  # fmt: skip
+    run = store.write(
+        Run(
+            name="whale arith (large)",
+            kind="experiment",
+            domain="arith",
+            status="done",
+            strategy="whale",
+        )
+    )
     checkpoint = store.write(Checkpoint(name="smol-base", kind="base"))
     accepted = store.harness(run, name="seed.py", code=SEED_CODE, proposer="seed")
     best, n = 0.05, 0
     for round_ in range(1, phases + 1):
         if round_ > 1:
-            checkpoint = store.write(Checkpoint(
-                run_id=run.id, parent_id=checkpoint.id, kind="lora", name=f"smol-rft-{round_}"))
-        phase = store.write(Phase(run_id=run.id, kind="harness", round=round_,
-                                  harness_in_id=accepted.id, checkpoint_in_id=checkpoint.id))
+            checkpoint = store.write(
+                Checkpoint(
+                    run_id=run.id, parent_id=checkpoint.id, kind="lora", name=f"smol-rft-{round_}"
+                )
+            )
+        phase = store.write(
+            Phase(
+                run_id=run.id,
+                kind="harness",
+                round=round_,
+                harness_in_id=accepted.id,
+                checkpoint_in_id=checkpoint.id,
+            )
+        )
         _harness_eval(store, run, accepted, checkpoint, phase, best)
         valid = [accepted]
         for iteration in range(1, iterations + 1):
@@ -150,11 +236,18 @@ def large_search_run(store: Store, phases: int = 3, iterations: int = 8, k: int 
                 broken = n % 7 == 0
                 axis = ("prompt", "vote", "tools", "parse")[n % 4]
                 harness = store.harness(
-                    run, name=f"r{round_}-i{iteration}-{axis}", axis=axis,
-                    code=SEED_CODE + f"# variant {n}\n", parent_id=parent.id,
-                    parent_ids=[parent.id], phase_id=phase.id, iteration=iteration,
-                    proposer="llm", valid=not broken,
-                    error="SyntaxError: invalid syntax" if broken else None)  # fmt: skip
+                    run,
+                    name=f"r{round_}-i{iteration}-{axis}",
+                    axis=axis,
+                    code=SEED_CODE + f"# variant {n}\n",
+                    parent_id=parent.id,
+                    parent_ids=[parent.id],
+                    phase_id=phase.id,
+                    iteration=iteration,
+                    proposer="llm",
+                    valid=not broken,
+                    error="SyntaxError: invalid syntax" if broken else None,
+                )
                 if not broken:
                     success = round(min(0.98, max(0.0, best + ((n * 37) % 31 - 24) / 100)), 3)
                     _harness_eval(store, run, harness, checkpoint, phase, success)

@@ -4,6 +4,7 @@ a new LoRA checkpoint whose parent is the previous one), test mean@k after.
 
 Shared by tests/api and tests/web.
 """
+
 from dataclasses import dataclass, field
 
 from app.db.schema import Checkpoint, Evaluation, Metric, Run, TrainingJob
@@ -33,19 +34,36 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
     harness = store.harness(run)
     base = store.write(Checkpoint(name="smol-base", kind="base", path="/models/smol"))
     phase = WeightPhase(run, base)
-    phase.tests.append(store.evaluation(run, harness, base, n_tasks=4, k=2, status="done",
-                                        n_done=8, mean_at_k=0.25))  # fmt: skip
+    phase.tests.append(
+        store.evaluation(
+            run, harness, base, n_tasks=4, k=2, status="done", n_done=8, mean_at_k=0.25
+        )
+    )
     store.write(Metric(run_id=run.id, series="test/mean@k", x=0, rollouts=0, y=0.25))
     current, used = base, 0
     for step, statuses in enumerate(steps):
         state = last if step == len(steps) - 1 else "done"
-        job = store.write(TrainingJob(run_id=run.id, harness_id=harness.id,
-                                      checkpoint_in_id=current.id, step=step,
-                                      config={"threshold": 0.5, "lora": True}))  # fmt: skip
-        sampling = store.write(Evaluation(
-            run_id=run.id, harness_id=harness.id, checkpoint_id=current.id, split="train", k=1,
-            n_tasks=len(statuses), n_done=0 if state == "sampling" else len(statuses),
-            status="running" if state == "sampling" else "done"))  # fmt: skip
+        job = store.write(
+            TrainingJob(
+                run_id=run.id,
+                harness_id=harness.id,
+                checkpoint_in_id=current.id,
+                step=step,
+                config={"threshold": 0.5, "lora": True},
+            )
+        )
+        sampling = store.write(
+            Evaluation(
+                run_id=run.id,
+                harness_id=harness.id,
+                checkpoint_id=current.id,
+                split="train",
+                k=1,
+                n_tasks=len(statuses),
+                n_done=0 if state == "sampling" else len(statuses),
+                status="running" if state == "sampling" else "done",
+            )
+        )
         phase.sampling.append(sampling)
         if state == "sampling":  # the job names its evaluation only once sampling ends
             phase.jobs.append(job)
@@ -53,34 +71,75 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
         store.rollouts(sampling, statuses)
         accepted, used = statuses.count("pass"), used + len(statuses)
         rate = accepted / len(statuses)
-        values = dict(evaluation_id=sampling.id, n_rollouts=len(statuses), n_accepted=accepted,
-                      mean_reward=rate, n_examples=accepted,
-                      status="training" if accepted else "skipped")  # fmt: skip
-        store.write(*[Metric(run_id=run.id, training_job_id=job.id, series=series, x=step,
-                             rollouts=used, y=rate)
-                      for series in ("train/accept_rate", "train/mean_reward")])  # fmt: skip
+        values = dict(
+            evaluation_id=sampling.id,
+            n_rollouts=len(statuses),
+            n_accepted=accepted,
+            mean_reward=rate,
+            n_examples=accepted,
+            status="training" if accepted else "skipped",
+        )
+        store.write(
+            *[
+                Metric(
+                    run_id=run.id,
+                    training_job_id=job.id,
+                    series=series,
+                    x=step,
+                    rollouts=used,
+                    y=rate,
+                )
+                for series in ("train/accept_rate", "train/mean_reward")
+            ]
+        )
         if accepted:
             batches = BATCHES if state == "done" else BATCHES // 2
-            store.write(*[Metric(run_id=run.id, training_job_id=job.id, series="train/loss",
-                                 x=step + b / BATCHES, rollouts=used, y=2 / (step + 1) - b / 10)
-                          for b in range(1, batches + 1)])  # fmt: skip
+            store.write(
+                *[
+                    Metric(
+                        run_id=run.id,
+                        training_job_id=job.id,
+                        series="train/loss",
+                        x=step + b / BATCHES,
+                        rollouts=used,
+                        y=2 / (step + 1) - b / 10,
+                    )
+                    for b in range(1, batches + 1)
+                ]
+            )
         if accepted and state == "done":
-            current = store.write(Checkpoint(
-                run_id=run.id, parent_id=current.id, kind="lora", name=f"smol-rft-{job.id}",
-                path=f"/home/checkpoints/run-{run.id}/job-{job.id}", training_job_id=job.id,
-                size_bytes=3_500_000))  # fmt: skip
+            current = store.write(
+                Checkpoint(
+                    run_id=run.id,
+                    parent_id=current.id,
+                    kind="lora",
+                    name=f"smol-rft-{job.id}",
+                    path=f"/home/checkpoints/run-{run.id}/job-{job.id}",
+                    training_job_id=job.id,
+                    size_bytes=3_500_000,
+                )
+            )
             phase.checkpoints.append(current)
-            values.update(status="done", checkpoint_out_id=current.id, loss=2 / (step + 1) - 0.25,
-                          tokens_trained=120 * accepted)  # fmt: skip
+            values.update(
+                status="done",
+                checkpoint_out_id=current.id,
+                loss=2 / (step + 1) - 0.25,
+                tokens_trained=120 * accepted,
+            )
         elif state == "failed":
-            values.update(status="failed", log_tail=LOG,
-                          error=f"training process exited with code 1:\n{TRACEBACK}")  # fmt: skip
+            values.update(
+                status="failed",
+                log_tail=LOG,
+                error=f"training process exited with code 1:\n{TRACEBACK}",
+            )
         phase.jobs.append(_update(store, job, **values))
     if last == "done":
-        phase.tests.append(store.evaluation(run, harness, current, n_tasks=4, k=2, status="done",
-                                            n_done=8, mean_at_k=0.5))  # fmt: skip
-        store.write(Metric(run_id=run.id, series="test/mean@k", x=len(steps), rollouts=used,
-                           y=0.5))  # fmt: skip
+        phase.tests.append(
+            store.evaluation(
+                run, harness, current, n_tasks=4, k=2, status="done", n_done=8, mean_at_k=0.5
+            )
+        )
+        store.write(Metric(run_id=run.id, series="test/mean@k", x=len(steps), rollouts=used, y=0.5))
     return phase
 
 

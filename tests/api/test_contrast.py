@@ -1,4 +1,5 @@
 """GET /api/rollouts/contrast: the tasks that fail under A and pass under B."""
+
 import pytest
 
 from app.db.schema import Rollout
@@ -21,12 +22,22 @@ def write(store, evaluation, side: int) -> dict[str, list[Rollout]]:
     """The rollouts of OUTCOMES for side 0 (A) or 1 (B) under `evaluation`, by task."""
     written = {}
     for task, sides in OUTCOMES.items():
-        rows = [Rollout(run_id=evaluation.run_id, evaluation_id=evaluation.id,
-                        harness_id=evaluation.harness_id, checkpoint_id=evaluation.checkpoint_id,
-                        task_id=task, sample=i, task={"question": f"q {task}"}, gold="1",
-                        status=status, answer="1" if status == "pass" else "2",
-                        reward=float(status == "pass"))
-                for i, status in enumerate(sides[side])]  # fmt: skip
+        rows = [
+            Rollout(
+                run_id=evaluation.run_id,
+                evaluation_id=evaluation.id,
+                harness_id=evaluation.harness_id,
+                checkpoint_id=evaluation.checkpoint_id,
+                task_id=task,
+                sample=i,
+                task={"question": f"q {task}"},
+                gold="1",
+                status=status,
+                answer="1" if status == "pass" else "2",
+                reward=float(status == "pass"),
+            )
+            for i, status in enumerate(sides[side])
+        ]
         if rows:
             result = store.write(*rows)
             written[task] = result if isinstance(result, list) else [result]
@@ -46,7 +57,9 @@ def harness_pair(store):
 def test_lists_exactly_the_tasks_that_fail_under_a_and_pass_under_b(client, harness_pair):
     run, a, b, under_a, under_b = harness_pair
 
-    data = client.get("/api/rollouts/contrast", params={"a_harness": a.id, "b_harness": b.id}).json()
+    data = client.get(
+        "/api/rollouts/contrast", params={"a_harness": a.id, "b_harness": b.id}
+    ).json()
 
     assert sorted(t["task_id"] for t in data["tasks"]) == ["t0", "t3"]
     assert data["n_tasks"] == 2
@@ -66,8 +79,9 @@ def test_lists_exactly_the_tasks_that_fail_under_a_and_pass_under_b(client, harn
 def test_most_of_the_time_also_counts_tasks_a_mostly_fails(client, harness_pair):
     _, a, b, _, _ = harness_pair
 
-    data = client.get("/api/rollouts/contrast", params={"a_harness": a.id, "b_harness": b.id,
-                                                        "a_fails": "most"}).json()  # fmt: skip
+    data = client.get(
+        "/api/rollouts/contrast", params={"a_harness": a.id, "b_harness": b.id, "a_fails": "most"}
+    ).json()
 
     assert sorted(t["task_id"] for t in data["tasks"]) == ["t0", "t3", "t6"]
 
@@ -75,7 +89,9 @@ def test_most_of_the_time_also_counts_tasks_a_mostly_fails(client, harness_pair)
 def test_the_other_way_round_finds_what_b_broke(client, harness_pair):
     _, a, b, _, _ = harness_pair
 
-    data = client.get("/api/rollouts/contrast", params={"a_harness": b.id, "b_harness": a.id}).json()
+    data = client.get(
+        "/api/rollouts/contrast", params={"a_harness": b.id, "b_harness": a.id}
+    ).json()
 
     assert [t["task_id"] for t in data["tasks"]] == ["t8"]
 
@@ -88,8 +104,17 @@ def test_sides_can_be_checkpoints_within_a_run(store, client):
     write(store, store.evaluation(run, harness, tuned, n_tasks=9), 1)
     # the same checkpoints in another run pass t1 under B: left out when the run is named
     other = store.evaluation(elsewhere, store.harness(elsewhere), tuned, n_tasks=1)
-    store.write(Rollout(run_id=elsewhere.id, evaluation_id=other.id, harness_id=other.harness_id,
-                        checkpoint_id=tuned.id, task_id="t1", sample=0, status="pass"))  # fmt: skip
+    store.write(
+        Rollout(
+            run_id=elsewhere.id,
+            evaluation_id=other.id,
+            harness_id=other.harness_id,
+            checkpoint_id=tuned.id,
+            task_id="t1",
+            sample=0,
+            status="pass",
+        )
+    )
 
     params = {"a_checkpoint": base.id, "b_checkpoint": tuned.id}
     within = client.get("/api/rollouts/contrast", params={**params, "run": run.id}).json()
@@ -97,7 +122,9 @@ def test_sides_can_be_checkpoints_within_a_run(store, client):
 
     assert sorted(t["task_id"] for t in within["tasks"]) == ["t0", "t3"]
     assert sorted(t["task_id"] for t in anywhere["tasks"]) == ["t0", "t1", "t3"]
-    assert within["a"]["checkpoint"]["name"] == "base" and within["b"]["checkpoint"]["name"] == "tuned"
+    assert (
+        within["a"]["checkpoint"]["name"] == "base" and within["b"]["checkpoint"]["name"] == "tuned"
+    )
 
 
 def test_a_side_must_be_named_and_exist(client, harness_pair):
@@ -108,7 +135,12 @@ def test_a_side_must_be_named_and_exist(client, harness_pair):
     assert "b_harness or b_checkpoint" in missing.json()["detail"]
     malformed = client.get("/api/rollouts/contrast", params={"a_harness": "x", "b_harness": b.id})
     assert malformed.status_code == 422 and "a_harness" in malformed.json()["detail"]
-    assert client.get("/api/rollouts/contrast", params={"a_harness": a.id, "b_harness": b.id,
-                                                        "a_fails": "some"}).status_code == 422  # fmt: skip
+    assert (
+        client.get(
+            "/api/rollouts/contrast",
+            params={"a_harness": a.id, "b_harness": b.id, "a_fails": "some"},
+        ).status_code
+        == 422
+    )
     unknown = client.get("/api/rollouts/contrast", params={"a_harness": a.id, "b_harness": 999})
     assert unknown.status_code == 404 and "999 not found" in unknown.json()["detail"]

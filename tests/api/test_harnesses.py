@@ -4,8 +4,14 @@
 def test_harness_has_code_parent_children_and_evaluations(store, client):
     run = store.run()
     parent = store.harness(run, name="seed.py", proposer="seed")
-    child = store.harness(run, name="child.py", code="def run(task, llm, tools):\n    pass\n",
-                          parent_id=parent.id, proposer="knobs", hypothesis="vote 3 times")
+    child = store.harness(
+        run,
+        name="child.py",
+        code="def run(task, llm, tools):\n    pass\n",
+        parent_id=parent.id,
+        proposer="knobs",
+        hypothesis="vote 3 times",
+    )
     grandchild = store.harness(run, name="grandchild.py", parent_id=child.id)
     evaluation = store.evaluation(run, child, store.checkpoint(), n_tasks=4, mean_at_k=0.75)
 
@@ -21,8 +27,12 @@ def test_harness_has_code_parent_children_and_evaluations(store, client):
 
 
 def test_invalid_harness_shows_its_error(store, client):
-    harness = store.harness(name="broken.py", code="def run(:", valid=False,
-                            error="SyntaxError: invalid syntax (line 1)")  # fmt: skip
+    harness = store.harness(
+        name="broken.py",
+        code="def run(:",
+        valid=False,
+        error="SyntaxError: invalid syntax (line 1)",
+    )
 
     data = client.get(f"/api/harnesses/{harness.id}").json()
 

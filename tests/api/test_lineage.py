@@ -1,5 +1,6 @@
 """GET /api/runs/{id}/lineage: the harness tree of a run across its harness phases, and
 GET /api/harnesses/{id}: scores per checkpoint and split, the diff against a parent or a pick."""
+
 from app.db.schema import Evaluation
 from tests.api.synthetic_lineage import MISSING_RUN, SYNTAX_ERROR, search_run
 
@@ -13,11 +14,15 @@ def test_tree_has_every_harness_of_both_phases_and_their_parent_edges(store, cli
     assert set(nodes) == {h.id for h in (r.seed, r.a, r.b, r.c, r.d, r.e, r.f, r.g)}
     edges = {(e["source"], e["target"], e["primary"]) for e in data["edges"]}
     assert edges == {
-        (r.seed.id, r.a.id, True), (r.seed.id, r.b.id, True), (r.a.id, r.c.id, True),
-        (r.a.id, r.d.id, True), (r.seed.id, r.d.id, False),  # d's second parent
-        (r.c.id, r.e.id, True), (r.c.id, r.g.id, True),
+        (r.seed.id, r.a.id, True),
+        (r.seed.id, r.b.id, True),
+        (r.a.id, r.c.id, True),
+        (r.a.id, r.d.id, True),
+        (r.seed.id, r.d.id, False),  # d's second parent
+        (r.c.id, r.e.id, True),
+        (r.c.id, r.g.id, True),
         (r.a.id, r.f.id, True),  # a parent in the earlier phase
-    }  # fmt: skip
+    }
     # where each sits: the seed is the incoming harness (iteration 0) of phase 1
     where = {n["id"]: (n["phase_round"], n["iteration"]) for n in data["nodes"]}
     assert where[r.seed.id] == (1, 0) and where[r.a.id] == (1, 1) and where[r.d.id] == (1, 2)
@@ -75,7 +80,8 @@ def test_harness_diff_against_its_parent_by_default(store, client):
     changed = [(row["old"], row["new"]) for row in rows if row["tag"] == "replace"]
     assert ('SOLVER = "direct"', 'SOLVER = "program"') in changed
     assert [row["new"] for row in rows if row["tag"] == "insert"] == [
-        "    return str(eval(expression, {}))  # the harness computes"]
+        "    return str(eval(expression, {}))  # the harness computes"
+    ]
     # the prompt and parse functions in between are folded, not shown
     assert len(diff["hunks"]) == 2 and diff["hunks"][1]["folded_before"] > 5
     assert not any("def parse" in (row["new"] or "") for row in rows)
@@ -105,9 +111,19 @@ def test_seed_has_no_diff_and_full_shows_every_line(store, client):
 
 def test_scores_matrix_has_a_row_per_checkpoint_and_a_column_per_split(store, client):
     r = search_run(store)
-    evaluation = lambda checkpoint, split, **kw: store.write(Evaluation(  # noqa: E731
-        run_id=r.run.id, harness_id=r.c.id, checkpoint_id=checkpoint.id, split=split,
-        n_tasks=8, **kw))  # fmt: skip
+
+    def evaluation(checkpoint, split, **kw):
+        return store.write(
+            Evaluation(
+                run_id=r.run.id,
+                harness_id=r.c.id,
+                checkpoint_id=checkpoint.id,
+                split=split,
+                n_tasks=8,
+                **kw,
+            )
+        )
+
     evaluation(r.c1, "test", k=4, status="done", mean_at_k=0.30)
     newer = evaluation(r.c1, "test", k=4, status="done", mean_at_k=0.35)
     running = evaluation(r.c2, "train", k=1)  # sampling, not finished
@@ -118,7 +134,12 @@ def test_scores_matrix_has_a_row_per_checkpoint_and_a_column_per_split(store, cl
     assert [row["checkpoint_id"] for row in scores["rows"]] == [r.c1.id, r.c2.id]
     c1, c2 = (row["cells"] for row in scores["rows"])
     assert c1["harness"]["mean_at_k"] == 0.60 and c2["harness"]["mean_at_k"] == 0.65
-    assert c1["test"] == {**c1["test"], "mean_at_k": 0.35, "evaluation_id": newer.id,
-                          "n_evaluations": 2, "k": 4}  # fmt: skip
+    assert c1["test"] == {
+        **c1["test"],
+        "mean_at_k": 0.35,
+        "evaluation_id": newer.id,
+        "n_evaluations": 2,
+        "k": 4,
+    }
     assert "test" not in c2
     assert c2["train"]["status"] == "running" and c2["train"]["evaluation_id"] == running.id

@@ -1,5 +1,6 @@
 """GET /api/rollouts: every filter, their combinations, keyset paging, the bounded text search;
 and /api/rollouts/{id} (the trace)."""
+
 import pytest
 
 from app.api import rollouts as rollouts_module
@@ -39,8 +40,13 @@ def world(store):
     store.write_values(rows[2], error="Traceback ...\nZeroDivisionError: division by zero")
     store.write_values(rows[9], answer="forty two")
     store.write_values(rows[20], error="ValueError: 100% sure_not", reason="exception")
-    return {"runs": (run1, run2), "harnesses": (seed, tuned, other), "checkpoints": (base, lora),
-            "phases": (p1, p2), "evaluations": evaluations}  # fmt: skip
+    return {
+        "runs": (run1, run2),
+        "harnesses": (seed, tuned, other),
+        "checkpoints": (base, lora),
+        "phases": (p1, p2),
+        "evaluations": evaluations,
+    }
 
 
 def all_rows(workbench) -> list[Rollout]:
@@ -88,16 +94,22 @@ def test_failed_means_fail_error_and_timeout(client, run_with_rollouts):
 # Each filter against the rows it should keep, decided on the stored rows themselves.
 FILTERS = {
     "run": lambda w: (w["runs"][1].id, lambda r: r.run_id == w["runs"][1].id),
-    "evaluation": lambda w: (w["evaluations"][2].id,
-                             lambda r: r.evaluation_id == w["evaluations"][2].id),
+    "evaluation": lambda w: (
+        w["evaluations"][2].id,
+        lambda r: r.evaluation_id == w["evaluations"][2].id,
+    ),
     "harness": lambda w: (w["harnesses"][1].id, lambda r: r.harness_id == w["harnesses"][1].id),
-    "checkpoint": lambda w: (w["checkpoints"][1].id,
-                             lambda r: r.checkpoint_id == w["checkpoints"][1].id),
+    "checkpoint": lambda w: (
+        w["checkpoints"][1].id,
+        lambda r: r.checkpoint_id == w["checkpoints"][1].id,
+    ),
     "task": lambda w: ("test-3", lambda r: r.task_id == "test-3"),
-    "phase": lambda w: (w["phases"][0].id,
-                        lambda r: r.evaluation_id in (w["evaluations"][0].id, w["evaluations"][1].id)),
+    "phase": lambda w: (
+        w["phases"][0].id,
+        lambda r: r.evaluation_id in (w["evaluations"][0].id, w["evaluations"][1].id),
+    ),
     "status": lambda w: ("timeout", lambda r: r.status == "timeout"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", FILTERS)
@@ -119,11 +131,18 @@ def test_filters_combine(client, workbench, world):
 
     items = walk(client, run=run1.id, checkpoint=base.id, status="failed", task="test-1")
 
-    assert {(i["run_id"], i["checkpoint_id"], i["task_id"]) for i in items} == {(run1.id, base.id, "test-1")}
+    assert {(i["run_id"], i["checkpoint_id"], i["task_id"]) for i in items} == {
+        (run1.id, base.id, "test-1")
+    }
     assert {i["status"] for i in items} <= {"fail", "error", "timeout"}
-    expected = [r.id for r in all_rows(workbench) if r.run_id == run1.id
-                and r.checkpoint_id == base.id and r.task_id == "test-1"
-                and r.status in ("fail", "error", "timeout")]  # fmt: skip
+    expected = [
+        r.id
+        for r in all_rows(workbench)
+        if r.run_id == run1.id
+        and r.checkpoint_id == base.id
+        and r.task_id == "test-1"
+        and r.status in ("fail", "error", "timeout")
+    ]
     assert ids(items) == expected and len(expected) == 2  # under seed.py and tuned.py
     assert walk(client, harness=seed.id, evaluation=world["evaluations"][1].id) == []
 
@@ -162,8 +181,9 @@ def test_keyset_paging_walks_every_row_once_forward_and_back(store, client):
     assert ids(back) == expected
 
     # "previous" from the second page is exactly the first page
-    previous = client.get("/api/rollouts", params={"run": run.id,
-                                                   "before": pages[1]["prev_before"]}).json()  # fmt: skip
+    previous = client.get(
+        "/api/rollouts", params={"run": run.id, "before": pages[1]["prev_before"]}
+    ).json()
     assert ids(previous["items"]) == ids(pages[0]["items"])
     assert previous["prev_before"] is None and previous["next_after"] == pages[0]["next_after"]
 
@@ -177,16 +197,22 @@ def test_paging_skips_rows_the_filters_leave_out(store, client):
 
     assert ids(items) == [r.id for r in rollouts if r.status == "fail"]
     assert len(items) == 50  # exactly one page: no empty "next" page after it
-    assert client.get("/api/rollouts", params={"run": run.id, "status": "fail"}).json()["next_after"] is None
+    assert (
+        client.get("/api/rollouts", params={"run": run.id, "status": "fail"}).json()["next_after"]
+        is None
+    )
 
 
-@pytest.mark.parametrize("q, expect", [
-    ("forty", [1, 9]),  # answers, case-insensitive
-    ("zerodivisionerror", [2]),  # an error's traceback
-    ("exception", [2, 8, 14, 20]),  # the failure reason
-    ("100% sure_", [20]),  # % and _ are plain characters
-    ("sure%", []),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "q, expect",
+    [
+        ("forty", [1, 9]),  # answers, case-insensitive
+        ("zerodivisionerror", [2]),  # an error's traceback
+        ("exception", [2, 8, 14, 20]),  # the failure reason
+        ("100% sure_", [20]),  # % and _ are plain characters
+        ("sure%", []),
+    ],
+)
 def test_text_search_finds_answers_errors_and_reasons(client, workbench, world, q, expect):
     everything = all_rows(workbench)
 
@@ -204,7 +230,8 @@ def test_text_search_combines_with_filters(client, workbench, world):
 
 
 def test_text_search_reads_a_bounded_number_of_rows_and_says_where_to_go_on(
-        client, store, monkeypatch):  # fmt: skip
+    client, store, monkeypatch
+):
     monkeypatch.setattr(rollouts_module, "SEARCH_ROWS", 10)
     run = store.run()
     evaluation = store.evaluation(run, store.harness(run), store.checkpoint(), n_tasks=35)
@@ -215,8 +242,12 @@ def test_text_search_reads_a_bounded_number_of_rows_and_says_where_to_go_on(
     first = client.get("/api/rollouts", params={"q": "needle"}).json()
 
     assert ids(first["items"]) == [rollouts[3].id]
-    assert first["search"] == {"q": "needle", "rows_limit": 10, "complete": False,
-                               "stopped_at": rollouts[9].id}  # fmt: skip
+    assert first["search"] == {
+        "q": "needle",
+        "rows_limit": 10,
+        "complete": False,
+        "stopped_at": rollouts[9].id,
+    }
     assert first["next_after"] == rollouts[9].id  # continue after the rows searched
     # following "continue" finds every match once, and the last window says it is complete
     found = walk(client, q="needle")
@@ -271,17 +302,20 @@ def test_unknown_id_filter_is_404(client, name):
     assert "999 not found" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("params, mentions", [
-    ({"harness": "seed"}, "harness"),
-    ({"checkpoint": "1.5"}, "checkpoint"),
-    ({"phase": "-1"}, "phase"),
-    ({"status": "failing"}, "status"),
-    ({"after": "x"}, "after"),
-    ({"before": "-3"}, "before"),
-    ({"after": "10", "before": "20"}, "after and before"),
-    ({"q": "x" * 201}, "q"),
-    ({"task": "t" * 201}, "task"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "params, mentions",
+    [
+        ({"harness": "seed"}, "harness"),
+        ({"checkpoint": "1.5"}, "checkpoint"),
+        ({"phase": "-1"}, "phase"),
+        ({"status": "failing"}, "status"),
+        ({"after": "x"}, "after"),
+        ({"before": "-3"}, "before"),
+        ({"after": "10", "before": "20"}, "after and before"),
+        ({"q": "x" * 201}, "q"),
+        ({"task": "t" * 201}, "task"),
+    ],
+)
 def test_malformed_filters_are_a_422_naming_the_parameter(client, params, mentions):
     for url in ("/api/rollouts", "/rollouts"):
         response = client.get(url, params=params)
@@ -291,13 +325,20 @@ def test_malformed_filters_are_a_422_naming_the_parameter(client, params, mentio
 
 def test_trace_has_its_steps_in_order_with_messages(store, client, run_with_rollouts):
     rollout = run_with_rollouts[2][1]
-    question = [{"role": "system", "content": "Solve it."},
-                {"role": "user", "content": "What is 1 + 1?"}]  # fmt: skip
+    question = [
+        {"role": "system", "content": "Solve it."},
+        {"role": "user", "content": "What is 1 + 1?"},
+    ]
     # written out of order: the trace must still come back ordered by step index
     store.tool_step(rollout, 1, "calculator", ["1 + 1"], result=2)
     store.model_step(rollout, 0, question, "Let me compute.", temperature=0.7)
-    store.model_step(rollout, 2, question + [{"role": "assistant", "content": "Let me compute."}],
-                     "The answer is 2.", temperature=0.0)  # fmt: skip
+    store.model_step(
+        rollout,
+        2,
+        question + [{"role": "assistant", "content": "Let me compute."}],
+        "The answer is 2.",
+        temperature=0.0,
+    )
 
     data = client.get(f"/api/rollouts/{rollout.id}").json()
 

@@ -1,4 +1,5 @@
 """GET /api/runs and /api/runs/{id}: the runs list and a run with its evaluations and counts."""
+
 from collections import Counter
 
 STATUSES = ["pass", "fail", "fail", "error", "timeout", "pass", "fail", "pending"]
@@ -35,8 +36,9 @@ def test_run_status_counts_match_the_rollout_rows(store, client):
 
     assert data["run"]["id"] == run.id
     expected = Counter(STATUSES)
-    assert data["status_counts"] == {s: expected[s] for s in
-                                     ("pending", "pass", "fail", "error", "timeout")}  # fmt: skip
+    assert data["status_counts"] == {
+        s: expected[s] for s in ("pending", "pass", "fail", "error", "timeout")
+    }
     # and each count is what the rollout list filtered by that status returns
     for status, n in data["status_counts"].items():
         listed = client.get("/api/rollouts", params={"run": run.id, "status": status}).json()

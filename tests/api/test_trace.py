@@ -1,5 +1,6 @@
 """One trace through the API: windows of a long trace, the raw download, two traces compared,
 and the rollouts of the same task offered for comparing."""
+
 import pytest
 
 from app.db.schema import Step
@@ -13,16 +14,33 @@ def long_trace(store, rollout, n_steps: int) -> None:
     for idx in range(n_steps):
         if idx % 2 == 0:
             reply = f"thought {idx}"
-            steps.append(Step(rollout_id=rollout.id, idx=idx, kind="model",
-                              request={"messages": list(conversation)},
-                              response={"message": {"role": "assistant", "content": reply},
-                                        "finish_reason": "stop"}))  # fmt: skip
-            conversation += [{"role": "assistant", "content": reply},
-                             {"role": "user", "content": f"go on after {idx}"}]  # fmt: skip
+            steps.append(
+                Step(
+                    rollout_id=rollout.id,
+                    idx=idx,
+                    kind="model",
+                    request={"messages": list(conversation)},
+                    response={
+                        "message": {"role": "assistant", "content": reply},
+                        "finish_reason": "stop",
+                    },
+                )
+            )
+            conversation += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": f"go on after {idx}"},
+            ]
         else:
-            steps.append(Step(rollout_id=rollout.id, idx=idx, kind="tool", tool="calculator",
-                              request={"args": [f"{idx} + 1"], "kwargs": {}},
-                              response={"result": idx + 1}))  # fmt: skip
+            steps.append(
+                Step(
+                    rollout_id=rollout.id,
+                    idx=idx,
+                    kind="tool",
+                    tool="calculator",
+                    request={"args": [f"{idx} + 1"], "kwargs": {}},
+                    response={"result": idx + 1},
+                )
+            )
     store.write(*steps)
 
 
@@ -33,7 +51,9 @@ def two_harnesses(store):
     run = store.run()
     checkpoint = store.checkpoint()
     first, second = store.harness(run, name="first.py"), store.harness(run, name="second.py")
-    failing, other_task = store.rollouts(store.evaluation(run, first, checkpoint, 2), ["fail", "fail"])
+    failing, other_task = store.rollouts(
+        store.evaluation(run, first, checkpoint, 2), ["fail", "fail"]
+    )
     [passing] = store.rollouts(store.evaluation(run, second, checkpoint, 1), ["pass"])
     return failing, passing, other_task
 
@@ -51,12 +71,15 @@ def test_a_trace_gives_all_steps_or_the_window_asked_for(store, client, two_harn
     assert window["shown"] == [[20, 69]] and window["n_steps"] == 120
 
 
-@pytest.mark.parametrize("steps, mentions", [
-    ("69-20", "ends before it starts"),
-    ("0-500", "at most 200"),
-    ("twenty", "steps"),
-    ("-5", "steps"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "steps, mentions",
+    [
+        ("69-20", "ends before it starts"),
+        ("0-500", "at most 200"),
+        ("twenty", "steps"),
+        ("-5", "steps"),
+    ],
+)
 def test_a_malformed_step_window_is_a_422(client, two_harnesses, steps, mentions):
     rollout = two_harnesses[0]
     response = client.get(f"/api/rollouts/{rollout.id}", params={"steps": steps})
@@ -72,7 +95,10 @@ def test_raw_download_is_an_attachment_with_every_step(store, client, two_harnes
 
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
-    assert response.headers["content-disposition"] == f'attachment; filename="rollout-{rollout.id}.json"'
+    assert (
+        response.headers["content-disposition"]
+        == f'attachment; filename="rollout-{rollout.id}.json"'
+    )
     data = response.json()
     assert data["rollout"]["id"] == rollout.id and len(data["steps"]) == 40
     assert client.get("/api/rollouts/4242/raw").status_code == 404
@@ -82,7 +108,9 @@ def test_compare_gives_both_traces_and_whether_the_task_is_the_same(client, two_
     failing, passing, other_task = two_harnesses
 
     same = client.get("/api/rollouts/compare", params={"a": failing.id, "b": passing.id}).json()
-    different = client.get("/api/rollouts/compare", params={"a": failing.id, "b": other_task.id}).json()
+    different = client.get(
+        "/api/rollouts/compare", params={"a": failing.id, "b": other_task.id}
+    ).json()
 
     assert (same["a"]["rollout"]["id"], same["b"]["rollout"]["id"]) == (failing.id, passing.id)
     assert same["same_task"] is True and same["warning"] is None
@@ -94,8 +122,12 @@ def test_compare_refuses_a_missing_or_unknown_side(client, two_harnesses):
     failing = two_harnesses[0]
     missing = client.get("/api/rollouts/compare", params={"a": failing.id})
     assert missing.status_code == 422 and "b" in missing.json()["detail"]
-    assert client.get("/api/rollouts/compare", params={"a": failing.id, "b": "x"}).status_code == 422
-    assert client.get("/api/rollouts/compare", params={"a": failing.id, "b": 999}).status_code == 404
+    assert (
+        client.get("/api/rollouts/compare", params={"a": failing.id, "b": "x"}).status_code == 422
+    )
+    assert (
+        client.get("/api/rollouts/compare", params={"a": failing.id, "b": 999}).status_code == 404
+    )
 
 
 def test_a_trace_offers_the_same_task_under_other_harnesses(store, client, two_harnesses):

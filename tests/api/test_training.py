@@ -1,4 +1,5 @@
 """GET /api/training/{id}, /api/checkpoints/{id} and the weight phase of /api/runs/{id}."""
+
 import pytest
 
 from tests.api.synthetic_training import BATCHES, weight_phase
@@ -16,8 +17,12 @@ def test_training_job_has_its_counts_checkpoints_and_loss_curve(store, client):
     assert (data["job"]["n_rollouts"], data["job"]["n_accepted"]) == (4, 2)
     assert data["job"]["accept_rate"] == 0.5
     assert data["job"]["checkpoint_in"]["id"] == phase.base.id
-    assert data["job"]["checkpoint_out"] == {"id": out.id, "name": out.name, "kind": "lora",
-                                             "training_job_id": job.id}  # fmt: skip
+    assert data["job"]["checkpoint_out"] == {
+        "id": out.id,
+        "name": out.name,
+        "kind": "lora",
+        "training_job_id": job.id,
+    }
     assert data["run"]["id"] == phase.run.id and data["harness"]["name"] == "seed.py"
     assert data["mean_loss"] == job.loss
     xs = [p["x"] for p in data["loss_curve"]]
@@ -100,7 +105,8 @@ def test_run_has_its_weight_phase(store, client):
     assert wp["jobs"][1]["checkpoint_out"] is None
     assert wp["rollouts_used"] == 8
     assert [c["id"] for c in wp["checkpoint_chain"]] == [phase.base.id] + [
-        c.id for c in phase.checkpoints]  # fmt: skip
+        c.id for c in phase.checkpoints
+    ]
     curves = wp["curves"]
     assert [p["rollouts"] for p in curves["test/mean@k"]] == [0, 8]
     assert [p["y"] for p in curves["train/accept_rate"]] == [0.5, 0.0, 1.0]
@@ -112,26 +118,32 @@ def test_run_without_training_has_no_weight_phase(store, client):
     assert client.get(f"/api/runs/{run.id}").json()["weight_phase"] is None
 
 
-@pytest.mark.parametrize("url, detail", [
-    ("/api/training/999", "Training job 999 not found"),
-    ("/api/checkpoints/999", "Checkpoint 999 not found"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "url, detail",
+    [
+        ("/api/training/999", "Training job 999 not found"),
+        ("/api/checkpoints/999", "Checkpoint 999 not found"),
+    ],
+)
 def test_unknown_ids_are_404(client, url, detail):
     response = client.get(url)
     assert response.status_code == 404
     assert response.json() == {"detail": detail}
 
 
-@pytest.mark.parametrize("url, mentions", [
-    ("/api/training/abc", "job_id"),
-    ("/api/training/1.5", "job_id"),
-    ("/api/training/99999999999999999999", "job_id"),  # beyond SQLite's 64-bit ids
-    ("/api/checkpoints/x", "checkpoint_id"),
-    ("/api/checkpoints/99999999999999999999", "checkpoint_id"),
-    ("/training/abc", "job_id"),
-    ("/training/abc/live", "job_id"),
-    ("/checkpoints/%00", "checkpoint_id"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "url, mentions",
+    [
+        ("/api/training/abc", "job_id"),
+        ("/api/training/1.5", "job_id"),
+        ("/api/training/99999999999999999999", "job_id"),  # beyond SQLite's 64-bit ids
+        ("/api/checkpoints/x", "checkpoint_id"),
+        ("/api/checkpoints/99999999999999999999", "checkpoint_id"),
+        ("/training/abc", "job_id"),
+        ("/training/abc/live", "job_id"),
+        ("/checkpoints/%00", "checkpoint_id"),
+    ],
+)
 def test_malformed_ids_are_422(client, url, mentions):
     response = client.get(url)
     assert response.status_code == 422

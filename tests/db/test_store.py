@@ -2,6 +2,7 @@ import sqlite3
 import threading
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import SQLModel, select
 
 from app.db import open_engine, read_session
@@ -48,7 +49,7 @@ def test_a_failing_write_does_not_undo_its_batch_mates(store):
     bad = writer.add(Step(rollout_id=999_999, idx=0, kind="model"))  # no such rollout (FK)
     after = writer.add(Event(kind="after"))
     good.result(), after.result()
-    with pytest.raises(Exception):
+    with pytest.raises(IntegrityError, match="FOREIGN KEY"):
         bad.result()
     with read_session(engine) as s:
         assert sorted(e.kind for e in s.exec(select(Event))) == ["after", "before"]

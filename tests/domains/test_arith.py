@@ -1,7 +1,7 @@
+import pytest
+
 from app.domains import SPLITS, Task, get_domain
 from app.domains.arith import Arith
-
-import pytest
 
 
 def test_splits_are_fixed_disjoint_and_hide_the_answer():
@@ -25,9 +25,17 @@ def test_gold_answers_are_right():
 
 @pytest.mark.parametrize(
     "answer,score",
-    [("42", 1.0), ("The answer is 42.", 1.0), ("40 + 2 = 42", 1.0), ("1,042", 0.0),
-     ("42 or 43", 0.0), ("no idea", 0.0), (None, 0.0), ("-42", 0.0)],
-)  # fmt: skip
+    [
+        ("42", 1.0),
+        ("The answer is 42.", 1.0),
+        ("40 + 2 = 42", 1.0),
+        ("1,042", 0.0),
+        ("42 or 43", 0.0),
+        ("no idea", 0.0),
+        (None, 0.0),
+        ("-42", 0.0),
+    ],
+)
 def test_score_takes_the_last_number(answer, score):
     assert get_domain("arith").score(answer, Task("t", {}, "42")) == score
 

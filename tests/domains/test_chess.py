@@ -1,5 +1,6 @@
 """The chess puzzle domain: the Lichess CSV loader, the per-rollout board tools, the verifier,
 and the seed harness evaluated for real through sandbox, gateway and model."""
+
 import csv
 import gzip
 import json
@@ -11,19 +12,30 @@ import pytest
 import zstandard
 
 from app.domains import SPLITS, Task, episode, get_domain
-from app.domains.chess_puzzles import (COLUMNS, MAX_ILLEGAL_MOVES, SAMPLE, ChessPuzzles,
-                                       PuzzleFileError)  # fmt: skip
+from app.domains.chess_puzzles import (
+    COLUMNS,
+    MAX_ILLEGAL_MOVES,
+    SAMPLE,
+    ChessPuzzles,
+    PuzzleFileError,
+)
 from tests.conftest import REPO, whale_eval_json
 
 HEADER = ",".join(COLUMNS)
 # The example row of the Lichess database's documentation: a mate in two.
-LICHESS_ROW = ("00sHx,q3k1nr/1pp1nQpp/3p4/1P2p3/4P3/B1PP1b2/B5PP/5K2 b k - 0 17,"
-               "e8d7 a2e6 d7d8 f7f8,1760,80,83,72,mate mateIn2 middlegame short,"
-               "https://lichess.org/yyznGmXs/black#34,Italian_Game Italian_Game_Classical_Variation")
+LICHESS_ROW = (
+    "00sHx,q3k1nr/1pp1nQpp/3p4/1P2p3/4P3/B1PP1b2/B5PP/5K2 b k - 0 17,"
+    "e8d7 a2e6 d7d8 f7f8,1760,80,83,72,mate mateIn2 middlegame short,"
+    "https://lichess.org/yyznGmXs/black#34,Italian_Game Italian_Game_Classical_Variation"
+)
 # Black's king steps into the corner; Ra8# and Rb8# both mate, the line has Ra8#.
-TWO_MATES_ROW = "twoMt,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate mateIn1 oneMove,,"
-LONG_ROW = ("tooLg,r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3,"
-            "f1c4 g8f6 f3g5 d7d5 e4d5 f6d5 g5f7 e8f7 d1f3 f7e6 b1c3 c6b4,1500,80,90,100,long,,")  # fmt: skip
+TWO_MATES_ROW = (
+    "twoMt,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate mateIn1 oneMove,,"
+)
+LONG_ROW = (
+    "tooLg,r1bqkbnr/pppp1ppp/2n5/4p3/4P3/5N2/PPPP1PPP/RNBQKB1R w KQkq - 2 3,"
+    "f1c4 g8f6 f3g5 d7d5 e4d5 f6d5 g5f7 e8f7 d1f3 f7e6 b1c3 c6b4,1500,80,90,100,long,,"
+)
 ROWS = [LICHESS_ROW, TWO_MATES_ROW, LONG_ROW]
 
 
@@ -74,7 +86,14 @@ def test_public_fields_are_the_position_after_the_trigger_and_hide_the_solution(
         row = rows[task.id]
         trigger, *solution = row["Moves"].split()
         assert task.gold == " ".join(solution)
-        assert set(task.public) == {"puzzle_id", "fen", "trigger", "side_to_move", "rating", "themes"}
+        assert set(task.public) == {
+            "puzzle_id",
+            "fen",
+            "trigger",
+            "side_to_move",
+            "rating",
+            "themes",
+        }
         board = chess.Board(row["FEN"])
         board.push_uci(trigger)
         assert task.public["fen"] == board.fen() and task.public["trigger"] == trigger
@@ -100,8 +119,9 @@ def test_sizes_cap_each_split_by_a_fixed_order_of_ids(sample):
         assert [t.id for t in small.tasks(split)] == [t.id for t in sample.tasks(split)][:n]
 
 
-@pytest.mark.parametrize("name,header", [("p.csv", True), ("p.csv", False), ("p.csv.gz", True),
-                                         ("p.csv.zst", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "name,header", [("p.csv", True), ("p.csv", False), ("p.csv.gz", True), ("p.csv.zst", True)]
+)
 def test_lichess_files_load_in_every_supported_format(tmp_path, name, header):
     path = write(tmp_path / name, ([HEADER] if header else []) + ROWS)
     domain = ChessPuzzles(path)
@@ -117,25 +137,41 @@ def test_the_environment_variable_chooses_the_file(tmp_path, monkeypatch):
     monkeypatch.setenv("WHALE_CHESS_PUZZLES", str(write(tmp_path / "mine.csv", [HEADER, *ROWS])))
     assert {t.id for t in every_task(ChessPuzzles())} == {"00sHx", "twoMt"}
     monkeypatch.setenv("WHALE_CHESS_PUZZLES", str(tmp_path / "absent.csv.zst"))
-    with pytest.raises(PuzzleFileError, match="absent.csv.zst: no such puzzle file.*WHALE_CHESS_PUZZLES"):
+    with pytest.raises(
+        PuzzleFileError, match="absent.csv.zst: no such puzzle file.*WHALE_CHESS_PUZZLES"
+    ):
         ChessPuzzles()
 
 
 BAD_ROWS = {
-    "missing column": ("bad01,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate,",
-                       r"line 3 \(puzzle bad01\): 9 columns, expected 10"),
-    "bad FEN": ("bad02,6k1/5ppp/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate,,",
-                r"line 3 \(puzzle bad02\): bad FEN"),
-    "illegal move": ("bad03,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1h8,900,80,90,100,mate,,",
-                     r"line 3 \(puzzle bad03\): move 2 of Moves, 'a1h8', is not legal"),
-    "moved out of turn": ("bad04,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,a1a8 g8h8,900,80,90,100,mate,,",
-                          r"line 3 \(puzzle bad04\): move 1 of Moves, 'a1a8', is not legal"),
-    "no solution": ("bad05,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8,900,80,90,100,mate,,",
-                    r"line 3 \(puzzle bad05\): Moves must be the trigger and a solution"),
-    "no id": (",6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate,,",
-              r"line 3 \(puzzle \?\): empty PuzzleId"),
-    "rating": ("bad06,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,high,80,90,100,mate,,",
-               r"line 3 \(puzzle bad06\): Rating 'high' is not a whole number"),
+    "missing column": (
+        "bad01,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate,",
+        r"line 3 \(puzzle bad01\): 9 columns, expected 10",
+    ),
+    "bad FEN": (
+        "bad02,6k1/5ppp/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate,,",
+        r"line 3 \(puzzle bad02\): bad FEN",
+    ),
+    "illegal move": (
+        "bad03,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1h8,900,80,90,100,mate,,",
+        r"line 3 \(puzzle bad03\): move 2 of Moves, 'a1h8', is not legal",
+    ),
+    "moved out of turn": (
+        "bad04,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,a1a8 g8h8,900,80,90,100,mate,,",
+        r"line 3 \(puzzle bad04\): move 1 of Moves, 'a1a8', is not legal",
+    ),
+    "no solution": (
+        "bad05,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8,900,80,90,100,mate,,",
+        r"line 3 \(puzzle bad05\): Moves must be the trigger and a solution",
+    ),
+    "no id": (
+        ",6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,900,80,90,100,mate,,",
+        r"line 3 \(puzzle \?\): empty PuzzleId",
+    ),
+    "rating": (
+        "bad06,6k1/5ppp/8/8/8/8/8/RR4K1 b - - 0 1,g8h8 a1a8,high,80,90,100,mate,,",
+        r"line 3 \(puzzle bad06\): Rating 'high' is not a whole number",
+    ),
     "repeated id": (TWO_MATES_ROW, r"line 3 \(puzzle twoMt\): the same PuzzleId as line 2"),
 }
 
@@ -230,13 +266,18 @@ def test_every_rollout_gets_its_own_board(lichess):
     assert two.tools["observation"]()["last_move"] == "e8d7"
 
 
-@pytest.mark.parametrize("answer,score", [
-    ("<move>a2e6</move> then <move>f7f8</move>", 1.0),
-    ("<MOVE> a2e6 </MOVE><move>e2e4</move><move>f7f8</move>", 1.0),  # an illegal try in between
-    ("<move>a2e6</move>", 0.0),  # half the line
-    ("<move>a3b4</move><move>a2e6</move><move>f7f8</move>", 0.0),  # wrong first, then the line
-    ("a2e6 f7f8", 0.0), ("", 0.0), (None, 0.0),  # no tags: no moves
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "answer,score",
+    [
+        ("<move>a2e6</move> then <move>f7f8</move>", 1.0),
+        ("<MOVE> a2e6 </MOVE><move>e2e4</move><move>f7f8</move>", 1.0),  # an illegal try in between
+        ("<move>a2e6</move>", 0.0),  # half the line
+        ("<move>a3b4</move><move>a2e6</move><move>f7f8</move>", 0.0),  # wrong first, then the line
+        ("a2e6 f7f8", 0.0),
+        ("", 0.0),
+        (None, 0.0),  # no tags: no moves
+    ],
+)
 def test_the_domain_scores_an_answer_by_replaying_its_moves(lichess, answer, score):
     domain, tasks = lichess
     assert domain.score(answer, tasks["00sHx"]) == score
@@ -254,17 +295,28 @@ def test_a_task_rebuilt_from_its_stored_fields_plays_the_same(lichess):
 
 def test_the_seed_harness_plays_puzzles_through_the_sandbox(whale_env):
     env = {**whale_env, "WHALE_ROLLOUT_TIMEOUT": "600"}  # three CPU model calls on a busy machine
-    out = whale_eval_json(REPO / "harness_archive/seeds/chess/seed.py", env,
-                          "--domain", "chess", "--limit", "2", "-k", "1")  # fmt: skip
+    out = whale_eval_json(
+        REPO / "harness_archive/seeds/chess/seed.py",
+        env,
+        "--domain",
+        "chess",
+        "--limit",
+        "2",
+        "-k",
+        "1",
+    )
     assert out["n_rollouts"] == 2 and out["mean_turns"] >= 1
     assert set(out["statuses"]) <= {"pass", "fail"}, out  # every rollout ran to its end
     with sqlite3.connect(f"{whale_env['WHALE_HOME']}/whale.db") as db:
-        rollouts = db.execute("SELECT id, answer, reward FROM rollout WHERE run_id = ?",
-                              (out["run_id"],)).fetchall()  # fmt: skip
+        rollouts = db.execute(
+            "SELECT id, answer, reward FROM rollout WHERE run_id = ?", (out["run_id"],)
+        ).fetchall()
         assert len(rollouts) == 2
         for rollout_id, answer, reward in rollouts:
-            steps = db.execute("SELECT kind, tool, response FROM step WHERE rollout_id = ? "
-                               "ORDER BY idx", (rollout_id,)).fetchall()  # fmt: skip
+            steps = db.execute(
+                "SELECT kind, tool, response FROM step WHERE rollout_id = ? ORDER BY idx",
+                (rollout_id,),
+            ).fetchall()
             assert steps[0][:2] == ("tool", "observation")  # the harness looks first
             assert any(kind == "model" for kind, _, _ in steps)
             moves = [json.loads(zlib.decompress(r))["result"] for k, t, r in steps if t == "move"]

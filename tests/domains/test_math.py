@@ -1,5 +1,6 @@
 """The math domain: loaders for each data layout, the \\boxed{} verifier, the sandboxed python
 tool, and a real evaluation of the seed harness with the demo model."""
+
 import json
 import sqlite3
 import subprocess
@@ -14,21 +15,40 @@ from app.domains.math_data import MalformedRow, load_problems
 from app.domains.math_problems import DATA, MathProblems
 from tests.conftest import MISSING, REPO, whale_eval_json
 
-DAPO_WRAPPED = ("Solve the following math problem step by step. The last line of your response "
-                "should be of the form Answer: $Answer (without quotes) where $Answer is the "
-                "answer to the problem.\n\nWhat is $6 \\times 7$?\n\nRemember to put your answer "
-                "on its own line after \"Answer:\".")  # fmt: skip
+DAPO_WRAPPED = (
+    "Solve the following math problem step by step. The last line of your response "
+    "should be of the form Answer: $Answer (without quotes) where $Answer is the "
+    "answer to the problem.\n\nWhat is $6 \\times 7$?\n\nRemember to put your answer "
+    'on its own line after "Answer:".'
+)
 ROWS = {
-    "dapo": [{"data_source": "x", "prompt": [{"role": "user", "content": DAPO_WRAPPED}],
-              "reward_model": {"ground_truth": "42", "style": "rule-lm"},
-              "extra_info": {"index": "a1b2"}}],
-    "aime": [{"id": 60, "problem": "Find $n$.", "answer": "204"},
-             {"ID": "2024-I-2", "Problem": "Find $m$.", "Solution": "...", "Answer": 25}],
-    "gsm8k": [{"question": "Tom has 3 bags of 1,000 beans. How many beans?",
-               "answer": "3 * 1000 = 3000\n#### 3,000"}],
-    "math": [{"problem": "Simplify $\\frac{2}{4}$.", "solution": "Halve: $\\boxed{\\frac{1}{2}}$.",
-              "level": "Level 1", "type": "Algebra"}],
-}  # fmt: skip
+    "dapo": [
+        {
+            "data_source": "x",
+            "prompt": [{"role": "user", "content": DAPO_WRAPPED}],
+            "reward_model": {"ground_truth": "42", "style": "rule-lm"},
+            "extra_info": {"index": "a1b2"},
+        }
+    ],
+    "aime": [
+        {"id": 60, "problem": "Find $n$.", "answer": "204"},
+        {"ID": "2024-I-2", "Problem": "Find $m$.", "Solution": "...", "Answer": 25},
+    ],
+    "gsm8k": [
+        {
+            "question": "Tom has 3 bags of 1,000 beans. How many beans?",
+            "answer": "3 * 1000 = 3000\n#### 3,000",
+        }
+    ],
+    "math": [
+        {
+            "problem": "Simplify $\\frac{2}{4}$.",
+            "solution": "Halve: $\\boxed{\\frac{1}{2}}$.",
+            "level": "Level 1",
+            "type": "Algebra",
+        }
+    ],
+}
 EXPECTED = {
     "dapo": [("a1b2", "What is $6 \\times 7$?", "42")],
     "aime": [("60", "Find $n$.", "204"), ("2024-I-2", "Find $m$.", "25")],
@@ -66,8 +86,9 @@ def test_shipped_samples_give_disjoint_fixed_splits_that_hide_the_answer():
 
 
 def test_the_generator_reproduces_the_shipped_samples(tmp_path):
-    subprocess.run([sys.executable, str(REPO / "scripts/make_math_problems.py"), str(tmp_path)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(REPO / "scripts/make_math_problems.py"), str(tmp_path)], check=True
+    )
     for name in ("train.jsonl", "test.jsonl"):
         assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes()
 
@@ -89,20 +110,39 @@ def test_each_layout_loads_from_parquet(tmp_path, layout):
     assert [(p.id, p.question, p.answer) for p in load_problems(path)] == EXPECTED[layout][:1]
 
 
-@pytest.mark.parametrize("rows, says", [
-    (['{"problem": "a", "answer": "1"}', "", '{"problem": "b", "answer": '], "row 3: not valid JSON"),
-    ([{"problem": "a", "answer": "1"}, {"problem": "b"}], "row 2: fits no known layout"),
-    ([{"problem": "a", "answer": ""}], "row 1: `answer` must be non-empty text"),
-    ([{"Problem": "a", "answer": "1"}, {"Answer": "2"}], "row 2: missing field `problem`"),
-    ([{"question": "q", "answer": "just 12"}], "row 1: a GSM8K `answer` must end in '#### <number>'"),
-    ([{"problem": "p", "solution": "it is 4"}], "row 1: the `solution` has no \\boxed{} answer"),
-    ([{"problem": "p", "solution": "\\boxed{4"}], "row 1: the `solution` has no \\boxed{} answer"),
-    ([{"prompt": "text, not chat", "reward_model": {"ground_truth": "1"}}],
-     "row 1: `prompt` must be a list of chat messages"),
-    ([{"prompt": [{"role": "user", "content": "q"}], "reward_model": {}}],
-     "row 1: missing field `ground_truth`"),
-    (["[1, 2]"], "row 1: a row must be a JSON object, not list"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "rows, says",
+    [
+        (
+            ['{"problem": "a", "answer": "1"}', "", '{"problem": "b", "answer": '],
+            "row 3: not valid JSON",
+        ),
+        ([{"problem": "a", "answer": "1"}, {"problem": "b"}], "row 2: fits no known layout"),
+        ([{"problem": "a", "answer": ""}], "row 1: `answer` must be non-empty text"),
+        ([{"Problem": "a", "answer": "1"}, {"Answer": "2"}], "row 2: missing field `problem`"),
+        (
+            [{"question": "q", "answer": "just 12"}],
+            "row 1: a GSM8K `answer` must end in '#### <number>'",
+        ),
+        (
+            [{"problem": "p", "solution": "it is 4"}],
+            "row 1: the `solution` has no \\boxed{} answer",
+        ),
+        (
+            [{"problem": "p", "solution": "\\boxed{4"}],
+            "row 1: the `solution` has no \\boxed{} answer",
+        ),
+        (
+            [{"prompt": "text, not chat", "reward_model": {"ground_truth": "1"}}],
+            "row 1: `prompt` must be a list of chat messages",
+        ),
+        (
+            [{"prompt": [{"role": "user", "content": "q"}], "reward_model": {}}],
+            "row 1: missing field `ground_truth`",
+        ),
+        (["[1, 2]"], "row 1: a row must be a JSON object, not list"),
+    ],
+)
 def test_a_malformed_row_is_named_with_its_file_and_number(tmp_path, rows, says):
     path = write_jsonl(tmp_path / "bad.jsonl", rows)
     with pytest.raises(MalformedRow) as err:
@@ -115,8 +155,12 @@ def test_a_malformed_parquet_row_is_named(tmp_path):
     import pyarrow
 
     path = tmp_path / "aime.parquet"
-    pq.write_table(pyarrow.Table.from_pylist([{"problem": "a", "answer": "1"},
-                                              {"problem": "b", "answer": None}]), path)  # fmt: skip
+    pq.write_table(
+        pyarrow.Table.from_pylist(
+            [{"problem": "a", "answer": "1"}, {"problem": "b", "answer": None}]
+        ),
+        path,
+    )
     with pytest.raises(MalformedRow, match=r"aime.parquet row 2: `answer` must be non-empty text"):
         load_problems(path)
 
@@ -128,19 +172,27 @@ def test_unknown_file_types_and_missing_files_are_refused(tmp_path):
         load_problems(tmp_path / "missing.jsonl")
 
 
-def test_files_from_the_environment_make_disjoint_splits_independent_of_order(tmp_path, monkeypatch):
+def test_files_from_the_environment_make_disjoint_splits_independent_of_order(
+    tmp_path, monkeypatch
+):
     train = [{"problem": f"Problem {i}?", "answer": str(i)} for i in range(40)]
     write_jsonl(tmp_path / "a.jsonl", train[:25])
     write_jsonl(tmp_path / "b.jsonl", train[20:])  # 5 duplicates across the two files
     write_jsonl(tmp_path / "aime24.jsonl", [{"problem": "Problem 3?", "answer": "3"}])
     write_jsonl(tmp_path / "aime25.jsonl", [{"problem": "Problem 7?", "answer": "7"}])
-    monkeypatch.setenv("WHALE_MATH_TEST", f"{tmp_path / 'aime24.jsonl'}:{tmp_path / 'aime25.jsonl'}")
+    monkeypatch.setenv(
+        "WHALE_MATH_TEST", f"{tmp_path / 'aime24.jsonl'}:{tmp_path / 'aime25.jsonl'}"
+    )
     monkeypatch.setenv("WHALE_MATH_HARNESS_SIZE", "5")
     splits = []
     for order in ("a.jsonl:b.jsonl", "b.jsonl:a.jsonl"):
-        monkeypatch.setenv("WHALE_MATH_TRAIN", ":".join(str(tmp_path / f) for f in order.split(":")))
+        monkeypatch.setenv(
+            "WHALE_MATH_TRAIN", ":".join(str(tmp_path / f) for f in order.split(":"))
+        )
         domain = MathProblems()
-        splits.append({s: [(t.public["question"], t.gold) for t in domain.tasks(s)] for s in SPLITS})
+        splits.append(
+            {s: [(t.public["question"], t.gold) for t in domain.tasks(s)] for s in SPLITS}
+        )
     by_a, by_b = splits
     assert [q for q, _ in by_a["test"]] == ["Problem 3?", "Problem 7?"]
     assert len(by_a["harness"]) == 5 and len(by_a["train"]) == 40 - 2 - 5
@@ -153,34 +205,37 @@ def test_files_from_the_environment_make_disjoint_splits_independent_of_order(tm
 # Verifier ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reply, gold, expected", [
-    ("so it is \\boxed{\\frac{1}{2}}", "0.5", 1),
-    ("\\boxed{1/2}", "\\frac{1}{2}", 1),
-    ("\\boxed{ 42 }", "42", 1),
-    ("\\boxed{42.0}", "42", 1),
-    ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\sqrt{2}/2", 1),
-    ("\\boxed{\\dfrac{3}{4}}", "\\frac34", 1),
-    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1),
-    ("\\boxed{-\\frac{3}{11}}", "-3/11", 1),
-    ("\\fbox{7}", "7", 1),
-    ("\\boxed{90^\\circ}", "90", 1),
-    ("\\boxed{5\\text{ cm}}", "5", 1),
-    ("\\boxed{1,000}", "1000", 1),
-    ("\\boxed{3, -2}", "-2, 3", 1),  # a list of roots matches in any order
-    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1),
-    ("\\boxed{\\pi/2}", "\\frac{\\pi}{2}", 1),
-    ("\\boxed{x=3}", "3", 1),  # "x = 3" answers "what is x": its right-hand side counts
-    ("the answer is 42", "42", 0),  # no \boxed{}: nothing to grade
-    ("first \\boxed{42}, no wait: \\boxed{41}", "42", 0),  # the last \boxed{} counts
-    ("first \\boxed{41}, no wait: \\boxed{42}", "42", 1),
-    ("\\boxed{\\frac{1}{2}", "0.5", 0),  # braces never close
-    ("\\boxed{43}", "42", 0),
-    ("\\boxed{0.333}", "\\frac{1}{3}", 0),  # close is not equal
-    ("\\boxed{}", "0", 0),
-    ("\\boxed{x=3}", "x=4", 0),
-    ("\\boxed{__import__('os').system('true')}", "0", 0),  # never evaluated
-    ("\\boxed{9^{9^{9^{9999}}}}", "1", 0),  # refused, not computed
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "reply, gold, expected",
+    [
+        ("so it is \\boxed{\\frac{1}{2}}", "0.5", 1),
+        ("\\boxed{1/2}", "\\frac{1}{2}", 1),
+        ("\\boxed{ 42 }", "42", 1),
+        ("\\boxed{42.0}", "42", 1),
+        ("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\sqrt{2}/2", 1),
+        ("\\boxed{\\dfrac{3}{4}}", "\\frac34", 1),
+        ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1),
+        ("\\boxed{-\\frac{3}{11}}", "-3/11", 1),
+        ("\\fbox{7}", "7", 1),
+        ("\\boxed{90^\\circ}", "90", 1),
+        ("\\boxed{5\\text{ cm}}", "5", 1),
+        ("\\boxed{1,000}", "1000", 1),
+        ("\\boxed{3, -2}", "-2, 3", 1),  # a list of roots matches in any order
+        ("\\boxed{x^2+2x+1}", "(x+1)^2", 1),
+        ("\\boxed{\\pi/2}", "\\frac{\\pi}{2}", 1),
+        ("\\boxed{x=3}", "3", 1),  # "x = 3" answers "what is x": its right-hand side counts
+        ("the answer is 42", "42", 0),  # no \boxed{}: nothing to grade
+        ("first \\boxed{42}, no wait: \\boxed{41}", "42", 0),  # the last \boxed{} counts
+        ("first \\boxed{41}, no wait: \\boxed{42}", "42", 1),
+        ("\\boxed{\\frac{1}{2}", "0.5", 0),  # braces never close
+        ("\\boxed{43}", "42", 0),
+        ("\\boxed{0.333}", "\\frac{1}{3}", 0),  # close is not equal
+        ("\\boxed{}", "0", 0),
+        ("\\boxed{x=3}", "x=4", 0),
+        ("\\boxed{__import__('os').system('true')}", "0", 0),  # never evaluated
+        ("\\boxed{9^{9^{9^{9999}}}}", "1", 0),  # refused, not computed
+    ],
+)
 def test_verifier(reply, gold, expected):
     assert score(reply, gold) == expected
 
@@ -192,7 +247,7 @@ def test_extraction_keeps_nested_braces():
 
 # The python tool, through a real sandbox --------------------------------------------------------
 
-TOOL_HARNESS = '''
+TOOL_HARNESS = """
 import json
 
 def run(task, llm, tools):
@@ -207,7 +262,7 @@ def run(task, llm, tools):
                               " capture_output=True, text=True).stdout.strip())"),
     }
     return json.dumps(results)
-'''
+"""
 
 
 @pytest.fixture(params=["process", "docker"])
@@ -234,22 +289,32 @@ def rows_of(home, run_id: int, table: str) -> list[dict]:
         if table == "rollout":
             query = "SELECT * FROM rollout WHERE run_id = ? ORDER BY id"
         else:
-            query = ("SELECT step.* FROM step JOIN rollout ON rollout.id = step.rollout_id "
-                     "WHERE rollout.run_id = ? ORDER BY step.rollout_id, step.idx")  # fmt: skip
+            query = (
+                "SELECT step.* FROM step JOIN rollout ON rollout.id = step.rollout_id "
+                "WHERE rollout.run_id = ? ORDER BY step.rollout_id, step.idx"
+            )
         return [dict(r) for r in db.execute(query, (run_id,))]
 
 
-def test_python_tool_runs_in_the_sandbox_under_limits_and_is_traced(tmp_path, whale_env, tool_backend):
+def test_python_tool_runs_in_the_sandbox_under_limits_and_is_traced(
+    tmp_path, whale_env, tool_backend
+):
     harness = tmp_path / "tool_harness.py"
     harness.write_text(TOOL_HARNESS)
     env = {**whale_env, "WHALE_MATH_PYTHON_TIMEOUT_S": "2", "WHALE_MATH_PYTHON_MEMORY_MB": "256"}
-    out = whale_eval_json(harness, env, "--domain", "math", "--sandbox", tool_backend,
-                          "--limit", "1", "-k", "1")  # fmt: skip
+    out = whale_eval_json(
+        harness, env, "--domain", "math", "--sandbox", tool_backend, "--limit", "1", "-k", "1"
+    )
     home = tmp_path / "home"
     (rollout,) = rows_of(home, out["run_id"], "rollout")
     assert rollout["reason"] is None, rollout["error"]
     results = json.loads(rollout["answer"])
-    assert results["print"] == {"stdout": "5050\n", "stderr": "", "exit_code": 0, "timed_out": False}
+    assert results["print"] == {
+        "stdout": "5050\n",
+        "stderr": "",
+        "exit_code": 0,
+        "timed_out": False,
+    }
     assert results["error"]["exit_code"] == 1 and "ZeroDivisionError" in results["error"]["stderr"]
     timeout = results["timeout"]
     assert timeout["timed_out"] and timeout["stdout"] == "started\n"

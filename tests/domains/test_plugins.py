@@ -1,5 +1,6 @@
 """Domains are plugins: a package of the user's that declares an entry point in the group
 `whale.domains` is found by name with no change to the workbench; a broken one is named."""
+
 import os
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import pytest
 
 from app.domains import get_domain, known_domains
 
-TOY = '''
+TOY = """
 from pathlib import Path
 from app.domains import Task
 
@@ -24,8 +25,8 @@ class Toy:
 
     def score(self, answer, task):
         return float(answer == task.gold)
-'''
-PYPROJECT = '''
+"""
+PYPROJECT = """
 [project]
 name = "whale-toy-domain"
 version = "0.1"
@@ -36,7 +37,7 @@ packages = ["toydomain"]
 [project.entry-points."whale.domains"]
 toy = "toydomain:Toy"
 broken = "toydomain:Missing"
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +47,22 @@ def installed(tmp_path_factory) -> dict[str, str]:
     (root / "pkg" / "toydomain").mkdir(parents=True)
     (root / "pkg" / "toydomain" / "__init__.py").write_text(TOY)
     (root / "pkg" / "pyproject.toml").write_text(PYPROJECT)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(root / "site"), str(root / "pkg")],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(root / "site"),
+            str(root / "pkg"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return {**os.environ, "PYTHONPATH": str(root / "site")}
 
 
@@ -57,10 +71,12 @@ def in_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def test_an_installed_package_adds_a_domain(installed):
-    done = in_python("from app.domains import get_domain, known_domains\n"
-                     "toy = get_domain('toy'); task = toy.tasks('test')[0]\n"
-                     "print(known_domains(), toy.score('7', task), toy.score('8', task))",
-                     installed)  # fmt: skip
+    done = in_python(
+        "from app.domains import get_domain, known_domains\n"
+        "toy = get_domain('toy'); task = toy.tasks('test')[0]\n"
+        "print(known_domains(), toy.score('7', task), toy.score('8', task))",
+        installed,
+    )
     assert done.returncode == 0, done.stderr
     assert "'arith'" in done.stdout and "'toy'" in done.stdout and "1.0 0.0" in done.stdout
 

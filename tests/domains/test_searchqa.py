@@ -9,10 +9,22 @@ from sqlmodel import col, select
 from app.db import open_engine, read_session
 from app.db.schema import Rollout, Step
 from app.domains import SPLITS, Task, get_domain
-from app.domains.retrieval import (BM25Index, CorpusError, DenseIndex, RetrieverUnavailable,
-                                   read_corpus)  # fmt: skip
-from app.domains.searchqa import (SAMPLE, LLMJudge, QuestionsError, SearchQA, exact_match, f1,
-                                  load_questions)  # fmt: skip
+from app.domains.retrieval import (
+    BM25Index,
+    CorpusError,
+    DenseIndex,
+    RetrieverUnavailable,
+    read_corpus,
+)
+from app.domains.searchqa import (
+    SAMPLE,
+    LLMJudge,
+    QuestionsError,
+    SearchQA,
+    exact_match,
+    f1,
+    load_questions,
+)
 from tests.conftest import REPO, whale_eval_json
 from tests.openai_stub import openai_stub
 
@@ -28,10 +40,13 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def sample_index(tmp_path_factory) -> BM25Index:
-    return BM25Index.open(SAMPLE / "corpus.jsonl.gz", tmp_path_factory.mktemp("indexes"), quiet=True)
+    return BM25Index.open(
+        SAMPLE / "corpus.jsonl.gz", tmp_path_factory.mktemp("indexes"), quiet=True
+    )
 
 
 # ---- loaders --------------------------------------------------------------------------------
+
 
 def test_shipped_sample_makes_fixed_disjoint_splits(home):
     a, b = SearchQA(), SearchQA()
@@ -68,14 +83,21 @@ def _write_jsonl(path, rows, gz=False):
 
 
 ROWS = [
-    {"id": "test_0", "question": "who wrote hamlet?", "golden_answers": ["Shakespeare",
-                                                                          "William Shakespeare"],
-     "data_source": "nq"},
+    {
+        "id": "test_0",
+        "question": "who wrote hamlet?",
+        "golden_answers": ["Shakespeare", "William Shakespeare"],
+        "data_source": "nq",
+    },
     {"question": "capital of france", "golden_answers": "Paris"},  # no id, a lone gold string
     # Search-R1's processed parquet rows keep the answers under reward_model
-    {"id": "7", "question": "2+2?", "reward_model": {"ground_truth": {"target": ["4"]}},
-     "data_source": "hotpotqa"},
-]  # fmt: skip
+    {
+        "id": "7",
+        "question": "2+2?",
+        "reward_model": {"ground_truth": {"target": ["4"]}},
+        "data_source": "hotpotqa",
+    },
+]
 
 
 @pytest.mark.parametrize("name,gz", [("qs.jsonl", False), ("qs.jsonl.gz", True), ("qs.json", None)])
@@ -98,14 +120,20 @@ def test_two_files_with_the_same_ids_keep_every_question(tmp_path):
     assert len(set(ids)) == 2
 
 
-@pytest.mark.parametrize("bad,message", [
-    ("{not json", "line 3: not JSON"),
-    (json.dumps({"golden_answers": ["x"]}), "line 3: 'question' must be a non-empty string"),
-    (json.dumps({"question": "q", "golden_answers": []}), "line 3: 'golden_answers' must be"),
-    (json.dumps({"question": "q", "golden_answers": [1, 2]}), "line 3: 'golden_answers' must be"),
-    (json.dumps({"question": "q"}), "line 3: 'golden_answers' must be"),
-    (json.dumps(["q", "a"]), "line 3: a question row must be an object"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        ("{not json", "line 3: not JSON"),
+        (json.dumps({"golden_answers": ["x"]}), "line 3: 'question' must be a non-empty string"),
+        (json.dumps({"question": "q", "golden_answers": []}), "line 3: 'golden_answers' must be"),
+        (
+            json.dumps({"question": "q", "golden_answers": [1, 2]}),
+            "line 3: 'golden_answers' must be",
+        ),
+        (json.dumps({"question": "q"}), "line 3: 'golden_answers' must be"),
+        (json.dumps(["q", "a"]), "line 3: a question row must be an object"),
+    ],
+)
 def test_malformed_question_rows_are_named(tmp_path, bad, message):
     path = _write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], ROWS[1], bad])
     with pytest.raises(QuestionsError) as err:
@@ -133,21 +161,30 @@ def test_parquet_questions(tmp_path):
         with pytest.raises(QuestionsError, match="needs pyarrow"):
             load_questions(str(tmp_path / "q.parquet"))
         return
-    pq.write_table(pa.Table.from_pylist([ROWS[0], {"question": "", "golden_answers": ["x"]}]),
-                   tmp_path / "q.parquet")  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist([ROWS[0], {"question": "", "golden_answers": ["x"]}]),
+        tmp_path / "q.parquet",
+    )
     with pytest.raises(QuestionsError, match=r"q.parquet row 2: 'question'"):
         load_questions(str(tmp_path / "q.parquet"))
 
 
 def test_environment_selects_the_data(home, tmp_path, monkeypatch):
-    train = _write_jsonl(tmp_path / "train.jsonl",
-                         [{"question": f"q{i}", "golden_answers": ["a"]} for i in range(12)])
-    test = _write_jsonl(tmp_path / "test.jsonl", [{"question": "q0", "golden_answers": ["a"]},
-                                                  {"question": "t", "golden_answers": ["b"]}])
-    corpus = _write_jsonl(tmp_path / "corpus.jsonl", [
-        {"id": "1", "contents": '"Alpha"\nthe first letter'},
-        {"id": "2", "title": "Beta", "text": "the second letter"},
-    ])  # fmt: skip
+    train = _write_jsonl(
+        tmp_path / "train.jsonl",
+        [{"question": f"q{i}", "golden_answers": ["a"]} for i in range(12)],
+    )
+    test = _write_jsonl(
+        tmp_path / "test.jsonl",
+        [{"question": "q0", "golden_answers": ["a"]}, {"question": "t", "golden_answers": ["b"]}],
+    )
+    corpus = _write_jsonl(
+        tmp_path / "corpus.jsonl",
+        [
+            {"id": "1", "contents": '"Alpha"\nthe first letter'},
+            {"id": "2", "title": "Beta", "text": "the second letter"},
+        ],
+    )
     monkeypatch.setenv("WHALE_SEARCHQA_TRAIN", str(train))
     monkeypatch.setenv("WHALE_SEARCHQA_TEST", str(test))
     monkeypatch.setenv("WHALE_SEARCHQA_CORPUS", str(corpus))
@@ -159,8 +196,9 @@ def test_environment_selects_the_data(home, tmp_path, monkeypatch):
 
 
 def test_malformed_corpus_rows_are_named(home, tmp_path, monkeypatch):
-    corpus = _write_jsonl(tmp_path / "corpus.jsonl",
-                          [{"id": "1", "contents": '"A"\ntext'}, {"id": "2", "body": "x"}])
+    corpus = _write_jsonl(
+        tmp_path / "corpus.jsonl", [{"id": "1", "contents": '"A"\ntext'}, {"id": "2", "body": "x"}]
+    )
     with pytest.raises(CorpusError, match=r"corpus.jsonl line 2: a passage needs 'contents'"):
         list(read_corpus(corpus))
     monkeypatch.setenv("WHALE_SEARCHQA_CORPUS", str(corpus))
@@ -170,6 +208,7 @@ def test_malformed_corpus_rows_are_named(home, tmp_path, monkeypatch):
 
 
 # ---- the search tool ------------------------------------------------------------------------
+
 
 def test_index_is_built_once_and_reused(home):
     first = SearchQA()
@@ -185,17 +224,38 @@ def test_search_finds_the_answering_passage(sample_index):
     assert "element-10" in [h["id"] for h in hits]
     assert set(hits[0]) == {"id", "title", "text", "score"}
     assert hits == sorted(hits, key=lambda h: -h["score"])
-    foldoc = [json.loads(line) for line in (SAMPLE / "test.jsonl").read_text().splitlines()
-              if '"foldoc"' in line][:10]  # fmt: skip
+    foldoc = [
+        json.loads(line)
+        for line in (SAMPLE / "test.jsonl").read_text().splitlines()
+        if '"foldoc"' in line
+    ][:10]
     found = sample_index.search([q["question"] for q in foldoc], 3)
-    answered = sum(any(q["golden_answers"][0] == h["title"] for h in hits)
-                   for q, hits in zip(foldoc, found))  # fmt: skip
+    answered = sum(
+        any(q["golden_answers"][0] == h["title"] for h in hits) for q, hits in zip(foldoc, found)
+    )
     assert answered >= 8, "acronym questions find their FOLDOC entry"
 
 
-@pytest.mark.parametrize("query", ['"', 'say "hi', "neon AND", "AND OR NOT", "*", "neo*",
-                                   "NEAR(neon argon", "title:neon", "^neon", "(", "", "   ",
-                                   "_ - + :", "neon " * 5000, "ünïcödé ☃ 中文"])  # fmt: skip
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        'say "hi',
+        "neon AND",
+        "AND OR NOT",
+        "*",
+        "neo*",
+        "NEAR(neon argon",
+        "title:neon",
+        "^neon",
+        "(",
+        "",
+        "   ",
+        "_ - + :",
+        "neon " * 5000,
+        "ünïcödé ☃ 中文",
+    ],
+)
 def test_hostile_queries_do_not_raise(sample_index, query):
     [hits] = sample_index.search([query], 3)
     assert isinstance(hits, list) and len(hits) <= 3
@@ -217,6 +277,7 @@ def test_dense_retriever_refuses_clearly_when_missing(sample_index, tmp_path):
     try:
         import faiss  # noqa: F401
         import sentence_transformers  # noqa: F401
+
         pytest.skip("dense retrieval packages are installed here")
     except ImportError:
         pass
@@ -226,23 +287,27 @@ def test_dense_retriever_refuses_clearly_when_missing(sample_index, tmp_path):
 
 # ---- the verifier ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("answer,golds,score", [
-    ("The Beatles", ["beatles"], 1.0),
-    ("beatles", ["The Beatles"], 1.0),
-    ("10.", ["10"], 1.0),
-    ("I think so. <answer> Neon </answer> Hope this helps", ["neon"], 1.0),
-    ("<answer>argon</answer> no wait <answer>Neon</answer>", ["neon"], 1.0),  # the last one
-    ("<ANSWER>neon</ANSWER>", ["Neon"], 1.0),
-    ("William Shakespeare", ["Shakespeare", "William Shakespeare"], 1.0),
-    ("Shakespeare, William", ["William Shakespeare"], 0.0),
-    ("The answer is Neon", ["Neon"], 0.0),  # exact match, not containment
-    ("", ["Neon"], 0.0),
-    ("<answer></answer>", ["Neon"], 0.0),
-    ("<answer>the</answer>", ["a"], 0.0),  # nothing left after normalisation is no answer
-    (None, ["Neon"], 0.0),
-    ("Device-Control 2", ["Device Control 2"], 0.0),  # punctuation is removed, not spaced
-    ("Mint is not TRAC!", ["Mint Is Not TRAC"], 1.0),
-])  # fmt: skip
+
+@pytest.mark.parametrize(
+    "answer,golds,score",
+    [
+        ("The Beatles", ["beatles"], 1.0),
+        ("beatles", ["The Beatles"], 1.0),
+        ("10.", ["10"], 1.0),
+        ("I think so. <answer> Neon </answer> Hope this helps", ["neon"], 1.0),
+        ("<answer>argon</answer> no wait <answer>Neon</answer>", ["neon"], 1.0),  # the last one
+        ("<ANSWER>neon</ANSWER>", ["Neon"], 1.0),
+        ("William Shakespeare", ["Shakespeare", "William Shakespeare"], 1.0),
+        ("Shakespeare, William", ["William Shakespeare"], 0.0),
+        ("The answer is Neon", ["Neon"], 0.0),  # exact match, not containment
+        ("", ["Neon"], 0.0),
+        ("<answer></answer>", ["Neon"], 0.0),
+        ("<answer>the</answer>", ["a"], 0.0),  # nothing left after normalisation is no answer
+        (None, ["Neon"], 0.0),
+        ("Device-Control 2", ["Device Control 2"], 0.0),  # punctuation is removed, not spaced
+        ("Mint is not TRAC!", ["Mint Is Not TRAC"], 1.0),
+    ],
+)
 def test_exact_match(answer, golds, score):
     assert exact_match(answer, golds) == score
 
@@ -284,18 +349,30 @@ def test_llm_judge_is_asked_only_when_exact_match_fails(home, monkeypatch):
 
 # ---- a real evaluation ----------------------------------------------------------------------
 
+
 def test_seed_harness_searches_through_the_gateway(whale_env):
     # Two 200-word-passage turns of the CPU model: slack for a machine shared with other jobs.
     env = {**whale_env, "WHALE_ROLLOUT_TIMEOUT": "500"}
-    out = whale_eval_json(REPO / "harness_archive/seeds/searchqa/seed.py", env,
-                          "--domain", "searchqa", "--limit", "2", "-k", "1")  # fmt: skip
+    out = whale_eval_json(
+        REPO / "harness_archive/seeds/searchqa/seed.py",
+        env,
+        "--domain",
+        "searchqa",
+        "--limit",
+        "2",
+        "-k",
+        "1",
+    )
     assert out["n_rollouts"] == 2
     assert set(out["statuses"]) <= {"pass", "fail"}, out  # every rollout finished with an answer
     engine = open_engine(Path(whale_env["WHALE_HOME"]) / "whale.db")
     with read_session(engine) as s:
         rollouts = s.exec(select(Rollout).where(Rollout.run_id == out["run_id"])).all()
-        steps = s.exec(select(Step).where(col(Step.rollout_id).in_([r.id for r in rollouts]))
-                       .order_by(Step.rollout_id, Step.idx)).all()  # fmt: skip
+        steps = s.exec(
+            select(Step)
+            .where(col(Step.rollout_id).in_([r.id for r in rollouts]))
+            .order_by(Step.rollout_id, Step.idx)
+        ).all()
     for rollout in rollouts:
         mine = [st for st in steps if st.rollout_id == rollout.id]
         assert mine[0].kind == "tool" and mine[0].tool == "search"

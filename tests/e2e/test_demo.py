@@ -1,4 +1,5 @@
 """`whale demo --quick` as a user runs it (its own model server), checked through the JSON API."""
+
 import asyncio
 import os
 import re
@@ -18,8 +19,13 @@ def demo(tmp_path_factory, model_cache):
     home = tmp_path_factory.mktemp("demo") / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("WHALE_LLM")}
     env.update(WHALE_HOME=str(home), WHALE_MODEL_CACHE=str(model_cache))
-    proc = subprocess.run([WHALE, "demo", "--quick", "--port", str(free_port())], env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [WHALE, "demo", "--quick", "--port", str(free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     workbench = Workbench(Settings(home=home, model_cache=model_cache), say=lambda m: None)
     with TestClient(create_app(workbench), base_url="http://localhost") as client:
@@ -58,7 +64,9 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
     assert all((r["status"] == "pass") == (r["reward"] == 1.0) for r in rollouts)
     # the seed harness answers with the model: every rollout ends as a pass or a fail
     broken = [(r["id"], r["reason"]) for r in rollouts if r["status"] not in ("pass", "fail")]
-    assert not broken, [client.get(f"/api/rollouts/{i}").json()["rollout"]["error"] for i, _ in broken]
+    assert not broken, [
+        client.get(f"/api/rollouts/{i}").json()["rollout"]["error"] for i, _ in broken
+    ]
 
 
 def test_every_model_call_is_a_recorded_step(demo):

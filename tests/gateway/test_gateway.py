@@ -1,4 +1,5 @@
 """The gateway on its Unix socket, in front of the real model server."""
+
 import asyncio
 
 import httpx
@@ -27,7 +28,9 @@ def with_gateway(store, model_server, tmp_path):
             await gateway.start(sock)
             transport = httpx.AsyncHTTPTransport(uds=str(sock))
             try:
-                async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=300) as client:
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://gw", timeout=300
+                ) as client:
                     return await body(gateway, client, make_rollout(writer))
             finally:
                 await gateway.stop()
@@ -52,8 +55,11 @@ def auth(token: str) -> dict:
 def test_model_call_is_forwarded_and_recorded(with_gateway, store, model_server):
     async def body(gateway, client, rollout_id):
         token = gateway.grant(Grant(rollout_id, model_server.model))
-        r = await client.post("/v1/chat/completions", headers=auth(token),
-                              json={"messages": HELLO, "max_tokens": 12, "temperature": 0.7})  # fmt: skip
+        r = await client.post(
+            "/v1/chat/completions",
+            headers=auth(token),
+            json={"messages": HELLO, "max_tokens": 12, "temperature": 0.7},
+        )
         return r, gateway.revoke(token)
 
     response, grant = with_gateway(body)
@@ -70,14 +76,20 @@ def test_model_call_is_forwarded_and_recorded(with_gateway, store, model_server)
     assert step.latency_ms > 0
 
 
-def test_unseeded_calls_are_independent_draws_with_recorded_seeds(with_gateway, store,
-                                                                   model_server):  # fmt: skip
+def test_unseeded_calls_are_independent_draws_with_recorded_seeds(
+    with_gateway, store, model_server
+):
     async def body(gateway, client, rollout_id):
         token = gateway.grant(Grant(rollout_id, model_server.model))
-        request = {"messages": [{"role": "user", "content": "Write a random word."}],
-                   "max_tokens": 12, "temperature": 1.0}  # fmt: skip
-        replies = [await client.post("/v1/chat/completions", headers=auth(token), json=request)
-                   for _ in range(4)]  # fmt: skip
+        request = {
+            "messages": [{"role": "user", "content": "Write a random word."}],
+            "max_tokens": 12,
+            "temperature": 1.0,
+        }
+        replies = [
+            await client.post("/v1/chat/completions", headers=auth(token), json=request)
+            for _ in range(4)
+        ]
         return [r.json()["choices"][0]["message"]["content"] for r in replies]
 
     contents = with_gateway(body)
@@ -88,12 +100,14 @@ def test_unseeded_calls_are_independent_draws_with_recorded_seeds(with_gateway, 
 
 def test_forged_and_revoked_tokens_are_refused(with_gateway, store, model_server):
     async def body(gateway, client, rollout_id):
-        forged = await client.post("/v1/chat/completions", headers=auth("forged"),
-                                   json={"messages": HELLO})  # fmt: skip
+        forged = await client.post(
+            "/v1/chat/completions", headers=auth("forged"), json={"messages": HELLO}
+        )
         token = gateway.grant(Grant(rollout_id, model_server.model))
         gateway.revoke(token)
-        revoked = await client.post("/v1/chat/completions", headers=auth(token),
-                                    json={"messages": HELLO})  # fmt: skip
+        revoked = await client.post(
+            "/v1/chat/completions", headers=auth(token), json={"messages": HELLO}
+        )
         missing = await client.post("/tools/anything", json={})
         return forged, revoked, missing
 
@@ -105,12 +119,15 @@ def test_forged_and_revoked_tokens_are_refused(with_gateway, store, model_server
 
 def test_call_and_token_budgets(with_gateway, model_server):
     async def body(gateway, client, rollout_id):
-        token = gateway.grant(Grant(rollout_id, model_server.model, max_calls=1,
-                                    max_tokens_per_call=4))  # fmt: skip
-        first = await client.post("/v1/chat/completions", headers=auth(token),
-                                  json={"messages": HELLO, "max_tokens": 500})  # fmt: skip
-        second = await client.post("/v1/chat/completions", headers=auth(token),
-                                   json={"messages": HELLO})  # fmt: skip
+        token = gateway.grant(
+            Grant(rollout_id, model_server.model, max_calls=1, max_tokens_per_call=4)
+        )
+        first = await client.post(
+            "/v1/chat/completions", headers=auth(token), json={"messages": HELLO, "max_tokens": 500}
+        )
+        second = await client.post(
+            "/v1/chat/completions", headers=auth(token), json={"messages": HELLO}
+        )
         return first, second
 
     first, second = with_gateway(body)
@@ -127,8 +144,9 @@ def test_tools_known_unknown_and_failing(with_gateway, store, model_server):
     async def body(gateway, client, rollout_id):
         token = gateway.grant(Grant(rollout_id, model_server.model, tools={"divide": divide}))
         ok = await client.post("/tools/divide", headers=auth(token), json={"args": [6, 3]})
-        failing = await client.post("/tools/divide", headers=auth(token),
-                                    json={"kwargs": {"a": 1, "b": 0}})  # fmt: skip
+        failing = await client.post(
+            "/tools/divide", headers=auth(token), json={"kwargs": {"a": 1, "b": 0}}
+        )
         unknown = await client.post("/tools/search", headers=auth(token), json={"args": ["q"]})
         malformed = await client.post("/tools/divide", headers=auth(token), content=b"{nope")
         return ok, failing, unknown, malformed
@@ -142,7 +160,9 @@ def test_tools_known_unknown_and_failing(with_gateway, store, model_server):
     assert malformed.status_code == 400
     recorded = steps(store[0])
     assert [(s.tool, s.error is None) for s in recorded] == [
-        ("divide", True), ("divide", False), ("search", False)
+        ("divide", True),
+        ("divide", False),
+        ("search", False),
     ]
     assert recorded[0].response == {"result": 2.0}
 
@@ -154,8 +174,14 @@ def test_sandbox_side_tool_calls_are_recorded_and_budgeted(with_gateway, store, 
     report = {"args": ["print(2 + 2)"], "kwargs": {}, "result": result, "latency_ms": 31.5}
 
     async def body(gateway, client, rollout_id):
-        token = gateway.grant(Grant(rollout_id, model_server.model, sandbox_tools=frozenset({"python"}),
-                                    max_sandbox_tool_calls=1))  # fmt: skip
+        token = gateway.grant(
+            Grant(
+                rollout_id,
+                model_server.model,
+                sandbox_tools=frozenset({"python"}),
+                max_sandbox_tool_calls=1,
+            )
+        )
         ok = await client.post("/tools/python/record", headers=auth(token), json=report)
         over = await client.post("/tools/python/record", headers=auth(token), json=report)
         other = await client.post("/tools/shell/record", headers=auth(token), json=report)
@@ -169,14 +195,17 @@ def test_sandbox_side_tool_calls_are_recorded_and_budgeted(with_gateway, store, 
     assert (forged.status_code, forged.json()["reason"]) == (401, "bad_token")
     recorded = steps(store[0])
     assert [(s.kind, s.tool, s.error is None) for s in recorded] == [
-        ("tool", "python", True), ("tool", "python", False), ("tool", "shell", False)
+        ("tool", "python", True),
+        ("tool", "python", False),
+        ("tool", "shell", False),
     ]
     assert recorded[0].request == {"args": ["print(2 + 2)"], "kwargs": {}}
     assert recorded[0].response == {"result": result} and recorded[0].latency_ms == 31.5
 
 
-def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(with_gateway, store,
-                                                                              model_server):  # fmt: skip
+def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(
+    with_gateway, store, model_server
+):
     """A multi-turn harness resends the conversation: each step keeps only its new messages,
     and every reader (trace API, a window of it, proposer traces, training examples) gets the
     whole request back."""
@@ -188,11 +217,16 @@ def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(wi
         token = gateway.grant(Grant(rollout_id, model_server.model))
         messages, sent = [{"role": "system", "content": "Be brief."}, *HELLO], []
         for turn in range(3):
-            r = await client.post("/v1/chat/completions", headers=auth(token),
-                                  json={"messages": messages, "max_tokens": 4})  # fmt: skip
+            r = await client.post(
+                "/v1/chat/completions",
+                headers=auth(token),
+                json={"messages": messages, "max_tokens": 4},
+            )
             sent.append(list(messages))
-            messages = messages + [r.json()["choices"][0]["message"],
-                                   {"role": "user", "content": f"And again ({turn})?"}]  # fmt: skip
+            messages = messages + [
+                r.json()["choices"][0]["message"],
+                {"role": "user", "content": f"And again ({turn})?"},
+            ]
         gateway.revoke(token)
         return rollout_id, sent
 
@@ -201,7 +235,7 @@ def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(wi
     assert stored[0].request["messages"] == sent[0] and "messages_from" not in stored[0].request
     for step, before, now in zip(stored[1:], sent, sent[1:]):
         assert step.request["messages_from"] == len(before)
-        assert step.request["messages"] == now[len(before):]  # the reply and the next question
+        assert step.request["messages"] == now[len(before) :]  # the reply and the next question
     with read_session(store[0]) as s:
         assert [st["request"]["messages"] for st in get_rollout(s, rollout_id)["steps"]] == sent
         (window,) = get_rollout(s, rollout_id, steps="2-2")["steps"]

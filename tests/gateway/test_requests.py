@@ -1,4 +1,5 @@
 """The stored form of model requests: what each call added to the one before."""
+
 from app.gateway.requests import compact, expand_requests
 
 A = {"role": "user", "content": "a"}
@@ -9,10 +10,10 @@ C = {"role": "user", "content": "c"}
 def test_compact_then_expand_gives_back_every_request():
     requests = [
         {"messages": [A], "temperature": 1.0},
-        {"messages": [A, B, C], "max_tokens": 8},     # continues the conversation
-        {"messages": [C], "seed": 3},                 # a fresh conversation: nothing shared
+        {"messages": [A, B, C], "max_tokens": 8},  # continues the conversation
+        {"messages": [C], "seed": 3},  # a fresh conversation: nothing shared
         {"messages": [C, A]},
-        {"messages": "not a list"},                   # malformed (refused by the gateway later)
+        {"messages": "not a list"},  # malformed (refused by the gateway later)
         {"messages": [C, A, B]},
     ]
     stored, sent = [], []

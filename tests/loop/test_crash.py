@@ -1,6 +1,7 @@
 """kill -9 of the server in the middle of a harness phase and of a weight phase, then `whale
 serve` again: the run resumes where it was and ends as if nothing happened - no phase twice, no
 recorded rollout lost or counted twice, the interrupted training retried."""
+
 import os
 import signal
 import sqlite3
@@ -18,8 +19,12 @@ from tests.search.conftest import seed_with
 
 def serve(env) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([WHALE, "serve", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [WHALE, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
@@ -65,8 +70,9 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     text = text.replace('domain = "arith"', f'domain = "arith"\nharness = "{harness}"')
     proc, url = serve(whale_env)
     try:
-        response = httpx.post(url + "/api/runs", headers=csrf_headers(url), json={"experiment": text},
-                              timeout=300)  # fmt: skip
+        response = httpx.post(
+            url + "/api/runs", headers=csrf_headers(url), json={"experiment": text}, timeout=300
+        )
         assert response.status_code == 201, response.text
         run_id = response.json()["run"]["id"]
         # a second server on the same store is refused
@@ -78,7 +84,9 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
         proc.wait()
         proc.stderr.close()
     con = sqlite3.connect(db)
-    recorded = con.execute("SELECT id, status, reward FROM rollout WHERE status != 'pending'").fetchall()
+    recorded = con.execute(
+        "SELECT id, status, reward FROM rollout WHERE status != 'pending'"
+    ).fetchall()
     phases_before = con.execute("SELECT id, kind, round, status FROM phase ORDER BY id").fetchall()
     con.close()
     assert phases_before[-1][1] == moment and phases_before[-1][3] == "running"
@@ -90,11 +98,17 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     changed = tmp_path / "changed.toml"
     changed.write_text(text.replace("rollouts = 70", "rollouts = 80"))
     refused = whale("run", str(changed), env=whale_env, timeout=120)
-    assert refused.returncode == 2 and "is unfinished and was started from a different" in refused.stderr
+    assert (
+        refused.returncode == 2
+        and "is unfinished and was started from a different" in refused.stderr
+    )
 
     proc, url = serve(whale_env)
     try:
-        wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status IN ('done', 'failed', 'stopped')")
+        wait_for(
+            db,
+            f"SELECT count(*) FROM run WHERE id = {run_id} AND status IN ('done', 'failed', 'stopped')",
+        )
         run = httpx.get(f"{url}/api/runs/{run_id}").json()["run"]
         events = httpx.get(f"{url}/api/runs/{run_id}/events").json()
     finally:

@@ -1,5 +1,6 @@
 """Experiment files: every shipped example parses; a bad one fails before anything starts,
 naming the file and the offending key."""
+
 from pathlib import Path
 
 import pytest
@@ -16,19 +17,31 @@ def test_shipped_examples_parse(path: Path):
     assert experiment.name and text
 
 
-@pytest.mark.parametrize("text, message", [
-    ('name = "x"\nstrategy = "alternating"', "strategy: Input should be 'whale', 'weight_only'"),
-    ('name = "x"\n[switching]\nweight_steps = 0', "switching.weight_steps: Input should be greater than or equal to 1"),
-    ('name = "x"\n[budget]\nrollout = 100', "budget.rollout: Extra inputs are not permitted"),
-    ('name = "x"\n[rft]\nsteps = 3', "rft.steps is not used here: set switching.weight_steps"),
-    ('name = "x"\n[search]\niterations = 3', "search.iterations is not used here"),
-    ('name = "x"\nstrategy = "stagewise"', "strategy stagewise needs budget.rollouts"),
-    ('name = "x"\ndomain = "chess960"', "domain: unknown domain 'chess960'"),
-    ('name = "x"\nharness = "/nonexistent/h.py"', "harness: no file /nonexistent/h.py"),
-    ('name = "x"\n[search]\nproposer = "gpt"', "search.proposer: Input should be 'knobs', 'llm' or 'agent'"),
-    ('strategy = "whale"', "name: Field required"),
-    ('name = "x"\n[budget\nrollouts = 1', "not valid TOML"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            'name = "x"\nstrategy = "alternating"',
+            "strategy: Input should be 'whale', 'weight_only'",
+        ),
+        (
+            'name = "x"\n[switching]\nweight_steps = 0',
+            "switching.weight_steps: Input should be greater than or equal to 1",
+        ),
+        ('name = "x"\n[budget]\nrollout = 100', "budget.rollout: Extra inputs are not permitted"),
+        ('name = "x"\n[rft]\nsteps = 3', "rft.steps is not used here: set switching.weight_steps"),
+        ('name = "x"\n[search]\niterations = 3', "search.iterations is not used here"),
+        ('name = "x"\nstrategy = "stagewise"', "strategy stagewise needs budget.rollouts"),
+        ('name = "x"\ndomain = "chess960"', "domain: unknown domain 'chess960'"),
+        ('name = "x"\nharness = "/nonexistent/h.py"', "harness: no file /nonexistent/h.py"),
+        (
+            'name = "x"\n[search]\nproposer = "gpt"',
+            "search.proposer: Input should be 'knobs', 'llm' or 'agent'",
+        ),
+        ('strategy = "whale"', "name: Field required"),
+        ('name = "x"\n[budget\nrollouts = 1', "not valid TOML"),
+    ],
+)
 def test_bad_experiments_name_the_key(text, message):
     with pytest.raises(ExperimentError) as exc:
         parse(text, "bad.toml")

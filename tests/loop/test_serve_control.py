@@ -1,5 +1,6 @@
 """Steering a run of `whale serve` over its API: start, pause (nothing new starts), resume,
 force a phase, stop; bad experiments and conflicting actions are refused with the reason."""
+
 import json
 import sqlite3
 import time
@@ -35,23 +36,39 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
     db = tmp_path / "home" / "whale.db"
     with whale_serve(whale_env) as url:
         csrf = csrf_headers(url)
-        bad = httpx.post(url + "/api/runs", headers=csrf,
-                         json={"experiment": 'name = "x"\n[budget]\nrollout = 5'})
-        assert bad.status_code == 422 and "budget.rollout: Extra inputs are not permitted" in bad.text
+        bad = httpx.post(
+            url + "/api/runs",
+            headers=csrf,
+            json={"experiment": 'name = "x"\n[budget]\nrollout = 5'},
+        )
+        assert (
+            bad.status_code == 422 and "budget.rollout: Extra inputs are not permitted" in bad.text
+        )
 
         # over HTTP the harness comes as code (a server path would be refused)
         seed = (REPO / "harness_archive" / "seeds" / "arith" / "seed.py").read_text()
-        text = f"harness_code = {json.dumps(seed)}\n" + quick_toml("steered", rollouts=400,
-                                                                 rft={"samples_per_prompt": 4})
-        started = httpx.post(url + "/api/runs", headers=csrf, json={"experiment": text}, timeout=300)
+        text = f"harness_code = {json.dumps(seed)}\n" + quick_toml(
+            "steered", rollouts=400, rft={"samples_per_prompt": 4}
+        )
+        started = httpx.post(
+            url + "/api/runs", headers=csrf, json={"experiment": text}, timeout=300
+        )
         assert started.status_code == 201, started.text
         run_id = started.json()["run"]["id"]
         first = started.json()["run"]["config"]["start"]["harness_id"]
         assert httpx.get(f"{url}/api/harnesses/{first}").json()["harness"]["code"] == seed
-        act = lambda action, **body: httpx.post(f"{url}/api/runs/{run_id}/{action}",  # noqa: E731
-                                                headers=csrf, json={"reason": "test", **body},
-                                                timeout=30)  # fmt: skip
-        status = lambda: httpx.get(f"{url}/api/runs/{run_id}").json()["run"]["status"]  # noqa: E731
+
+        def act(action, **body):
+            return httpx.post(
+                f"{url}/api/runs/{run_id}/{action}",
+                headers=csrf,
+                json={"reason": "test", **body},
+                timeout=30,
+            )
+
+        def status():
+            return httpx.get(f"{url}/api/runs/{run_id}").json()["run"]["status"]
+
         wait_for(db, "SELECT count(*) > 3 FROM rollout WHERE status != 'pending'")
 
         assert act("pause").status_code == 200
@@ -68,7 +85,9 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
 
         assert act("force", kind="harness").status_code == 200
         wait_for(db, "SELECT count(*) FROM phase WHERE ended_reason = 'manual'", 300)
-        wait_for(db, "SELECT count(*) FROM phase WHERE status = 'running' AND kind = 'harness'", 120)
+        wait_for(
+            db, "SELECT count(*) FROM phase WHERE status = 'running' AND kind = 'harness'", 120
+        )
 
         assert act("stop").status_code == 200
         wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'stopped'", 300)

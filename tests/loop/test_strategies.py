@@ -1,4 +1,5 @@
 """The strategies on the demo model: which phases each runs, within its rollout budget."""
+
 import asyncio
 import json
 import sqlite3
@@ -46,8 +47,9 @@ def test_single_side_and_stagewise_strategies(tmp_path, model_server, model_cach
     con = sqlite3.connect(tmp_path / "home" / "whale.db")
 
     def phases(run_id):
-        return con.execute("SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id",
-                           (run_id,)).fetchall()  # fmt: skip
+        return con.execute(
+            "SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id", (run_id,)
+        ).fetchall()
 
     assert {k for k, _ in phases(runs["weight_only"])} == {"weight"}
     assert {k for k, _ in phases(runs["harness_only"])} == {"harness"}
@@ -55,7 +57,10 @@ def test_single_side_and_stagewise_strategies(tmp_path, model_server, model_cach
     # one weight stage, until its share of the rollouts (half) is used, then harness phases
     assert stagewise[0] == ("weight", "stage") and {k for k, _ in stagewise[1:]} == {"harness"}
     for run_id in runs.values():
-        used = con.execute("""SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
-                              WHERE r.run_id = ? AND e.split != 'test'""", (run_id,)).fetchone()[0]
+        used = con.execute(
+            """SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+                              WHERE r.run_id = ? AND e.split != 'test'""",
+            (run_id,),
+        ).fetchone()[0]
         assert used <= 26
     store_invariants(tmp_path / "home" / "whale.db")

@@ -1,11 +1,19 @@
 """Phase-ending rules: fixed lengths, adaptive patience, caps."""
+
 from app.loop.experiment import Switching
 from app.loop.switching import harness_phase_end, weight_phase_end
 
 FIXED = Switching(weight_steps=3, harness_iterations=2)
-ADAPTIVE = Switching(rule="adaptive", harness_min_iterations=3, harness_patience=2,
-                     harness_max_iterations=6, weight_window=2, weight_burn_in=2,
-                     weight_patience=2, weight_max_steps=8)  # fmt: skip
+ADAPTIVE = Switching(
+    rule="adaptive",
+    harness_min_iterations=3,
+    harness_patience=2,
+    harness_max_iterations=6,
+    weight_window=2,
+    weight_burn_in=2,
+    weight_patience=2,
+    weight_max_steps=8,
+)
 
 
 def test_fixed_lengths():

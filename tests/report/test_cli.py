@@ -1,5 +1,6 @@
 """`whale compare` and `whale export` as commands, registered on a Typer app of their own the
 way app/cli.py registers them, over a store in WHALE_HOME."""
+
 import json
 
 import pytest
@@ -26,8 +27,11 @@ def test_compare_table_and_figure(whale, filled, tmp_path):
     result = whale("compare", runs["whale"].id, runs["weight_only"].id, runs["harness_only"].id)
     assert result.exit_code == 0, result.output
     # run, strategy, status, k, best, rollouts to best, final, rollouts used, test points, name
-    table = {words[1]: words[3:] for words in map(str.split, result.stdout.splitlines())
-             if words and words[0].startswith("#")}  # fmt: skip
+    table = {
+        words[1]: words[3:]
+        for words in map(str.split, result.stdout.splitlines())
+        if words and words[0].startswith("#")
+    }
     assert table["whale"] == ["4", "0.750", "1,024", "0.700", "3,536", "5", "arith", "whale"]
     assert table["weight_only"][:6] == ["4", "0.550", "2,048", "0.550", "2,304", "3"]
     assert table["harness_only"][:6] == ["4", "0.600", "800", "0.600", "1,600", "3"]
@@ -39,8 +43,10 @@ def test_compare_json_and_options(whale, filled, tmp_path):
     result = whale("compare", *ids, "--json", "--x", "wall_s", "--plot", "figs/wall.png")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [(r["id"], r["best"], r["test_points"]) for r in rows] == [(ids[0], None, 0),
-                                                                      (ids[1], 0.3, 2)]
+    assert [(r["id"], r["best"], r["test_points"]) for r in rows] == [
+        (ids[0], None, 0),
+        (ids[1], 0.3, 2),
+    ]
     assert (tmp_path / "figs" / "wall.png").is_file()
 
 

@@ -1,4 +1,5 @@
 """compare_runs: best and final test mean@k, rollouts to the best, rollouts used, per run."""
+
 import pytest
 
 from app.report import UnknownRuns, compare_runs
@@ -12,17 +13,26 @@ def test_summaries_in_the_order_asked(session, filled):
     by = {row["strategy"]: row for row in rows}
     # The whale run reaches 0.75 at 1024 rollouts and again at 2048: the first counts.
     assert by["whale"] == {
-        "id": runs["whale"].id, "name": "arith whale", "strategy": "whale", "status": "done",
-        "k": 4, "best": 0.75, "rollouts_to_best": 1024, "final": 0.7,
+        "id": runs["whale"].id,
+        "name": "arith whale",
+        "strategy": "whale",
+        "status": "done",
+        "k": 4,
+        "best": 0.75,
+        "rollouts_to_best": 1024,
+        "final": 0.7,
         "rollouts_used": 1536 + 2000,  # its phases counted more than its metrics
         "test_points": 5,
-    }  # fmt: skip
+    }
     assert (by["harness_only"]["best"], by["harness_only"]["rollouts_to_best"]) == (0.6, 800)
     assert by["weight_only"]["rollouts_used"] == 2304  # a train metric after the last test
     assert (by["rft"]["k"], by["rft"]["best"], by["rft"]["rollouts_to_best"]) == (2, 0.3, 64)
     stagewise = by["stagewise"]  # no test point yet
     assert (stagewise["status"], stagewise["test_points"], stagewise["rollouts_used"]) == (
-        "running", 0, 0)  # fmt: skip
+        "running",
+        0,
+        0,
+    )
     assert stagewise["best"] is stagewise["rollouts_to_best"] is stagewise["final"] is None
 
 

@@ -1,13 +1,22 @@
 """export_run: every table of the run as JSON lines, harness code as files, rollouts with their
 steps; what it writes matches what the store holds."""
+
 import json
 
 import pytest
 from sqlalchemy import func
 from sqlmodel import select
 
-from app.db.schema import (Evaluation, Event, Metric, Phase, Rollout, SearchIteration, Step,
-                           TrainingJob)  # fmt: skip
+from app.db.schema import (
+    Evaluation,
+    Event,
+    Metric,
+    Phase,
+    Rollout,
+    SearchIteration,
+    Step,
+    TrainingJob,
+)
 from app.report import UnknownRuns, export_run
 from app.report.export import rollouts_with_steps
 
@@ -29,17 +38,25 @@ def exported(session, filled, tmp_path):
 def test_counts_match_the_store(session, filled, exported):
     out, counts = exported
     run_id = filled.runs["whale"].id
-    tables = {"phases.jsonl": Phase, "search_iterations.jsonl": SearchIteration,
-              "training_jobs.jsonl": TrainingJob, "evaluations.jsonl": Evaluation,
-              "metrics.jsonl": Metric, "events.jsonl": Event,
-              "rollouts.jsonl": Rollout}  # fmt: skip
+    tables = {
+        "phases.jsonl": Phase,
+        "search_iterations.jsonl": SearchIteration,
+        "training_jobs.jsonl": TrainingJob,
+        "evaluations.jsonl": Evaluation,
+        "metrics.jsonl": Metric,
+        "events.jsonl": Event,
+        "rollouts.jsonl": Rollout,
+    }
     for name, model in tables.items():
         assert counts[name] == len(lines(out / name)) == count(session, model, run_id), name
         assert {row["run_id"] for row in lines(out / name)} == {run_id}
     assert counts["rollouts.jsonl"] == 5  # the weight_only run's rollouts in between are not
     run = json.loads((out / "run.json").read_text())
     assert (run["id"], run["strategy"], run["config"]["experiment"]["test"]["k"]) == (
-        run_id, "whale", 4)  # fmt: skip
+        run_id,
+        "whale",
+        4,
+    )
 
 
 def test_harnesses_with_lineage_and_code(filled, exported):
@@ -65,7 +82,9 @@ def test_checkpoints_reach_the_base(filled, exported):
     out, _ = exported
     checkpoints = lines(out / "checkpoints.jsonl")
     assert [(c["kind"], c["parent_id"]) for c in checkpoints] == [
-        ("base", None), ("lora", filled.base.id)]  # fmt: skip
+        ("base", None),
+        ("lora", filled.base.id),
+    ]
 
 
 def test_rollouts_embed_their_steps_in_order(session, filled, exported):
@@ -80,9 +99,15 @@ def test_rollouts_embed_their_steps_in_order(session, filled, exported):
         assert {s["rollout_id"] for s in steps} == {rollout["id"]}
         assert steps[0]["request"]["messages"][0]["content"].endswith("Ünïcödé")
         assert steps[1]["response"] == {"result": 2}
-    assert sum(len(r["steps"]) for r in rollouts) == session.exec(
-        select(func.count()).select_from(Step).join(Rollout)
-        .where(Rollout.run_id == filled.runs["whale"].id)).one()  # fmt: skip
+    assert (
+        sum(len(r["steps"]) for r in rollouts)
+        == session.exec(
+            select(func.count())
+            .select_from(Step)
+            .join(Rollout)
+            .where(Rollout.run_id == filled.runs["whale"].id)
+        ).one()
+    )
     assert "Ünïcödé" in (out / "rollouts.jsonl").read_text()  # kept as text, not \u escapes
 
 

@@ -1,4 +1,5 @@
 """The comparison figure: a real PNG, a paper-sized one, for every x axis and for ten runs."""
+
 import struct
 
 import pytest
@@ -30,8 +31,9 @@ pytestmark = pytest.mark.filterwarnings("error")
 
 @pytest.mark.parametrize("x", ["rollouts", "weight_steps", "wall_s"])
 def test_every_x_axis(session, filled, tmp_path, x):
-    path = plot_accuracy_vs_rollouts(session, [run.id for run in filled.runs.values()],
-                                     tmp_path / "figures" / f"{x}.png", x)  # fmt: skip
+    path = plot_accuracy_vs_rollouts(
+        session, [run.id for run in filled.runs.values()], tmp_path / "figures" / f"{x}.png", x
+    )
     assert_figure(path)
 
 
@@ -39,11 +41,23 @@ def test_ten_runs(session, store, tmp_path):
     ids = []
     for i in range(10):
         strategy = ["whale", "weight_only", "harness_only"][i % 3]
-        run = store.write(Run(name=f"{strategy} seed {i}", kind="experiment", domain="arith",
-                              strategy=strategy))  # fmt: skip
-        store.write(*[Metric(run_id=run.id, series="test/mean@k", x=r, rollouts=r * 1000,
-                             y=min(1.0, 0.2 + 0.05 * r + 0.01 * i), weight_steps=r,
-                             wall_s=r * 900.0) for r in range(8)])  # fmt: skip
+        run = store.write(
+            Run(name=f"{strategy} seed {i}", kind="experiment", domain="arith", strategy=strategy)
+        )
+        store.write(
+            *[
+                Metric(
+                    run_id=run.id,
+                    series="test/mean@k",
+                    x=r,
+                    rollouts=r * 1000,
+                    y=min(1.0, 0.2 + 0.05 * r + 0.01 * i),
+                    weight_steps=r,
+                    wall_s=r * 900.0,
+                )
+                for r in range(8)
+            ]
+        )
         ids.append(run.id)
     assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "ten.png"))
 

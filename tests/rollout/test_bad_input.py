@@ -1,6 +1,7 @@
 """Broken and hostile harnesses, evaluated the way a user would (`whale eval --json`) while
 `whale serve` runs over the same store: each ends as a failed rollout with its reason recorded,
 the evaluation finishes, and the server keeps serving."""
+
 import os
 import sqlite3
 import subprocess
@@ -16,10 +17,13 @@ from tests.conftest import WHALE, whale_eval_json, whale_serve
 def store(tmp_path_factory, model_server, model_cache):
     home = tmp_path_factory.mktemp("bad-input") / "home"
     env = {
-        **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
-        "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
+        **os.environ,
+        "WHALE_HOME": str(home),
+        "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": model_server.base_url,
+        "WHALE_LLM_MODEL": model_server.model,
         "WHALE_ROLLOUT_TIMEOUT": "3",
-    }  # fmt: skip
+    }
     with whale_serve(env) as url:
         yield env, url, home
 
@@ -61,14 +65,16 @@ def test_bad_harness_fails_with_its_reason(store, tmp_path, reason):
 def test_a_harness_failing_on_some_tasks_still_scores_the_others(store, tmp_path):
     env, url, home = store
     harness = tmp_path / "flaky.py"
-    harness.write_text(textwrap.dedent("""
+    harness.write_text(
+        textwrap.dedent("""
         def run(task, llm, tools):
             a, op, b = task["question"].removeprefix("What is ").rstrip("?").split()
             if op == "-":
                 raise RuntimeError("no subtraction today")
             a, b = int(a), int(b)
             return a + b if op == "+" else a * b
-    """))
+    """)
+    )
     out = whale_eval_json(harness, env, "--limit", "12", "-k", "1")
     assert out["n_rollouts"] == 12
     n_errors = out["statuses"].get("error", 0)
@@ -86,10 +92,20 @@ def test_bad_command_line_input_is_named(store, tmp_path):
         (["--split", "dev"], "unknown split 'dev'"),
         (["--sandbox", "vm"], "sandbox 'vm'"),
     ]:
-        proc = subprocess.run([WHALE, "eval", str(harness), *args], env=env, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [WHALE, "eval", str(harness), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2
         assert message in proc.stderr
-    missing = subprocess.run([WHALE, "eval", str(tmp_path / "nope.py")], env=env,
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    missing = subprocess.run(
+        [WHALE, "eval", str(tmp_path / "nope.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 2 and "does not exist" in missing.stderr

@@ -1,4 +1,5 @@
 """Sandbox fixtures: every test here runs against each backend that exists on the machine."""
+
 import asyncio
 import socket
 import textwrap
@@ -67,8 +68,9 @@ def run_harness(tmp_path, backend, make_launcher, gateway_socket):
         harness.chmod(0o644)
 
         async def main():
-            pool = SandboxPool(launcher, gateway_socket, tmp_path / "sandboxes",
-                               Limits(**{"wall_s": 20, **limits}))  # fmt: skip
+            pool = SandboxPool(
+                launcher, gateway_socket, tmp_path / "sandboxes", Limits(**{"wall_s": 20, **limits})
+            )
             try:
                 return await pool.run(harness, task or {"question": "q"}, "token")
             finally:

@@ -2,6 +2,7 @@
 `whale eval hostile.py --domain arith --sandbox BACKEND`, while `whale serve` runs over the same
 store. Each ends as a failed or contained rollout with a recorded reason; afterwards the server
 still serves, the database is intact and the host is unchanged."""
+
 import json
 import os
 import sqlite3
@@ -25,25 +26,45 @@ def attack(request, tmp_path_factory, model_server, model_cache):
     root = tmp_path_factory.mktemp(f"attacks-{backend}")
     home = root / "home"
     env = {
-        **os.environ, "WHALE_HOME": str(home), "WHALE_MODEL_CACHE": str(model_cache),
-        "WHALE_LLM_URL": model_server.base_url, "WHALE_LLM_MODEL": model_server.model,
-        "WHALE_ROLLOUT_TIMEOUT": "8", "WHALE_ROLLOUT_MAX_CALLS": "4",
+        **os.environ,
+        "WHALE_HOME": str(home),
+        "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_LLM_URL": model_server.base_url,
+        "WHALE_LLM_MODEL": model_server.model,
+        "WHALE_ROLLOUT_TIMEOUT": "8",
+        "WHALE_ROLLOUT_MAX_CALLS": "4",
         "WHALE_TEST_SECRET": SECRET,
-    }  # fmt: skip
+    }
     model_port = model_server.base_url.split(":")[-1].split("/")[0]
 
     with whale_serve(env) as url:
 
         def run(code: str, limit: int = 1, k: int = 1):
-            code = code.replace("SERVER_PORT", url.rsplit(":", 1)[1]).replace("MODEL_PORT", model_port)
+            code = code.replace("SERVER_PORT", url.rsplit(":", 1)[1]).replace(
+                "MODEL_PORT", model_port
+            )
             harness = root / "hostile.py"
             harness.write_text(textwrap.dedent(code.replace("DB_PATH", str(home / "whale.db"))))
-            out = whale_eval_json(harness, env, "--domain", "arith", "--sandbox", backend,
-                                  "--limit", str(limit), "-k", str(k))  # fmt: skip
+            out = whale_eval_json(
+                harness,
+                env,
+                "--domain",
+                "arith",
+                "--sandbox",
+                backend,
+                "--limit",
+                str(limit),
+                "-k",
+                str(k),
+            )
             with sqlite3.connect(home / "whale.db") as db:
                 db.row_factory = sqlite3.Row
-                rows = [dict(r) for r in db.execute(
-                    "SELECT * FROM rollout WHERE run_id = ? ORDER BY id", (out["run_id"],))]
+                rows = [
+                    dict(r)
+                    for r in db.execute(
+                        "SELECT * FROM rollout WHERE run_id = ? ORDER BY id", (out["run_id"],)
+                    )
+                ]
             assert len(rows) == limit * k and all(r["status"] != "pending" for r in rows)
             # the server keeps serving and sees the run
             runs = httpx.get(f"{url}/api/runs", timeout=10).json()
@@ -64,7 +85,9 @@ def answer_of(attack, code: str) -> str:
 
 
 def test_no_network_at_all(attack):
-    answer = answer_of(attack, """
+    answer = answer_of(
+        attack,
+        """
         import socket
         def run(task, llm, tools):
             # no interface but loopback, and no name resolution: nothing can leave
@@ -75,13 +98,18 @@ def test_no_network_at_all(attack):
             except OSError:
                 dns = "no-dns"
             return ",".join(names) + ";" + dns
-    """)
+    """,
+    )
     assert answer in ("lo;no-dns", ";no-dns")
 
 
-@pytest.mark.parametrize("target", ["SERVER_PORT", "MODEL_PORT"], ids=["own-server", "model-server"])
+@pytest.mark.parametrize(
+    "target", ["SERVER_PORT", "MODEL_PORT"], ids=["own-server", "model-server"]
+)
 def test_loopback_servers_are_unreachable(attack, target):
-    answer = answer_of(attack, f"""
+    answer = answer_of(
+        attack,
+        f"""
         import socket
         def run(task, llm, tools):
             try:
@@ -89,12 +117,15 @@ def test_loopback_servers_are_unreachable(attack, target):
                 return "connected"
             except OSError as exc:
                 return "blocked " + type(exc).__name__
-    """)
+    """,
+    )
     assert answer.startswith("blocked")
 
 
 def test_host_files_are_out_of_reach(attack):
-    answer = answer_of(attack, """
+    answer = answer_of(
+        attack,
+        """
         import os
         def run(task, llm, tools):
             seen = []
@@ -109,22 +140,28 @@ def test_host_files_are_out_of_reach(attack):
                 except OSError:
                     pass
             return ",".join(seen) or "nothing"
-    """)
+    """,
+    )
     assert answer == "nothing"
 
 
 def test_the_server_environment_is_not_inherited(attack):
-    answer = answer_of(attack, """
+    answer = answer_of(
+        attack,
+        """
         import os
         def run(task, llm, tools):
             return repr(dict(os.environ))
-    """)
+    """,
+    )
     assert SECRET not in answer
     assert "WHALE_LLM_URL" not in answer and "WHALE_HOME" not in answer
 
 
 def test_nothing_outside_tmp_is_writable(attack):
-    answer = answer_of(attack, """
+    answer = answer_of(
+        attack,
+        """
         def run(task, llm, tools):
             wrote = []
             for path in ["/usr/owned", "/etc/owned", "/sandbox/harness.py", "/owned",
@@ -137,13 +174,16 @@ def test_nothing_outside_tmp_is_writable(attack):
                     pass
             open("/tmp/fine", "w").write("ok")
             return ",".join(wrote) or "nothing"
-    """)
+    """,
+    )
     assert answer == "nothing"
     assert not Path("/usr/owned").exists() and not Path("/etc/owned").exists()
 
 
 def test_filling_tmp_stops_at_its_size(attack):
-    answer = answer_of(attack, """
+    answer = answer_of(
+        attack,
+        """
         def run(task, llm, tools):
             written = 0
             try:
@@ -154,7 +194,8 @@ def test_filling_tmp_stops_at_its_size(attack):
             except OSError:
                 pass
             return written
-    """)
+    """,
+    )
     assert int(answer) <= 64
 
 
@@ -169,7 +210,8 @@ def test_printing_gigabytes(attack):
 
 
 def test_fork_bomb_is_contained(attack):
-    out, rows = attack("""
+    out, rows = attack(
+        """
         import os
         def run(task, llm, tools):
             while True:
@@ -177,7 +219,9 @@ def test_fork_bomb_is_contained(attack):
                     os.fork()
                 except OSError:
                     pass
-    """, limit=2)
+    """,
+        limit=2,
+    )
     assert {r["reason"] for r in rows} <= {"timeout", "crash", "exception"}
     # and the sandbox still works afterwards
     out, (row,) = attack("def run(task, llm, tools):\n    return 1\n")
@@ -189,11 +233,15 @@ def test_allocating_10_gb(attack):
     assert row["reason"] == "memory_limit"
 
 
-@pytest.mark.parametrize("code", [
-    "def run(task, llm, tools):\n    while True:\n        pass\n",
-    "import signal, time\ndef run(task, llm, tools):\n"
-    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    time.sleep(3600)\n",
-], ids=["spin", "sleep-ignoring-sigterm"])  # fmt: skip
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def run(task, llm, tools):\n    while True:\n        pass\n",
+        "import signal, time\ndef run(task, llm, tools):\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    time.sleep(3600)\n",
+    ],
+    ids=["spin", "sleep-ignoring-sigterm"],
+)
 def test_running_forever(attack, code):
     _, (row,) = attack(code)
     assert row["reason"] == "timeout"
@@ -215,13 +263,16 @@ def test_forged_token_is_refused(attack):
     """)
     assert row["answer"] == "401"
     with sqlite3.connect(attack.home / "whale.db") as db:
-        assert db.execute("SELECT count(*) FROM step WHERE rollout_id = ?",
-                          (row["id"],)).fetchone()[0] == 0  # fmt: skip
+        assert (
+            db.execute("SELECT count(*) FROM step WHERE rollout_id = ?", (row["id"],)).fetchone()[0]
+            == 0
+        )
 
 
 def test_sibling_rollouts_cannot_read_each_others_memory(attack):
     """Rollouts of one harness share a warm sandbox; their tokens stay private all the same."""
-    _, rows = attack("""
+    _, rows = attack(
+        """
         import os, time
         def run(task, llm, tools):
             time.sleep(0.5)  # let the siblings start
@@ -240,7 +291,9 @@ def test_sibling_rollouts_cannot_read_each_others_memory(attack):
                     except OSError:
                         pass
             return ",".join(readable) or "none"
-    """, limit=3)
+    """,
+        limit=3,
+    )
     assert [r["answer"] for r in rows] == ["none"] * 3
 
 
@@ -248,7 +301,8 @@ def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
     """A worker is a fork of its runner server: whatever the server held when it forked (the
     requests of rollouts already in flight) would be readable in the worker's own memory. The
     server never reads a rollout's task or token, so a later sibling finds only its own."""
-    _, rows = attack("""
+    _, rows = attack(
+        """
         import re, sys, time
         def run(task, llm, tools):
             time.sleep(1.0 if task["question"].endswith("0?") else 0.2)  # overlap the siblings
@@ -273,10 +327,13 @@ def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
                     found.update(m.decode() for m in re.findall(rb'"token": "([A-Za-z0-9_-]{32})"', data))
             foreign = found - {mine}
             return f"{len(foreign)} foreign"
-    """, limit=4)
+    """,
+        limit=4,
+    )
     answers = [r["answer"] for r in rows]
-    assert answers == ["0 foreign"] * 4 or (attack.backend == "docker" and answers == ["unreadable"] * 4), \
-        [r["error"] for r in rows]
+    assert answers == ["0 foreign"] * 4 or (
+        attack.backend == "docker" and answers == ["unreadable"] * 4
+    ), [r["error"] for r in rows]
 
 
 def test_model_call_budget(attack):
@@ -318,7 +375,7 @@ def test_a_fake_reward_cannot_be_reported(attack):
 # (they are a hint to the harness author, not a boundary), so only the sandbox can stop it.
 # It tries the kernel interfaces an escape or a takeover of the runner would use and reports,
 # per attempt, "ok" or the error name; every attempt must fail.
-CHILD_ATTACKS = r'''
+CHILD_ATTACKS = r"""
 import ctypes, errno, json, os, platform
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -370,14 +427,15 @@ attr = ctypes.create_string_buffer(128)
 found["bpf"] = outcome(libc.syscall(NR["bpf"], 0, attr, 128))  # EINVAL: the kernel looked at it
 found["perf_event_open"] = outcome(libc.syscall(NR["perf_event_open"], attr, 0, -1, -1, 0))
 print(json.dumps(found))
-'''
+"""
 
 
 def test_a_child_interpreter_can_neither_take_over_the_runner_nor_open_kernel_surfaces(attack):
     """ptrace, /proc/PID/mem and process_vm_readv against PID 1, the runner server and a
     sibling rollout; new user and network namespaces, chroot, mount, setns, keyctl, bpf and
     perf_event_open: all refused, on both backends (non-dumpable processes + seccomp filter)."""
-    _, rows = attack(f"""
+    _, rows = attack(
+        f"""
         import os, sys, time
         CHILD = {CHILD_ATTACKS!r}
         def run(task, llm, tools):
@@ -395,7 +453,9 @@ def test_a_child_interpreter_can_neither_take_over_the_runner_nor_open_kernel_su
             os.waitpid(pid, 0)
             time.sleep(max(0.0, 2.5 - (time.monotonic() - start)))  # stay up for the sibling
             return out.decode()
-    """, limit=2)
+    """,
+        limit=2,
+    )
     allowed = {"EPERM", "EACCES", "ENOSYS"}
     for row in rows:
         assert row["reason"] is None, row["error"]

@@ -1,4 +1,5 @@
 """Run one harness phase on a fresh store against the shared real model server."""
+
 import asyncio
 from pathlib import Path
 
@@ -40,12 +41,13 @@ def search(tmp_path, model_server, model_cache):
                 with workbench.session() as s:
                     stored = {
                         "harnesses": s.exec(select(Harness).order_by(Harness.id)).all(),
-                        "iterations": s.exec(select(SearchIteration)
-                                             .order_by(SearchIteration.iteration)).all(),
+                        "iterations": s.exec(
+                            select(SearchIteration).order_by(SearchIteration.iteration)
+                        ).all(),
                         "rollouts": s.exec(select(Rollout)).all(),
                         "metrics": s.exec(select(Metric)).all(),
                         "phases": s.exec(select(Phase)).all(),
-                    }  # fmt: skip
+                    }
                 return phase, stored
 
         phase, stored = asyncio.run(main())

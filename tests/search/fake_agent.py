@@ -3,6 +3,7 @@
 argv: WORKSPACE K ITERATION. Iteration 1 writes candidates (one good, one symlink, one too big,
 one file outside candidates/) and a report of what it saw; iteration 2 hangs.
 """
+
 import json
 import os
 import re
@@ -14,8 +15,11 @@ workspace, k, iteration = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 if iteration == 2:
     time.sleep(600)
 skill = (workspace / "SKILL.md").read_text()
-records = [json.loads(line) for path in workspace.glob("harnesses/*/traces.jsonl")
-           for line in path.read_text().splitlines()]  # fmt: skip
+records = [
+    json.loads(line)
+    for path in workspace.glob("harnesses/*/traces.jsonl")
+    for line in path.read_text().splitlines()
+]
 every_file = "".join(p.read_text(errors="replace") for p in workspace.rglob("*") if p.is_file())
 seen = {
     "skill_asks_for_k": f"at most {k} complete harness files" in skill,
@@ -27,11 +31,21 @@ seen = {
 }
 accepted = (workspace / "accepted.py").read_text()
 out = workspace / "candidates"
-(out / "program.py").write_text(accepted.replace("SOLVER = 'model'", "SOLVER = 'program'")
-                                .replace('SOLVER = "model"', 'SOLVER = "program"'))  # fmt: skip
-(out / "program.json").write_text(json.dumps({
-    "hypothesis": "failures show wrong sums; let the model write the expression",
-    "axis": "solver", "changes": "SOLVER program", "parents": [1]}))  # fmt: skip
+(out / "program.py").write_text(
+    accepted.replace("SOLVER = 'model'", "SOLVER = 'program'").replace(
+        'SOLVER = "model"', 'SOLVER = "program"'
+    )
+)
+(out / "program.json").write_text(
+    json.dumps(
+        {
+            "hypothesis": "failures show wrong sums; let the model write the expression",
+            "axis": "solver",
+            "changes": "SOLVER program",
+            "parents": [1],
+        }
+    )
+)
 os.symlink("/etc/passwd", out / "link.py")
 (out / "big.py").write_text("def run(task, llm, tools):\n    return '1'\n" + "#" * 30_000)
 (workspace / "stray.py").write_text("def run(task, llm, tools):\n    return '1'\n")

@@ -1,4 +1,5 @@
 """The agent proposer with a scripted command standing in for the coding agent."""
+
 import json
 import subprocess
 import sys
@@ -10,15 +11,22 @@ from app.search.agent import LOG_CAP
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 
 
-def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(search, tmp_path,
-                                                                        monkeypatch):  # fmt: skip
+def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
+    search, tmp_path, monkeypatch
+):
     monkeypatch.setenv("STORE_PATH", str(tmp_path / "home" / "whale.db"))
     cfg = SearchConfig(
-        proposer="agent", iterations=2, candidates=3, tasks=4, max_code_bytes=20_000,
+        proposer="agent",
+        iterations=2,
+        candidates=3,
+        tasks=4,
+        max_code_bytes=20_000,
         proposer_timeout_s=20,
-        agent={"command": [sys.executable, str(FAKE_AGENT), "{workspace}", "{k}", "{iteration}"],
-               "env": ["STORE_PATH"]},
-    )  # fmt: skip
+        agent={
+            "command": [sys.executable, str(FAKE_AGENT), "{workspace}", "{k}", "{iteration}"],
+            "env": ["STORE_PATH"],
+        },
+    )
     phase, stored, settings = search(cfg)
     first, second = stored["iterations"][1:]
 
@@ -45,8 +53,12 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(search, 
 
 
 def test_a_missing_agent_command_fails_its_iteration_with_a_clear_error(search):
-    cfg = SearchConfig(proposer="agent", iterations=1, tasks=2,
-                       agent={"command": ["/nonexistent/agent-cli", "{workspace}"]})  # fmt: skip
+    cfg = SearchConfig(
+        proposer="agent",
+        iterations=1,
+        tasks=2,
+        agent={"command": ["/nonexistent/agent-cli", "{workspace}"]},
+    )
     phase, stored, _ = search(cfg)
     failed = stored["iterations"][1]
     assert failed.status == "failed"

@@ -1,4 +1,5 @@
 """The knobs proposer: coordinate descent over PARAMS, one rewritten assignment per candidate."""
+
 import asyncio
 from types import SimpleNamespace
 
@@ -21,9 +22,20 @@ def run(task, llm, tools):
 def propose(code: str, proposal: int, seen: set[str] = frozenset(), k: int = 3):
     """The run's `proposal`-th proposing iteration (1-based, counted over all its phases)."""
     harness = SimpleNamespace(id=7, code=code)
-    ctx = SearchContext(workbench=None, run_id=1, phase_id=1, round=1, iteration=1, k=k,
-                        domain=get_domain("arith"), checkpoint_id=1, accepted=harness,
-                        incoming=harness, shas=set(seen), proposals_before=proposal - 1)  # fmt: skip
+    ctx = SearchContext(
+        workbench=None,
+        run_id=1,
+        phase_id=1,
+        round=1,
+        iteration=1,
+        k=k,
+        domain=get_domain("arith"),
+        checkpoint_id=1,
+        accepted=harness,
+        incoming=harness,
+        shas=set(seen),
+        proposals_before=proposal - 1,
+    )
     return asyncio.run(KnobsProposer().propose(ctx))
 
 
@@ -54,7 +66,9 @@ def test_tried_choices_are_skipped_and_k_caps_the_candidates():
 
 
 def test_an_exhausted_or_knobless_harness_proposes_nothing():
-    every = {sha_of(with_knob(CODE, "STYLE", v)) for v in "bc"} | {sha_of(with_knob(CODE, "VOTES", 3))}
+    every = {sha_of(with_knob(CODE, "STYLE", v)) for v in "bc"} | {
+        sha_of(with_knob(CODE, "VOTES", 3))
+    }
     exhausted = propose(CODE, 1, every)
     assert exhausted.candidates == [] and "exhausted" in exhausted.report
     assert propose("def run(task, llm, tools):\n    return 1\n", 1).candidates == []

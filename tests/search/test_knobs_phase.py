@@ -1,4 +1,5 @@
 """The knobs proposer on the real demo model improves the arith seed harness."""
+
 from app.config import SearchConfig
 
 
@@ -23,8 +24,9 @@ def test_knobs_search_accepts_a_harness_that_beats_the_seed(search):
     assert "SOLVER = 'program'" in accepted.code
     # lineage: every candidate names its parent, which is in the run
     candidates = [h for h in stored["harnesses"] if h.iteration]
-    assert len(candidates) == 3 and all(h.parent_ids and h.parent_ids[0] == h.parent_id in by_id
-                                        for h in candidates)  # fmt: skip
+    assert len(candidates) == 3 and all(
+        h.parent_ids and h.parent_ids[0] == h.parent_id in by_id for h in candidates
+    )
     # rollouts: incoming + 3 candidates x 16 tasks, plus one smoke rollout per candidate
     assert phase.rollouts == 4 * 16 + 3 == len(stored["rollouts"])
     best = [m.y for m in stored["metrics"] if m.series == "harness/best_success"]

@@ -1,5 +1,6 @@
 """The llm proposer against a scripted OpenAI-compatible server: every kind of broken candidate
 lands in the archive with the right status, and a dead endpoint fails only its iteration."""
+
 from app.config import SearchConfig
 from tests.openai_stub import openai_stub
 from tests.search.conftest import seed_with
@@ -10,23 +11,35 @@ def block(name: str, code: str, hypothesis: str = "h") -> str:
 
 
 LOOPS = "def run(task, llm, tools):\n    while True:\n        pass\n"
-FIRST_REPLY = "".join([
-    block("program", seed_with(SOLVER="program"), "the model writes the expression"),
-    "### Candidate: chatty\nHypothesis: I would add voting but forgot the code.\n",
-    block("syntax", "def run(task, llm, tools)\n    return 1"),
-    block("no-run", "def solve(task, llm, tools):\n    return '1'"),
-    block("forbidden", "import subprocess\n\ndef run(task, llm, tools):\n    return '1'"),
-    block("loops", LOOPS),
-    block("huge", "def run(task, llm, tools):\n    return '1'\n" + "#" * 30_000),
-])  # fmt: skip
+FIRST_REPLY = "".join(
+    [
+        block("program", seed_with(SOLVER="program"), "the model writes the expression"),
+        "### Candidate: chatty\nHypothesis: I would add voting but forgot the code.\n",
+        block("syntax", "def run(task, llm, tools)\n    return 1"),
+        block("no-run", "def solve(task, llm, tools):\n    return '1'"),
+        block("forbidden", "import subprocess\n\ndef run(task, llm, tools):\n    return '1'"),
+        block("loops", LOOPS),
+        block("huge", "def run(task, llm, tools):\n    return '1'\n" + "#" * 30_000),
+    ]
+)
 
 
 def test_scripted_candidates_land_with_their_status(search):
     with openai_stub([FIRST_REPLY, 500]) as (url, seen):
-        cfg = SearchConfig(proposer="llm", iterations=2, candidates=7, tasks=6, smoke_timeout_s=15,
-                           max_code_bytes=20_000,
-                           llm={"url": url, "model": "scripted", "price_in_per_mtok": 3.0,
-                                "price_out_per_mtok": 15.0})  # fmt: skip
+        cfg = SearchConfig(
+            proposer="llm",
+            iterations=2,
+            candidates=7,
+            tasks=6,
+            smoke_timeout_s=15,
+            max_code_bytes=20_000,
+            llm={
+                "url": url,
+                "model": "scripted",
+                "price_in_per_mtok": 3.0,
+                "price_out_per_mtok": 15.0,
+            },
+        )
         phase, stored, _ = search(cfg)
 
     by_name = {h.name: h for h in stored["harnesses"] if h.iteration == 1}
@@ -58,8 +71,13 @@ def test_scripted_candidates_land_with_their_status(search):
 
 
 def test_a_dead_endpoint_ends_the_phase_cleanly_when_configured(search):
-    cfg = SearchConfig(proposer="llm", iterations=3, tasks=4, on_proposer_error="end",
-                       llm={"url": "http://127.0.0.1:9/v1", "model": "nobody"})  # fmt: skip
+    cfg = SearchConfig(
+        proposer="llm",
+        iterations=3,
+        tasks=4,
+        on_proposer_error="end",
+        llm={"url": "http://127.0.0.1:9/v1", "model": "nobody"},
+    )
     phase, stored, _ = search(cfg)
     (zero, first) = stored["iterations"]
     assert first.status == "failed" and "127.0.0.1:9" in first.error

@@ -1,12 +1,18 @@
 """Selection rules: the frontier over (success up, turns down) and acceptance."""
+
 from app.search.pareto import Score, accept, frontier
 
 INCOMING = Score(1, 0.50, 2.0)
 
 
 def test_frontier_keeps_only_non_dominated_points_best_first():
-    scores = [INCOMING, Score(2, 0.60, 3.0), Score(3, 0.40, 1.0), Score(4, 0.45, 2.5),
-              Score(5, 0.60, 4.0)]  # fmt: skip
+    scores = [
+        INCOMING,
+        Score(2, 0.60, 3.0),
+        Score(3, 0.40, 1.0),
+        Score(4, 0.45, 2.5),
+        Score(5, 0.60, 4.0),
+    ]
     assert [s.harness_id for s in frontier(scores)] == [2, 1, 3]
 
 

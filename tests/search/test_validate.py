@@ -1,4 +1,5 @@
 """Static validation: each broken candidate gets an error a proposer can act on."""
+
 import pytest
 
 from app.search.validate import static_error
@@ -7,17 +8,23 @@ FORBIDDEN = frozenset({"subprocess", "ctypes"})
 OK = "import json\n\ndef run(task, llm, tools):\n    return json.dumps(task)\n"
 
 
-@pytest.mark.parametrize("code, expected", [
-    (None, "empty"),
-    ("   \n", "empty"),
-    ("def run(task, llm, tools)\n    return 1\n", "syntax error: line 1"),
-    ("def solve(task, llm, tools):\n    return 1\n", "no module-level `def run"),
-    ("class H:\n    def run(self, task, llm, tools):\n        return 1\n", "no module-level"),
-    ("import subprocess\n" + OK, "forbidden import: subprocess (line 1)"),
-    (OK + "\ndef helper():\n    from ctypes import util\n", "forbidden import: ctypes (line 7)"),
-    ("import os.path, subprocess.run\n" + OK, "forbidden import: subprocess.run"),
-    (OK + "#" * 300, "too large"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        (None, "empty"),
+        ("   \n", "empty"),
+        ("def run(task, llm, tools)\n    return 1\n", "syntax error: line 1"),
+        ("def solve(task, llm, tools):\n    return 1\n", "no module-level `def run"),
+        ("class H:\n    def run(self, task, llm, tools):\n        return 1\n", "no module-level"),
+        ("import subprocess\n" + OK, "forbidden import: subprocess (line 1)"),
+        (
+            OK + "\ndef helper():\n    from ctypes import util\n",
+            "forbidden import: ctypes (line 7)",
+        ),
+        ("import os.path, subprocess.run\n" + OK, "forbidden import: subprocess.run"),
+        (OK + "#" * 300, "too large"),
+    ],
+)
 def test_broken_candidates_are_named(code, expected):
     assert expected in static_error(code, FORBIDDEN, max_bytes=200)
 

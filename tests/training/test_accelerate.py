@@ -1,5 +1,6 @@
 """Training under `accelerate launch`: two CPU processes (DDP over gloo) share the examples and
 the main process alone reports progress and writes a checkpoint vLLM and transformers load."""
+
 import asyncio
 import json
 import sys
@@ -15,15 +16,28 @@ from app.training.job import run_trainer, trainer_command
 from tests.training.test_train import spec_for
 
 CPU_2PROC = Path(__file__).resolve().parents[2] / "configs" / "accelerate" / "cpu-2proc.yaml"
-FIFTH = {"messages": [{"role": "user", "content": "What is 7 + 8?"}],
-         "completion": "The answer is 15.", "finish_reason": "stop"}  # fmt: skip
+FIFTH = {
+    "messages": [{"role": "user", "content": "What is 7 + 8?"}],
+    "completion": "The answer is 15.",
+    "finish_reason": "stop",
+}
 
 
 def test_the_command_is_plain_unless_accelerate_is_configured():
     assert trainer_command() == [sys.executable, "-m", "app.training"]
     assert trainer_command(Path("c.yaml"), "--num_processes 4 --machine_rank 1") == [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", "c.yaml",
-        "--num_processes", "4", "--machine_rank", "1", "-m", "app.training"]  # fmt: skip
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "c.yaml",
+        "--num_processes",
+        "4",
+        "--machine_rank",
+        "1",
+        "-m",
+        "app.training",
+    ]
 
 
 def test_two_processes_train_one_checkpoint_written_once(tmp_path, model_cache, monkeypatch):
@@ -33,8 +47,9 @@ def test_two_processes_train_one_checkpoint_written_once(tmp_path, model_cache, 
     with open(spec["examples"], "a") as f:  # 5 examples: the last step has one for one process
         f.write(json.dumps(FIFTH) + "\n")
     events = []
-    done = asyncio.run(run_trainer(spec, tmp_path / "job", events.append,
-                                   trainer_command(CPU_2PROC)))  # fmt: skip
+    done = asyncio.run(
+        run_trainer(spec, tmp_path / "job", events.append, trainer_command(CPU_2PROC))
+    )
     assert done["processes"] == 2 and done["examples"] == 5
     # batch_size 2 over 2 processes: 3 steps per epoch, each reported once, by the main process
     assert [e["batch"] for e in events] == list(range(1, 7))

@@ -1,4 +1,5 @@
 """One RFT step end to end: sample in the sandbox, accept, train, register, serve the new weights."""
+
 import asyncio
 import textwrap
 
@@ -19,7 +20,9 @@ def run(task, llm, tools):
     llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8, temperature=1.0)
     return eval(expr)
 """
-NEVER = "def run(task, llm, tools):\n    llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=2)\n"
+NEVER = (
+    "def run(task, llm, tools):\n    llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=2)\n"
+)
 
 
 def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
@@ -29,13 +32,20 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
 
     async def main():
         async with started_workbench(settings) as workbench:
-            run, harness, base = await workbench.start_run("rft", "rft", "arith", read_harness(harness_path), {})
-            job, checkpoint = await rft_step(workbench, run.id, harness, base,
-                                             get_domain("arith"), cfg, step=0)  # fmt: skip
+            run, harness, base = await workbench.start_run(
+                "rft", "rft", "arith", read_harness(harness_path), {}
+            )
+            job, checkpoint = await rft_step(
+                workbench, run.id, harness, base, get_domain("arith"), cfg, step=0
+            )
             reply = None
             if checkpoint.id != base.id:  # the new weights answer under their served name
-                reply = await workbench.endpoint.chat(checkpoint.name, [
-                    {"role": "user", "content": "What is 12 + 30?"}], max_tokens=12, seed=3)  # fmt: skip
+                reply = await workbench.endpoint.chat(
+                    checkpoint.name,
+                    [{"role": "user", "content": "What is 12 + 30?"}],
+                    max_tokens=12,
+                    seed=3,
+                )
             with workbench.session() as s:
                 stored = {
                     "jobs": s.exec(select(TrainingJob)).all(),
@@ -48,21 +58,30 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
     return asyncio.run(main())
 
 
-def test_accepted_rollouts_train_a_registered_servable_checkpoint(tmp_path, model_server,
-                                                                   model_cache):  # fmt: skip
+def test_accepted_rollouts_train_a_registered_servable_checkpoint(
+    tmp_path, model_server, model_cache
+):
     cfg = RFTConfig(prompts_per_step=3, samples_per_prompt=2, lora_rank=4, lr=1e-3, batch_size=4)
-    job, base, checkpoint, reply, stored = run_step(tmp_path, model_server, model_cache, ORACLE, cfg)
+    job, base, checkpoint, reply, stored = run_step(
+        tmp_path, model_server, model_cache, ORACLE, cfg
+    )
     assert (job.status, job.n_rollouts, job.n_accepted) == ("done", 6, 6)
     assert job.n_examples == 6 and job.tokens_trained > 0 and job.loss > 0
     assert job.mean_reward == 1.0
     # the sampling went through the ordinary rollout path: traces recorded on the train split
     assert len(stored["rollouts"]) == 6 and all(r.turns == 1 for r in stored["rollouts"])
-    assert (checkpoint.kind, checkpoint.parent_id, checkpoint.training_job_id) == ("lora", base.id,
-                                                                                   job.id)  # fmt: skip
+    assert (checkpoint.kind, checkpoint.parent_id, checkpoint.training_job_id) == (
+        "lora",
+        base.id,
+        job.id,
+    )
     assert checkpoint.size_bytes > 1_000_000
     assert job.checkpoint_out_id == checkpoint.id
-    assert {m.series for m in stored["metrics"]} == {"train/accept_rate", "train/mean_reward",
-                                                     "train/loss"}  # fmt: skip
+    assert {m.series for m in stored["metrics"]} == {
+        "train/accept_rate",
+        "train/mean_reward",
+        "train/loss",
+    }
     assert reply["choices"][0]["message"]["content"]
 
 

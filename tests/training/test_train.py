@@ -1,4 +1,5 @@
 """The training process on the real model: it learns what it is shown and saves whole checkpoints."""
+
 import asyncio
 import json
 
@@ -12,19 +13,34 @@ from app.training.job import TrainingError, run_trainer
 from app.training.train import token_mean_nll
 
 EXAMPLES = [
-    {"messages": [{"role": "user", "content": f"What is {a} + {b}?"}],
-     "completion": f"The answer is {a + b}.", "finish_reason": "stop"}
+    {
+        "messages": [{"role": "user", "content": f"What is {a} + {b}?"}],
+        "completion": f"The answer is {a + b}.",
+        "finish_reason": "stop",
+    }
     for a, b in [(12, 30), (25, 17), (40, 41), (33, 66)]
-]  # fmt: skip
+]
 
 
 def spec_for(tmp_path, base, **overrides) -> dict:
     examples = tmp_path / "examples.jsonl"
     examples.write_text("".join(json.dumps(e) + "\n" for e in EXAMPLES))
-    return {"base_model": str(base), "init_adapter": None, "examples": str(examples),
-            "output": str(tmp_path / "ckpt"), "lora": True, "lora_rank": 8, "lora_alpha": 16,
-            "lora_targets": ["q_proj", "v_proj", "up_proj", "down_proj"], "lr": 3e-3,
-            "batch_size": 2, "epochs": 3, "max_seq_len": 128, "seed": 0, **overrides}  # fmt: skip
+    return {
+        "base_model": str(base),
+        "init_adapter": None,
+        "examples": str(examples),
+        "output": str(tmp_path / "ckpt"),
+        "lora": True,
+        "lora_rank": 8,
+        "lora_alpha": 16,
+        "lora_targets": ["q_proj", "v_proj", "up_proj", "down_proj"],
+        "lr": 3e-3,
+        "batch_size": 2,
+        "epochs": 3,
+        "max_seq_len": 128,
+        "seed": 0,
+        **overrides,
+    }
 
 
 def nll_of_examples(folder) -> float:
@@ -51,8 +67,14 @@ def test_training_lowers_the_loss_on_its_examples_and_saves_both_forms(tmp_path,
     assert not (tmp_path / "ckpt.tmp").exists()
     assert nll_of_examples(ckpt / "merged") < 0.8 * nll_of_examples(base)
     # continuing from the adapter keeps what was learned
-    again = spec_for(tmp_path, base, init_adapter=str(ckpt / "adapter"),
-                     output=str(tmp_path / "ckpt2"), epochs=1, lr=1e-6)  # fmt: skip
+    again = spec_for(
+        tmp_path,
+        base,
+        init_adapter=str(ckpt / "adapter"),
+        output=str(tmp_path / "ckpt2"),
+        epochs=1,
+        lr=1e-6,
+    )
     asyncio.run(run_trainer(again, tmp_path / "job2", lambda e: None))
     assert nll_of_examples(tmp_path / "ckpt2" / "merged") < 0.8 * nll_of_examples(base)
 

@@ -1,4 +1,5 @@
 """Fixtures of the page tests: the API tests' synthetic store, and a headless Chromium page."""
+
 from pathlib import Path
 
 import pytest
@@ -7,8 +8,15 @@ from tests.api.synthetic_store import client, store, workbench  # noqa: F401 - f
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
 """The UI in a real headless Chromium over a store holding a real evaluation by the real model."""
+
 import re
 
 import pytest

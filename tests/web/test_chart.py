@@ -1,4 +1,5 @@
 """The server-side SVG line chart: ticks, axes that fit or are pinned, empty charts."""
+
 import re
 
 import pytest
@@ -6,12 +7,15 @@ import pytest
 from app.web.chart import axis_ticks, line_chart, nice_ticks, tick_label
 
 
-@pytest.mark.parametrize("lo, hi, ticks", [
-    (0, 1, [0, 0.25, 0.5, 0.75, 1]),
-    (0, 20, [0, 5, 10, 15, 20]),
-    (1.62, 1.91, [1.6, 1.7, 1.8, 1.9, 2.0]),
-    (0, 512, [0, 200, 400, 600]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "lo, hi, ticks",
+    [
+        (0, 1, [0, 0.25, 0.5, 0.75, 1]),
+        (0, 20, [0, 5, 10, 15, 20]),
+        (1.62, 1.91, [1.6, 1.7, 1.8, 1.9, 2.0]),
+        (0, 512, [0, 200, 400, 600]),
+    ],
+)
 def test_ticks_are_round_and_cover_the_range(lo, hi, ticks):
     assert nice_ticks(lo, hi) == pytest.approx(ticks)
 
@@ -33,9 +37,15 @@ def test_tick_labels_have_the_decimals_the_step_needs():
 
 
 def test_chart_has_a_line_per_series_inside_its_plot():
-    svg = line_chart({"a": [(0, 0.1), (1, 0.9)], "b": [(0, 0.5), (1, 0.5)]}, "rates", "step",
-                     "rate", y_extent=(0, 1), integer_x=True)  # fmt: skip
-    assert svg.count("<polyline") == 2 and 'stroke-dasharray' in svg  # the second is dashed
+    svg = line_chart(
+        {"a": [(0, 0.1), (1, 0.9)], "b": [(0, 0.5), (1, 0.5)]},
+        "rates",
+        "step",
+        "rate",
+        y_extent=(0, 1),
+        integer_x=True,
+    )
+    assert svg.count("<polyline") == 2 and "stroke-dasharray" in svg  # the second is dashed
     for x, y in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', svg):
         assert 0 <= float(x) <= 520 and 0 <= float(y) <= 220
     assert ">a</text>" in svg and ">b</text>" in svg  # a legend for two series

@@ -1,5 +1,6 @@
 """The runs list, several runs compared, and one loop run's dashboard: phase timeline, budgets,
 event log, curves on a chosen x with a baseline, and the control buttons' form."""
+
 import re
 
 from app.db.schema import Event, Metric, Phase, Run
@@ -9,18 +10,41 @@ BUDGET = {"experiment": {"budget": {"rollouts": 100, "wall_s": 3600}, "test": {"
 
 def loop_run(store, name: str, status: str = "running", tests=((0, 0.1), (40, 0.5))) -> Run:
     """A loop run with a finished weight phase, a running harness phase and test points."""
-    run = store.write(Run(name=name, kind="experiment", domain="arith", status=status,
-                          strategy="whale", desired="running", config=BUDGET))  # fmt: skip
+    run = store.write(
+        Run(
+            name=name,
+            kind="experiment",
+            domain="arith",
+            status=status,
+            strategy="whale",
+            desired="running",
+            config=BUDGET,
+        )
+    )
     store.write(
-        Phase(run_id=run.id, kind="weight", round=1, status="done", ended_reason="fixed",
-              rollouts=32),
+        Phase(
+            run_id=run.id, kind="weight", round=1, status="done", ended_reason="fixed", rollouts=32
+        ),
         Phase(run_id=run.id, kind="harness", round=1, status="running"),
-        *[Metric(run_id=run.id, series="test/mean@k", x=i, rollouts=rollouts, y=y,
-                 weight_steps=i, wall_s=60.0 * i) for i, (rollouts, y) in enumerate(tests)],
+        *[
+            Metric(
+                run_id=run.id,
+                series="test/mean@k",
+                x=i,
+                rollouts=rollouts,
+                y=y,
+                weight_steps=i,
+                wall_s=60.0 * i,
+            )
+            for i, (rollouts, y) in enumerate(tests)
+        ],
         Event(run_id=run.id, kind="run_start", detail={"strategy": "whale"}),
-        Event(run_id=run.id, kind="phase_end",
-              detail={"kind": "weight", "round": 1, "reason": "fixed"}),
-    )  # fmt: skip
+        Event(
+            run_id=run.id,
+            kind="phase_end",
+            detail={"kind": "weight", "round": 1, "reason": "fixed"},
+        ),
+    )
     return run
 
 
@@ -41,8 +65,10 @@ def test_runs_list_shows_strategy_phase_best_test_and_budget_left(store, client)
 
 
 def test_compare_overlays_every_picked_run_on_one_chart(store, client):
-    runs = [loop_run(store, f"run-{i}", status="done", tests=((0, 0.1), (50 + i, i / 10)))
-            for i in range(10)]  # fmt: skip
+    runs = [
+        loop_run(store, f"run-{i}", status="done", tests=((0, 0.1), (50 + i, i / 10)))
+        for i in range(10)
+    ]
     ids = "&".join(f"ids={r.id}" for r in runs)
     page = client.get(f"/runs/compare?{ids}").text
     assert page.count('class="chart-line" points=') == 10  # one curve per run
@@ -50,7 +76,10 @@ def test_compare_overlays_every_picked_run_on_one_chart(store, client):
         assert f"#{run.id} whale: {run.name}" in page and f'href="/runs/{run.id}"' in page
     data = client.get(f"/api/runs/compare?{ids}&x=wall_s").json()
     assert data["x"] == "wall_s" and [r["id"] for r in data["runs"]] == [r.id for r in runs]
-    assert data["curves"][f"#{runs[3].id} whale: run-3"] == [{"x": 0.0, "y": 0.1}, {"x": 60.0, "y": 0.3}]
+    assert data["curves"][f"#{runs[3].id} whale: run-3"] == [
+        {"x": 0.0, "y": 0.1},
+        {"x": 60.0, "y": 0.3},
+    ]
 
 
 def test_compare_refuses_nothing_too_many_and_unknown_runs(store, client):
@@ -68,26 +97,36 @@ def test_dashboard_shows_timeline_budgets_log_and_the_actions_the_run_takes(stor
     run = loop_run(store, "live")
     d = client.get(f"/api/runs/{run.id}/dashboard").json()
     assert [(p["kind"], p["round"], p["ended_reason"]) for p in d["timeline"]] == [
-        ("weight", 1, "fixed"), ("harness", 1, None)]
+        ("weight", 1, "fixed"),
+        ("harness", 1, None),
+    ]
     budgets = {b["name"]: b for b in d["budgets"]}
     assert budgets["rollouts"]["limit"] == 100 and budgets["tokens"]["limit"] is None
-    assert [e["text"] for e in d["events"]] == ["weight phase 1 ended: fixed", "run started (whale)"]
+    assert [e["text"] for e in d["events"]] == [
+        "weight phase 1 ended: fixed",
+        "run started (whale)",
+    ]
     refused = {(c["action"], c["kind"]): c["refused"] for c in d["controls"]}
     assert refused[("pause", None)] is None and refused[("resume", None)] == "the run is not paused"
     assert d["run"]["live"] is True
 
     page = client.get(f"/runs/{run.id}").text
     assert 'id="timeline"' in page and "W1" in page and "H1" in page
-    assert re.search(r'class="control control-resume"[^>]*disabled title="the run is not paused"', page)
+    assert re.search(
+        r'class="control control-resume"[^>]*disabled title="the run is not paused"', page
+    )
     assert f'hx-get="/runs/{run.id}/live?x=rollouts"' in page  # it keeps polling while live
 
 
 def test_the_x_switch_and_the_baseline_redraw_the_test_curve(store, client):
     run, baseline = loop_run(store, "run"), loop_run(store, "base", status="done")
-    by_steps = client.get(f"/api/runs/{run.id}/dashboard?x=weight_steps&baseline={baseline.id}").json()
+    by_steps = client.get(
+        f"/api/runs/{run.id}/dashboard?x=weight_steps&baseline={baseline.id}"
+    ).json()
     assert by_steps["curves"]["test"] == {
         f"#{run.id} whale: run": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}],
-        f"#{baseline.id} whale: base": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}]}
+        f"#{baseline.id} whale: base": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}],
+    }
     page = client.get(f"/runs/{run.id}?x=wall_s&baseline={baseline.id}").text
     assert "test mean@k vs baseline" in page and "wall-clock time (s)" in page
     assert page.count('class="chart-line" points=') >= 2
@@ -97,15 +136,19 @@ def test_the_x_switch_and_the_baseline_redraw_the_test_curve(store, client):
 def test_control_buttons_pause_and_report_refusals(store, client, workbench):
     run = loop_run(store, "steer")
     headers = {"X-CSRF-Token": csrf_token(client), "HX-Request": "true"}
-    paused = client.post(f"/runs/{run.id}/control", headers=headers,
-                         data={"action": "pause", "reason": "look at traces"})  # fmt: skip
+    paused = client.post(
+        f"/runs/{run.id}/control",
+        headers=headers,
+        data={"action": "pause", "reason": "look at traces"},
+    )
     assert paused.status_code == 200 and "pause: asked" in paused.text
     assert "pause asked from ui: look at traces" in paused.text  # the fresh event log
     with workbench.session() as s:
         assert s.get(Run, run.id).desired == "paused"
 
-    refused = client.post(f"/runs/{run.id}/control", headers=headers,
-                          data={"action": "force", "kind": "sideways"})  # fmt: skip
+    refused = client.post(
+        f"/runs/{run.id}/control", headers=headers, data={"action": "force", "kind": "sideways"}
+    )
     assert "force sideways refused: force needs kind = weight or harness" in refused.text
     with workbench.session() as s:
         assert s.get(Run, run.id).command is None  # nothing changed
@@ -117,8 +160,9 @@ def test_control_buttons_pause_and_report_refusals(store, client, workbench):
 
 def test_a_refused_experiment_comes_back_with_its_text_and_error(client):
     text = 'name = "x"\n[budget]\nrollout = 5\n'
-    response = client.post("/runs", headers={"X-CSRF-Token": csrf_token(client)},
-                           data={"experiment": text})  # fmt: skip
+    response = client.post(
+        "/runs", headers={"X-CSRF-Token": csrf_token(client)}, data={"experiment": text}
+    )
     assert response.status_code == 422
     assert "budget.rollout: Extra inputs are not permitted" in response.text
     assert "rollout = 5" in response.text  # the text is kept for fixing

@@ -1,5 +1,6 @@
 """The harness page /harnesses/{id}: the side-by-side diff against the parent or a picked
 harness, the proposer's notes, scores per checkpoint and split, and the links to rollouts."""
+
 import html
 import re
 
@@ -11,8 +12,9 @@ from tests.api.synthetic_lineage import search_run
 def _rows(page: str, tag: str) -> list[str]:
     """The text of the diff rows of one kind (equal, replace, insert, delete), tags stripped."""
     rows = re.findall(rf'<tr class="diff-{tag}">(.*?)</tr>', page, re.S)
-    return [html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row))).strip()
-            for row in rows]  # fmt: skip
+    return [
+        html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row))).strip() for row in rows
+    ]
 
 
 def test_diff_against_the_parent_marks_changed_lines_and_folds_the_rest(store, client):
@@ -23,7 +25,7 @@ def test_diff_against_the_parent_marks_changed_lines_and_folds_the_rest(store, c
     assert "Diff against its parent" in page and f'href="/harnesses/{r.seed.id}">' in page
     # the changed line, old on the left, new on the right, the changed word marked
     assert _rows(page, "replace")[0] == '3 SOLVER = " direct " 3 SOLVER = " program "'
-    assert '<mark>direct</mark>' in page and '<mark>program</mark>' in page
+    assert "<mark>direct</mark>" in page and "<mark>program</mark>" in page
     assert _rows(page, "insert") == ["25 return str(eval(expression, {})) # the harness computes"]
     # the untouched prompt and parse functions are folded into one row
     fold = re.search(r'<tr class="diff-fold">(.*?)</tr>', page, re.S).group(1)
@@ -54,8 +56,7 @@ def test_diff_against_a_harness_picked_from_the_archive(store, client):
     assert f'href="/harnesses/{r.e.id}#diff">back to the parent</a>' in page
     # the picker offers every other harness of the run, grouped under it
     options = re.findall(r'<option value="(\d+)"', page)
-    assert sorted(map(int, options)) == sorted(
-        h.id for h in (r.seed, r.a, r.b, r.c, r.d, r.f, r.g))
+    assert sorted(map(int, options)) == sorted(h.id for h in (r.seed, r.a, r.b, r.c, r.d, r.f, r.g))
 
 
 def test_the_picker_offers_other_runs_harnesses_too(store, client):
@@ -92,9 +93,18 @@ def test_harness_without_parent_shows_its_code_and_says_so(store, client):
 
 def test_notes_links_and_scores_matrix(store, client):
     r = search_run(store)
-    test = store.write(Evaluation(run_id=r.run.id, harness_id=r.c.id, checkpoint_id=r.c2.id,
-                                  split="test", k=4, n_tasks=8, status="done",
-                                  mean_at_k=0.7))  # fmt: skip
+    test = store.write(
+        Evaluation(
+            run_id=r.run.id,
+            harness_id=r.c.id,
+            checkpoint_id=r.c2.id,
+            split="test",
+            k=4,
+            n_tasks=8,
+            status="done",
+            mean_at_k=0.7,
+        )
+    )
 
     page = client.get(f"/harnesses/{r.c.id}").text
 

@@ -1,6 +1,7 @@
 """The lineage and harness pages in a real headless Chromium, served by `whale serve` over a
 synthetic search: the tree is drawn at a readable size, scrolls sideways inside its box when wide,
 its nodes lead to harness pages, and a diff with a very long line stays inside the page."""
+
 import asyncio
 import os
 import re
@@ -24,8 +25,9 @@ def served(tmp_path):
     workbench = Workbench(Settings(home=tmp_path / "home"), say=lambda _: None)
     store = Store(workbench)
     small = search_run(store)
-    code = PROGRAM_CODE.replace("def run(task, llm, tools):\n",
-                                f"def run(task, llm, tools):\n{LONG_LINE}\n")
+    code = PROGRAM_CODE.replace(
+        "def run(task, llm, tools):\n", f"def run(task, llm, tools):\n{LONG_LINE}\n"
+    )
     long = store.harness(small.run, name="long-prompt", parent_id=small.a.id, code=code)
     large = large_search_run(store)
     asyncio.run(workbench.stop())

@@ -1,6 +1,7 @@
 """The lineage page /runs/{id}/lineage: the harness tree as SVG (every node a link to its
 harness, accepted ones starred, invalid ones with their error), the checkpoint chain and the
 table of the same harnesses; and the layout functions that place the tree."""
+
 import re
 
 from app.web.lineage import NODE_H, NODE_W, edge_path, place, score_color
@@ -13,8 +14,9 @@ def _svg(page: str) -> str:
 
 def _node(svg: str, harness_id: int) -> str:
     """The <a> element drawing one harness in the tree."""
-    return re.search(rf'<a href="/harnesses/{harness_id}" id="node-{harness_id}".*?</a>', svg,
-                     re.S).group(0)  # fmt: skip
+    return re.search(
+        rf'<a href="/harnesses/{harness_id}" id="node-{harness_id}".*?</a>', svg, re.S
+    ).group(0)
 
 
 def test_every_harness_of_the_run_is_a_node_linking_to_its_page(store, client):
@@ -118,8 +120,9 @@ def test_a_hundred_harnesses_stay_readable_and_edges_avoid_nodes(store, client):
         for bx, by, node_id in boxes:
             if node_id in (edge["source"], edge["target"]):
                 continue
-            assert not any(bx < px < bx + NODE_W and by < py < by + NODE_H for px, py in points), \
+            assert not any(bx < px < bx + NODE_W and by < py < by + NODE_H for px, py in points), (
                 f"edge {edge} runs through node {node_id}"
+            )
 
 
 def _path_points(path: str, per_segment: int = 20) -> list[tuple[float, float]]:
@@ -134,8 +137,9 @@ def _path_points(path: str, per_segment: int = 20) -> list[tuple[float, float]]:
             for i in range(1, per_segment + 1):
                 t = i / per_segment
                 a, b, c, d = (1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t**2, t**3
-                points.append((a * x0 + b * x1 + c * x2 + d * x3,
-                               a * y0 + b * y1 + c * y2 + d * y3))
+                points.append(
+                    (a * x0 + b * x1 + c * x2 + d * x3, a * y0 + b * y1 + c * y2 + d * y3)
+                )
             current = (x3, y3)
         else:
             if command == "L":  # the lanes: horizontal runs

@@ -1,4 +1,5 @@
 """The HTML pages over a synthetic store: what they show, their links, 404s, live polling."""
+
 import re
 
 import pytest
@@ -10,17 +11,34 @@ def evaluated(store):
     has a two-call trace and a failed tool call."""
     run = store.run(name="eval seed.py", config={"k": 1, "limit": 2})
     harness = store.harness(run, name="seed.py")
-    evaluation = store.evaluation(run, harness, store.checkpoint(), n_tasks=2, n_done=2,
-                                  status="done", mean_at_k=0.5, mean_turns=2.0,
-                                  total_tokens=50)  # fmt: skip
+    evaluation = store.evaluation(
+        run,
+        harness,
+        store.checkpoint(),
+        n_tasks=2,
+        n_done=2,
+        status="done",
+        mean_at_k=0.5,
+        mean_turns=2.0,
+        total_tokens=50,
+    )
     passed, failed = store.rollouts(evaluation, ["pass", "fail"])
-    conversation = [{"role": "system", "content": "Solve the arithmetic problem."},
-                    {"role": "user", "content": "What is 1 + 1?"}]  # fmt: skip
+    conversation = [
+        {"role": "system", "content": "Solve the arithmetic problem."},
+        {"role": "user", "content": "What is 1 + 1?"},
+    ]
     store.model_step(failed, 0, conversation, "It is 3.", temperature=1.0, max_tokens=48)
-    store.model_step(failed, 1, conversation + [
-        {"role": "assistant", "content": "It is 3."},
-        {"role": "user", "content": "Only the number, please."},
-    ], "3", temperature=0.2)  # fmt: skip
+    store.model_step(
+        failed,
+        1,
+        conversation
+        + [
+            {"role": "assistant", "content": "It is 3."},
+            {"role": "user", "content": "Only the number, please."},
+        ],
+        "3",
+        temperature=0.2,
+    )
     store.tool_step(failed, 2, "nope", ["3"], error="unknown tool 'nope'")
     return run, harness, evaluation, passed, failed
 
@@ -102,8 +120,9 @@ def test_trace_page_shows_every_step(client, evaluated):
     assert f'href="/api/rollouts/{failed.id}/raw" download=' in page
 
 
-@pytest.mark.parametrize("url", ["/runs/999", "/harnesses/999", "/rollouts/999",
-                                 "/rollouts?run=999"])  # fmt: skip
+@pytest.mark.parametrize(
+    "url", ["/runs/999", "/harnesses/999", "/rollouts/999", "/rollouts?run=999"]
+)
 def test_unknown_ids_get_a_readable_404_page(client, url):
     page = client.get(url)
     assert page.status_code == 404

@@ -1,5 +1,6 @@
 """Web security: off loopback every page, file and API call needs the access token; every
 state-changing request needs the CSRF header and must not come from another origin."""
+
 import os
 import re
 import socket
@@ -40,7 +41,9 @@ def test_a_wrong_token_is_refused_wherever_it_is_given(guarded):
     wrong = TOKEN + "x"
     assert guarded.get("/runs", headers={"Authorization": f"Bearer {wrong}"}).status_code == 401
     assert guarded.get(f"/runs?token={wrong}", follow_redirects=False).status_code == 401
-    assert guarded.get("/api/runs", headers={"Cookie": f"whale-token-80={wrong}"}).status_code == 401
+    assert (
+        guarded.get("/api/runs", headers={"Cookie": f"whale-token-80={wrong}"}).status_code == 401
+    )
     assert guarded.get("/api/runs", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
 
 
@@ -69,14 +72,17 @@ def running(store) -> Run:
 
 def desired_and_log(workbench, run_id: int) -> tuple[str | None, list[str]]:
     with workbench.session() as s:
-        return s.get(Run, run_id).desired, list(s.exec(select(Event.kind).where(Event.run_id == run_id)))
+        return s.get(Run, run_id).desired, list(
+            s.exec(select(Event.kind).where(Event.run_id == run_id))
+        )
 
 
 def test_a_post_without_the_csrf_header_changes_nothing(client, workbench, running):
     missing = client.post(f"/api/runs/{running.id}/pause", json={"reason": "x"})
     assert missing.status_code == 403 and "X-CSRF-Token" in missing.json()["detail"]
-    wrong = client.post(f"/api/runs/{running.id}/pause", json={"reason": "x"},
-                        headers={"X-CSRF-Token": "guessed"})  # fmt: skip
+    wrong = client.post(
+        f"/api/runs/{running.id}/pause", json={"reason": "x"}, headers={"X-CSRF-Token": "guessed"}
+    )
     assert wrong.status_code == 403
     assert desired_and_log(workbench, running.id) == (None, [])
 
@@ -100,12 +106,14 @@ def test_pages_carry_the_csrf_token_for_htmx(client):
 
 def test_a_post_from_another_origin_is_refused(client, workbench, running):
     csrf = {"X-CSRF-Token": client.get("/api/csrf").json()["csrf_token"]}
-    foreign = client.post(f"/api/runs/{running.id}/stop", json={},
-                          headers={**csrf, "Origin": "http://evil.example"})  # fmt: skip
+    foreign = client.post(
+        f"/api/runs/{running.id}/stop", json={}, headers={**csrf, "Origin": "http://evil.example"}
+    )
     assert foreign.status_code == 403 and "http://evil.example" in foreign.json()["detail"]
     assert desired_and_log(workbench, running.id) == (None, [])
-    own = client.post(f"/api/runs/{running.id}/stop", json={},
-                      headers={**csrf, "Origin": "http://localhost"})  # fmt: skip
+    own = client.post(
+        f"/api/runs/{running.id}/stop", json={}, headers={**csrf, "Origin": "http://localhost"}
+    )
     assert own.status_code == 200
 
 
@@ -118,11 +126,20 @@ def test_only_loopback_goes_without_a_token():
 
 
 def test_whale_serve_on_all_interfaces_prints_and_requires_a_token(tmp_path, model_cache):
-    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home"), "WHALE_MODEL_CACHE": str(model_cache)}
+    env = {
+        **os.environ,
+        "WHALE_HOME": str(tmp_path / "home"),
+        "WHALE_MODEL_CACHE": str(model_cache),
+    }
     env.pop("WHALE_TOKEN", None)
     port = free_port()
-    proc = subprocess.Popen([WHALE, "serve", "--host", "0.0.0.0", "--port", str(port)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [WHALE, "serve", "--host", "0.0.0.0", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stderr.readline()  # printed before the server starts
         printed = re.search(rf"http://0\.0\.0\.0:{port}/\?token=([\w-]+)", line)
@@ -164,24 +181,42 @@ def raw_get(port: int, path: str, host: str) -> tuple[int, str]:
 def test_dns_rebinding_gets_nothing_from_a_running_server(tmp_path, model_cache):
     """A page of evil.example re-pointed at 127.0.0.1 reaches the port, but its requests say
     `Host: evil.example`: refused everywhere, the CSRF token included, before anything else."""
-    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home"), "WHALE_MODEL_CACHE": str(model_cache),
-           "WHALE_ALLOWED_HOSTS": "workbench.lab, proxy.example"}  # fmt: skip
+    env = {
+        **os.environ,
+        "WHALE_HOME": str(tmp_path / "home"),
+        "WHALE_MODEL_CACHE": str(model_cache),
+        "WHALE_ALLOWED_HOSTS": "workbench.lab, proxy.example",
+    }
     with whale_serve(env) as url:
         port = int(url.rsplit(":", 1)[1])
         for path in ("/api/csrf", "/api/runs", "/runs", "/static/style.css"):
             status, body = raw_get(port, path, f"evil.example:{port}")
-            assert status == 400 and "does not answer to the host" in body and "evil.example:" in body, path
+            assert (
+                status == 400 and "does not answer to the host" in body and "evil.example:" in body
+            ), path
             assert "csrf_token" not in body
-        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost",
-                     f"workbench.lab:{port}", "PROXY.example"):  # fmt: skip
+        for host in (
+            f"127.0.0.1:{port}",
+            f"localhost:{port}",
+            f"[::1]:{port}",
+            "localhost",
+            f"workbench.lab:{port}",
+            "PROXY.example",
+        ):
             status, body = raw_get(port, "/api/csrf", host)
             assert status == 200 and "csrf_token" in body, host
         assert raw_get(port, "/api/csrf", f"127.0.0.1.evil.example:{port}")[0] == 400
         # a write with a token read legitimately is refused all the same under a foreign Host
         token = httpx.get(url + "/api/csrf").json()["csrf_token"]
-        posted = httpx.post(url + "/api/runs", json={"experiment": 'name = "x"'},
-                            headers={"Host": f"evil.example:{port}", "X-CSRF-Token": token,
-                                     "Origin": f"http://evil.example:{port}"})  # fmt: skip
+        posted = httpx.post(
+            url + "/api/runs",
+            json={"experiment": 'name = "x"'},
+            headers={
+                "Host": f"evil.example:{port}",
+                "X-CSRF-Token": token,
+                "Origin": f"http://evil.example:{port}",
+            },
+        )
         assert posted.status_code == 400
         assert httpx.get(url + "/api/runs").json() == []
 
@@ -196,14 +231,28 @@ def test_a_server_on_every_interface_answers_to_addresses_but_not_to_names(workb
     everywhere = create_app(workbench, token=TOKEN, host="0.0.0.0")
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     for base in ("http://192.0.2.7:8000", "http://[2001:db8::1]:8000", "http://localhost"):
-        assert TestClient(everywhere, base_url=base).get("/api/runs", headers=bearer).status_code == 200
-    assert TestClient(everywhere, base_url="http://evil.example").get(
-        "/api/runs", headers=bearer).status_code == 400  # fmt: skip
+        assert (
+            TestClient(everywhere, base_url=base).get("/api/runs", headers=bearer).status_code
+            == 200
+        )
+    assert (
+        TestClient(everywhere, base_url="http://evil.example")
+        .get("/api/runs", headers=bearer)
+        .status_code
+        == 400
+    )
 
 
-@pytest.mark.parametrize("header, name", [
-    ("127.0.0.1:8000", "127.0.0.1"), ("[::1]:8000", "::1"), ("[::1]", "::1"),
-    ("LocalHost", "localhost"), ("a.example:80", "a.example"), ("", ""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "header, name",
+    [
+        ("127.0.0.1:8000", "127.0.0.1"),
+        ("[::1]:8000", "::1"),
+        ("[::1]", "::1"),
+        ("LocalHost", "localhost"),
+        ("a.example:80", "a.example"),
+        ("", ""),
+    ],
+)
 def test_host_names_are_read_without_their_port(header, name):
     assert host_name(header) == name

@@ -1,5 +1,6 @@
 """The trace browser's pages: the filtered list with its form, the long trace in windows, two
 traces side by side, and "fails under A, passes under B"."""
+
 import re
 
 import pytest
@@ -18,7 +19,9 @@ def two_harnesses(store):
     run = store.run()
     checkpoint = store.checkpoint()
     first, second = store.harness(run, name="first.py"), store.harness(run, name="second.py")
-    failing, other_task = store.rollouts(store.evaluation(run, first, checkpoint, 2), ["fail", "fail"])
+    failing, other_task = store.rollouts(
+        store.evaluation(run, first, checkpoint, 2), ["fail", "fail"]
+    )
     [passing] = store.rollouts(store.evaluation(run, second, checkpoint, 1), ["pass"])
     return run, first, second, failing, passing, other_task
 
@@ -28,7 +31,7 @@ def test_filter_form_and_chips_keep_every_filter(client, two_harnesses):
 
     page = client.get(f"/rollouts?run={run.id}&harness={first.id}&q=nope&task=test-1").text
 
-    form = page[page.index('<form class="form-row filters"'):page.index("</form>")]
+    form = page[page.index('<form class="form-row filters"') : page.index("</form>")]
     assert 'method="get" action="/rollouts"' in form
     assert 'name="q" value="nope"' in form and 'name="task" value="test-1"' in form
     assert f'name="harness" min="0" value="{first.id}"' in form
@@ -38,8 +41,11 @@ def test_filter_form_and_chips_keep_every_filter(client, two_harnesses):
     assert f'href="{amp(failed_chip)}"' in page
     assert "first.py" in page  # the title names the harness
     # the contrast form starts from the harness filtered on
-    contrast = page[page.index('action="/rollouts/contrast"'):]
-    assert f'name="a_harness" min="0" list="harness-choices" class="id-input" value="{first.id}"' in contrast
+    contrast = page[page.index('action="/rollouts/contrast"') :]
+    assert (
+        f'name="a_harness" min="0" list="harness-choices" class="id-input" value="{first.id}"'
+        in contrast
+    )
 
 
 def test_blank_form_submission_lists_everything(client, two_harnesses):
@@ -53,20 +59,26 @@ def test_a_short_search_page_says_how_far_it_searched(client, store, monkeypatch
 
     monkeypatch.setattr(rollouts_module, "SEARCH_ROWS", 4)
     run = store.run()
-    rollouts = store.rollouts(store.evaluation(run, store.harness(run), store.checkpoint(), 10),
-                              ["fail"] * 10)  # fmt: skip
+    rollouts = store.rollouts(
+        store.evaluation(run, store.harness(run), store.checkpoint(), 10), ["fail"] * 10
+    )
 
     page = client.get("/rollouts?q=nope").text
 
-    note = re.sub(r"\s+", " ", page[page.index('id="search-note"'):page.index("</p>", page.index('id="search-note"'))])
+    note = re.sub(
+        r"\s+",
+        " ",
+        page[page.index('id="search-note"') : page.index("</p>", page.index('id="search-note"'))],
+    )
     assert f"Searched 4 rollouts up to id {rollouts[3].id} and found 4" in note
     assert f'href="/rollouts?q=nope&amp;after={rollouts[3].id}">continue searching' in note
 
 
 def test_pager_links_first_previous_next_and_last(client, store):
     run = store.run()
-    rollouts = store.rollouts(store.evaluation(run, store.harness(run), store.checkpoint(), 120),
-                              ["pass"] * 120)  # fmt: skip
+    rollouts = store.rollouts(
+        store.evaluation(run, store.harness(run), store.checkpoint(), 120), ["pass"] * 120
+    )
 
     middle = client.get(f"/rollouts?run={run.id}&after={rollouts[49].id}").text
 
@@ -87,7 +99,11 @@ def test_long_trace_shows_its_first_and_last_steps_and_links_the_rest(store, cli
 
     shown = [int(i) for i in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', page)]
     assert shown == list(range(20)) + list(range(115, 120))
-    gap = re.sub(r"\s+", " ", page[page.index('class="step-gap"'):page.index("</p>", page.index('class="step-gap"'))])
+    gap = re.sub(
+        r"\s+",
+        " ",
+        page[page.index('class="step-gap"') : page.index("</p>", page.index('class="step-gap"'))],
+    )
     assert "95 steps (20&ndash;114) not shown" in gap
     assert f'href="/rollouts/{rollout.id}?steps=20-69#step-20"' in gap
     assert f'href="/rollouts/{rollout.id}?steps=65-114#step-65"' in gap
@@ -103,7 +119,7 @@ def test_a_window_of_a_long_trace_folds_what_came_before_it(store, client, two_h
     shown = [int(i) for i in re.findall(r'<article class="step[^"]*" id="step-(\d+)"', page)]
     assert shown == list(range(20, 70))
     assert "20 steps (0&ndash;19) not shown" in page and "50 steps (70&ndash;119) not shown" in page
-    step_20 = page[page.index('id="step-20"'):page.index('id="step-21"')]
+    step_20 = page[page.index('id="step-20"') : page.index('id="step-21"')]
     # step 20 resends the 21 messages of the calls before it: folded, only its new one shown
     assert "20 earlier messages, as in the previous call" in step_20
     assert "go on after 18" in step_20
@@ -129,10 +145,12 @@ def test_compare_page_shows_both_traces_side_by_side(store, client, two_harnesse
 
     page = client.get(f"/rollouts/compare?a={failing.id}&b={passing.id}").text
 
-    left = page[page.index('id="side-1"'):page.index('id="side-2"')]
-    right = page[page.index('id="side-2"'):]
+    left = page[page.index('id="side-1"') : page.index('id="side-2"')]
+    right = page[page.index('id="side-2"') :]
     assert f'href="/rollouts/{failing.id}"' in left and "first.py" in left and "It is 7." in left
-    assert f'href="/rollouts/{passing.id}"' in right and "second.py" in right and "It is 1." in right
+    assert (
+        f'href="/rollouts/{passing.id}"' in right and "second.py" in right and "It is 1." in right
+    )
     assert 'class="badge status-fail"' in left and 'class="badge status-pass"' in right
     assert "task-mismatch" not in page
     assert f'href="/rollouts/compare?a={passing.id}&amp;b={failing.id}"' in page  # swap sides
@@ -143,7 +161,9 @@ def test_compare_page_warns_when_the_tasks_differ(client, two_harnesses):
 
     page = client.get(f"/rollouts/compare?a={failing.id}&b={other_task.id}").text
 
-    warning = page[page.index('id="task-mismatch"'):page.index("</p>", page.index('id="task-mismatch"'))]
+    warning = page[
+        page.index('id="task-mismatch"') : page.index("</p>", page.index('id="task-mismatch"'))
+    ]
     assert "Different tasks" in warning and "test-0" in warning and "test-1" in warning
 
 
@@ -158,7 +178,7 @@ def test_contrast_page_lists_tasks_with_a_trace_of_each_side(store, client):
     page = client.get(f"/rollouts/contrast?a_harness={a.id}&b_harness={b.id}&run=").text
 
     assert 'id="contrast-form"' in empty and 'id="contrast"' not in empty
-    rows = page[page.index('<table id="contrast">'):page.index("</table>")]
+    rows = page[page.index('<table id="contrast">') : page.index("</table>")]
     assert re.findall(r'href="/rollouts\?task=(t\d)"', rows) == ["t0", "t3"]
     failing_t0 = under_a["t0"][0].id
     passing_t0 = next(r.id for r in under_b["t0"] if r.status == "pass")

@@ -1,5 +1,6 @@
 """A training job page in a real headless Chromium, served by `whale serve` over a synthetic
 weight phase: the loss chart is drawn and the examples link leads to the accepted rollouts."""
+
 import asyncio
 import os
 import re
@@ -12,7 +13,6 @@ from tests.api.synthetic_store import Store
 from tests.api.synthetic_training import weight_phase
 from tests.conftest import MISSING, whale_serve
 from tests.web.conftest import ARTIFACTS, CHROMIUM
-
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{MISSING}no Chromium at {CHROMIUM}")
 

@@ -1,5 +1,6 @@
 """The training job, checkpoint and run pages of a weight phase: what they show, their links,
 their charts and live polling."""
+
 import re
 
 import pytest
@@ -78,7 +79,8 @@ def test_checkpoint_page_shows_lineage_job_children_and_evaluations(store, clien
 
     lineage = re.search(r"<dt>lineage</dt><dd>(.*?)</dd>", page, re.S).group(1)
     assert lineage.index(f'href="/checkpoints/{phase.base.id}"') < lineage.index(
-        f'href="/checkpoints/{first.id}"')  # fmt: skip
+        f'href="/checkpoints/{first.id}"'
+    )
     children = re.search(r"<dt>children</dt><dd>(.*?)</dd>", page, re.S).group(1)
     assert f'href="/checkpoints/{second.id}"' in children
     assert f'href="/training/{phase.jobs[0].id}"' in page  # made by

@@ -2,6 +2,7 @@
 with the demo model: start a run from the runs page, pause and resume it with the buttons, watch
 its curve, then follow a researcher's path: the lineage, a diff, the failing traces, one trace,
 two traces side by side. Every page's screenshot is kept in test-artifacts/ui-*.png."""
+
 import re
 from pathlib import Path
 
@@ -63,8 +64,12 @@ def test_a_researcher_drives_a_run_from_the_browser(whale_env, page):
         nodes.nth(1).click()
         expect(page).to_have_url(re.compile(r"/harnesses/\d+"))
         expect(page.locator("table.diff")).to_be_visible()
-        assert page.locator("table.diff tr.diff-replace, table.diff tr.diff-insert, "
-                            "table.diff tr.diff-delete").count() >= 1, "the knob it changed"
+        assert (
+            page.locator(
+                "table.diff tr.diff-replace, table.diff tr.diff-insert, table.diff tr.diff-delete"
+            ).count()
+            >= 1
+        ), "the knob it changed"
         shot(page, "harness-diff")
 
         # the failing traces of the run, filtered in the URL; one of them, then two side by side

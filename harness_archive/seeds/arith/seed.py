@@ -5,6 +5,7 @@ proposer may try for the module-level knobs of the same name; the value assigned
 current one. SOLVER "program" is the program-aided mechanism: the model only writes the
 calculation as an expression and the harness evaluates it.
 """
+
 import ast
 import operator
 import re

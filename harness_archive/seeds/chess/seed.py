@@ -5,6 +5,7 @@ tool gives it, a few model calls. The board lives server-side: `tools.observatio
 it and `tools.move(uci)` plays a move and answers with the opponent's reply or the end. PARAMS
 lists the choices a cheap proposer may try for the module-level knobs of the same name.
 """
+
 import re
 
 PARAMS = {

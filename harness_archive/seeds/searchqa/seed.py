@@ -5,6 +5,7 @@ minimal prompt, at most two model turns: the model answers in <answer>...</answe
 one more search with <search>query</search> and answers after it. PARAMS lists the choices a
 cheap proposer may try for the module-level knobs of the same name.
 """
+
 import re
 
 PARAMS = {
@@ -30,17 +31,23 @@ ANSWER = re.compile(r"<answer>.*?</answer>", re.S)
 
 def passages(tools, query):
     found = tools.search([query], TOPK)[0]
-    return "\n\n".join(
-        f"({i}) {p['title']}: " + " ".join(p["text"].split()[:PASSAGE_WORDS])
-        for i, p in enumerate(found, 1)
-    ) or "(no passage found)"
+    return (
+        "\n\n".join(
+            f"({i}) {p['title']}: " + " ".join(p["text"].split()[:PASSAGE_WORDS])
+            for i, p in enumerate(found, 1)
+        )
+        or "(no passage found)"
+    )
 
 
 def run(task, llm, tools):
     question = task["question"]
     messages = [
         {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": f"Passages:\n{passages(tools, question)}\n\nQuestion: {question}"},
+        {
+            "role": "user",
+            "content": f"Passages:\n{passages(tools, question)}\n\nQuestion: {question}",
+        },
     ]
     reply = None
     for turn in range(TURNS):
@@ -50,7 +57,11 @@ def run(task, llm, tools):
         messages.append({"role": "assistant", "content": reply})
         wanted = SEARCH.search(reply)
         if wanted:
-            messages.append({"role": "user", "content": f"Passages:\n{passages(tools, wanted.group(1))}"})
+            messages.append(
+                {"role": "user", "content": f"Passages:\n{passages(tools, wanted.group(1))}"}
+            )
         else:
-            messages.append({"role": "user", "content": "Give the final answer as <answer>answer</answer>."})
+            messages.append(
+                {"role": "user", "content": "Give the final answer as <answer>answer</answer>."}
+            )
     return reply
