@@ -86,7 +86,7 @@ class Settings(BaseSettings):
 
 
 class RFTConfig(BaseModel):
-    """One weight phase of online rejection-sampling fine-tuning (reference/whale.md)."""
+    """One weight phase of online rejection-sampling fine-tuning (docs/algorithm.md)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -159,7 +159,7 @@ class AgentProposerConfig(BaseModel):
 
 
 class SearchConfig(BaseModel):
-    """One harness phase of Meta-Harness-style search (reference/whale.md)."""
+    """One harness phase of Meta-Harness-style search (docs/algorithm.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

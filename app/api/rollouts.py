@@ -16,7 +16,7 @@ from sqlmodel import Session, col, select
 from app.api.common import FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc
 from app.api.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
-from app.gateway.requests import expand_requests, expand_steps
+from app.db.steps import expand_requests, expand_steps
 
 PAGE_SIZE = 50
 # Rows of the filtered list one page of a text search reads at most. A LIKE over every row of a
@@ -273,7 +273,7 @@ def get_rollout(
 
 def _whole(s: Session, rollout_id: int, steps: list[dict], all_steps: bool) -> list[dict]:
     """The steps with whole model requests. Each step stores what its call added to the one
-    before (app/gateway/requests.py): a window of a trace needs the model steps before it."""
+    before (app/db/steps.py): a window of a trace needs the model steps before it."""
     if all_steps or not steps:
         return expand_steps(steps)
     rows = s.exec(

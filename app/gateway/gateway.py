@@ -21,8 +21,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.db.schema import Step
+from app.db.steps import compact
 from app.db.writer import Writer
-from app.gateway.requests import compact
 from app.llm.client import ChatEndpoint
 
 log = logging.getLogger(__name__)

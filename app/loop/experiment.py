@@ -38,7 +38,7 @@ class _Strict(BaseModel):
 
 
 class Switching(_Strict):
-    """When a phase ends. `fixed`: a set length. `adaptive`: patience (reference/whale.md)."""
+    """When a phase ends. `fixed`: a set length. `adaptive`: patience (docs/algorithm.md)."""
 
     rule: Literal["fixed", "adaptive"] = "fixed"
     weight_steps: int = Field(

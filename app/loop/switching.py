@@ -1,4 +1,4 @@
-"""When a phase ends (reference/whale.md, "When to switch"). Pure functions of what the phase
+"""When a phase ends (docs/algorithm.md, "When to switch"). Pure functions of what the phase
 has seen so far; each returns why the phase ends now ("fixed", "patience", "cap") or None."""
 
 from app.loop.experiment import Switching

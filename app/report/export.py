@@ -7,7 +7,6 @@ Harnesses and checkpoints come with their whole lineage: a run may start from ro
 
 import json
 import re
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -22,10 +21,9 @@ from app.db.schema import (
     Phase,
     Rollout,
     SearchIteration,
-    Step,
     TrainingJob,
 )
-from app.gateway.requests import expand_steps
+from app.db.steps import load_steps
 from app.report.runs import get_runs
 
 ROLLOUT_BATCH = 500  # rollouts (with their steps) held in memory at once
@@ -79,12 +77,14 @@ def rollouts_with_steps(
         ).all()
         if not rollouts:
             return
-        steps = defaultdict(list)
-        query = select(Step).where(Step.rollout_id.in_([r.id for r in rollouts]))
-        for step in session.exec(query.order_by(Step.rollout_id, Step.idx, Step.id)):
-            steps[step.rollout_id].append(row_dict(step))
+        steps = load_steps(session, [r.id for r in rollouts])
         for rollout in rollouts:
-            yield {**row_dict(rollout), "steps": expand_steps(steps.pop(rollout.id, []))}
+            yield {
+                **row_dict(rollout),
+                "steps": [
+                    {**row_dict(step), "request": request} for step, request in steps[rollout.id]
+                ],
+            }
         last_id = rollouts[-1].id
 
 

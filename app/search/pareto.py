@@ -31,7 +31,7 @@ def frontier(scores: list[Score]) -> list[Score]:
 
 def accept(incoming: Score, scores: list[Score]) -> Score:
     """The highest success rate, ties broken by fewer turns; the incoming harness stays unless
-    something strictly beats it (reference/whale.md, "Selection")."""
+    something strictly beats it (docs/algorithm.md, "Selection")."""
     best = incoming
     for s in scores:
         if (s.success, -s.turns) > (best.success, -best.turns):

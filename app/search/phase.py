@@ -1,4 +1,4 @@
-"""One harness phase (reference/whale.md, "Harness phase"):
+"""One harness phase (docs/algorithm.md, "Harness phase"):
 
 iteration 0 re-evaluates the incoming harness under the current checkpoint; each later iteration
 proposes K candidates, stores every one of them (invalid ones with their error), smoke-tests the

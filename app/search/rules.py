@@ -1,4 +1,4 @@
-"""The rules every proposer is given (reference/whale.md, "Rules the proposer is given")."""
+"""The rules every proposer is given (docs/algorithm.md, "Rules the proposer is given")."""
 
 CONTRACT = """\
 A harness is one Python file defining `run(task, llm, tools)`, which returns the answer (a string)

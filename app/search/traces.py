@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Rollout, Step
-from app.gateway.requests import expand_steps
+from app.db.steps import load_steps
 
 PROPOSER_SPLITS = ("harness", "smoke", "train")  # never "test"
 
@@ -39,20 +39,7 @@ def rollouts_of(
     return list(s.exec(query.limit(limit)).all())
 
 
-def steps_of(s: Session, rollout_ids: list[int]) -> dict[int, list[Step]]:
-    steps: dict[int, list[Step]] = {rid: [] for rid in rollout_ids}
-    if rollout_ids:
-        query = (
-            select(Step)
-            .where(col(Step.rollout_id).in_(rollout_ids))
-            .order_by(Step.rollout_id, Step.idx)
-        )
-        for step in s.exec(query):
-            steps[step.rollout_id].append(step)
-    return steps
-
-
-def record(rollout: Rollout, steps: list[Step]) -> dict:
+def record(rollout: Rollout, steps: list[tuple[Step, dict | None]]) -> dict:
     """One rollout with every step, as one JSON-able record (a line of traces.jsonl)."""
     return {
         "rollout_id": rollout.id,
@@ -69,19 +56,17 @@ def record(rollout: Rollout, steps: list[Step]) -> dict:
         "checkpoint_id": rollout.checkpoint_id,
         "stdout_tail": rollout.stdout_tail,
         "stderr_tail": rollout.stderr_tail,
-        "steps": expand_steps(
-            [
-                {
-                    "idx": st.idx,
-                    "kind": st.kind,
-                    "tool": st.tool,
-                    "request": st.request,
-                    "response": st.response,
-                    "error": st.error,
-                }
-                for st in steps
-            ]
-        ),
+        "steps": [
+            {
+                "idx": st.idx,
+                "kind": st.kind,
+                "tool": st.tool,
+                "request": request,
+                "response": st.response,
+                "error": st.error,
+            }
+            for st, request in steps
+        ],
     }
 
 
@@ -124,6 +109,6 @@ def examples(
     chosen = rollouts_of(
         s, harness_id, checkpoint_id, ("fail", "error", "timeout"), n_fail
     ) + rollouts_of(s, harness_id, checkpoint_id, ("pass",), n_pass)
-    steps = steps_of(s, [r.id for r in chosen])
+    steps = load_steps(s, [r.id for r in chosen])
     for rollout in chosen:
         yield record(rollout, steps[rollout.id])

@@ -23,6 +23,7 @@ from pathlib import Path
 from sqlmodel import Session, func, select
 
 from app.db.schema import Evaluation, Harness, Rollout, SearchIteration
+from app.db.steps import load_steps
 from app.search import traces
 from app.search.context import SearchContext
 from app.search.rules import CONTRACT, RULES
@@ -159,7 +160,7 @@ def _write_harness(s: Session, root: Path, harness: Harness, scores: list[dict])
     if stamp.exists() and stamp.read_text() == str(n):
         return
     rollouts = traces.rollouts_of(s, harness.id)
-    steps = traces.steps_of(s, [r.id for r in rollouts])
+    steps = load_steps(s, [r.id for r in rollouts])
     records = [traces.record(r, steps[r.id]) for r in rollouts]
     with open(folder / "traces.jsonl", "w") as f:
         for rec in records:

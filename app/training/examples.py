@@ -5,43 +5,36 @@ example: exactly the messages the model was given -> the completion it wrote. Th
 the completion tokens only (the prompt, tool results and environment text are context).
 """
 
-from itertools import groupby
-
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from app.db.schema import Step
-from app.gateway.requests import expand_requests
+from app.db.steps import load_steps
 
 
 def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
     """Every successful model call of these rollouts, in rollout and step order."""
-    if not rollout_ids:
-        return []
-    steps = s.exec(
-        select(Step)
-        .where(col(Step.rollout_id).in_(rollout_ids), Step.kind == "model")
-        .order_by(Step.rollout_id, Step.idx)
-    ).all()
-    requests = []  # whole requests (each step stores what it added to the one before)
-    for _, rollout_steps in groupby(steps, key=lambda step: step.rollout_id):
-        requests += expand_requests(step.request for step in rollout_steps)
-    examples = []
-    for step, request in zip(steps, requests):
-        if step.error or not step.response or not step.response.get("message"):
-            continue
-        completion = step.response["message"].get("content")
-        if not completion:
-            continue
-        examples.append(
-            {
-                "rollout_id": step.rollout_id,
-                "step_id": step.id,
-                "messages": request["messages"],
-                "completion": completion,
-                "finish_reason": step.response.get("finish_reason"),
-            }
-        )
-    return examples
+    return [
+        example
+        for steps in load_steps(s, rollout_ids, kind="model").values()
+        for step, request in steps
+        if (example := _example(step, request)) is not None
+    ]
+
+
+def _example(step: Step, request: dict) -> dict | None:
+    """The (messages -> completion) example of one successful model call, else None."""
+    if step.error or not step.response or not step.response.get("message"):
+        return None
+    completion = step.response["message"].get("content")
+    if not completion:
+        return None
+    return {
+        "rollout_id": step.rollout_id,
+        "step_id": step.id,
+        "messages": request["messages"],
+        "completion": completion,
+        "finish_reason": step.response.get("finish_reason"),
+    }
 
 
 def encode(tokenizer, example: dict, max_len: int) -> tuple[list[int], list[int]]:

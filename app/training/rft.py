@@ -1,4 +1,4 @@
-"""One online RFT step, end to end (reference/whale.md, "Weight phase"):
+"""One online RFT step, end to end (docs/algorithm.md, "Weight phase"):
 
 1. sample: `samples_per_prompt` rollouts for each of `prompts_per_step` train-split prompts,
    through the current harness and checkpoint, in the sandbox (the evaluation path: every trace

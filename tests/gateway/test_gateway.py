@@ -210,6 +210,7 @@ def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(
     and every reader (trace API, a window of it, proposer traces, training examples) gets the
     whole request back."""
     from app.api.rollouts import get_rollout
+    from app.db.steps import load_steps
     from app.search.traces import record
     from app.training.examples import examples_from_rollouts
 
@@ -241,5 +242,6 @@ def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(
         (window,) = get_rollout(s, rollout_id, steps="2-2")["steps"]
         assert window["request"]["messages"] == sent[2] and "messages_from" not in window["request"]
         rollout = s.get(Rollout, rollout_id)
-        assert [st["request"]["messages"] for st in record(rollout, stored)["steps"]] == sent
+        traced = record(rollout, load_steps(s, [rollout_id])[rollout_id])
+        assert [st["request"]["messages"] for st in traced["steps"]] == sent
         assert [e["messages"] for e in examples_from_rollouts(s, [rollout_id])] == sent

@@ -1,5 +1,5 @@
 """`whale compare` and `whale export` as commands, registered on a Typer app of their own the
-way app/cli.py registers them, over a store in WHALE_HOME."""
+way app/cli/ registers them, over a store in WHALE_HOME."""
 
 import json
 
@@ -7,7 +7,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from app.report.cli import compare, export
+from app.cli.report import compare, export
 
 app = typer.Typer()
 app.command()(compare)

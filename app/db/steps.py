@@ -1,14 +1,19 @@
-"""How a model step's request is stored: only the messages its call added.
+"""The storage format of steps: a model step's request keeps only the messages its call added.
 
 A multi-turn harness resends the whole conversation on every model call, so storing each
 request whole makes a rollout's size grow with the square of its turns (16 calls: 128 KiB of
 JSON, 68 KiB compressed). A step instead stores `messages_from: k` and the messages after the
-first k, the first k being those of the same rollout's previous model call. Everything that
-reads requests back (API, pages, export, proposer traces, training examples) goes through
-`expand_requests`, which puts the whole lists back.
+first k, the first k being those of the same rollout's previous model call. The gateway writes
+with `compact`; everything that reads steps back (API, pages, export, proposer traces, training
+examples) goes through `load_steps` or, for a window of one trace, `expand_requests`, which put
+the whole lists back.
 """
 
 from collections.abc import Iterable
+
+from sqlmodel import Session, col, select
+
+from app.db.schema import Step
 
 
 def shared_prefix(previous: list, messages: list) -> int:
@@ -50,3 +55,23 @@ def expand_steps(steps: list[dict]) -> list[dict]:
     for step, whole in zip(model, expand_requests(step["request"] for step in model)):
         step["request"] = whole
     return steps
+
+
+def load_steps(
+    s: Session, rollout_ids: list[int], kind: str | None = None
+) -> dict[int, list[tuple[Step, dict | None]]]:
+    """Every step of these rollouts (or only those of one kind), in step order, each with its
+    whole request: rollout id -> [(step, request)], rollout ids ascending."""
+    steps: dict[int, list[Step]] = {rid: [] for rid in sorted(rollout_ids)}
+    if rollout_ids:
+        query = select(Step).where(col(Step.rollout_id).in_(rollout_ids))
+        if kind is not None:
+            query = query.where(Step.kind == kind)
+        for step in s.exec(query.order_by(Step.rollout_id, Step.idx, Step.id)):
+            steps[step.rollout_id].append(step)
+    loaded = {}
+    for rollout_id, rows in steps.items():
+        model = [step for step in rows if step.kind == "model"]
+        whole = dict(zip((id(step) for step in model), expand_requests(st.request for st in model)))
+        loaded[rollout_id] = [(step, whole.get(id(step), step.request)) for step in rows]
+    return loaded

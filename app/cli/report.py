@@ -10,14 +10,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.common import BAD_INPUT
 from app.config import Settings
+from app.progress import err
 from app.report.compare import compare_runs
 from app.report.export import export_run
 from app.report.plot import X_LABELS, plot_accuracy_vs_rollouts
 from app.report.runs import UnknownRuns
-
-err = Console(stderr=True)
-BAD_INPUT = 2  # the exit code of a usage error, as typer gives for a bad option
 
 
 @contextmanager
@@ -112,3 +111,6 @@ def export(
     for name, count in counts.items():
         print(f"{name:<26}{count:>10,}")
     print(f"run {run_id} exported to {out}")
+
+
+COMMANDS = [(compare, "compare"), (export, "export")]

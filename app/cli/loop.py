@@ -13,18 +13,12 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import select
 
+from app.cli.common import fail
 from app.config import Settings
 from app.db.schema import Event, Metric, Phase, Run
 from app.loop import control
 from app.loop.experiment import ExperimentError, config_hash, incoming_harness, load
 from app.progress import err, phase_progress, progress_bars
-
-BAD_INPUT = 2
-
-
-def _fail(message: str) -> typer.Exit:
-    err.print(f"[red]{message}[/red]")
-    return typer.Exit(BAD_INPUT)
 
 
 def run(
@@ -41,12 +35,12 @@ def run(
     try:
         exp, text = load(experiment)
     except ExperimentError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     settings = Settings(**exp.runtime.model_dump(exclude_none=True))
     try:
         lock = StoreLock(settings.home).acquire()
     except StoreBusy as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
     async def main():
         workbench = Workbench(
@@ -56,7 +50,7 @@ def run(
             same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
             changed = [r for r in same if r.config.get("hash") != config_hash(text)]
             if changed:
-                raise _fail(
+                raise fail(
                     f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
                     f"from a different {experiment.name}; stop it (whale stop "
                     f"{changed[0].id}) or give the experiment another name"
@@ -66,7 +60,7 @@ def run(
                     try:
                         incoming = incoming_harness(exp, s, str(experiment))
                     except ExperimentError as exc:
-                        raise _fail(str(exc)) from None
+                        raise fail(str(exc)) from None
             await workbench.start()
             row = (
                 same[0]
@@ -176,15 +170,15 @@ def _control(run_id: int, action: str, reason: str, **args) -> None:
 
     settings = Settings()
     if not settings.db_path.exists():
-        raise _fail(f"no store at {settings.db_path} (set WHALE_HOME)")
+        raise fail(f"no store at {settings.db_path} (set WHALE_HOME)")
     engine = open_engine(settings.db_path)
     writer = Writer(engine)
     try:
         asyncio.run(control.apply(writer, run_id, action, reason, "cli", **args))
     except control.NoSuchRun:
-        raise _fail(f"no run {run_id} in {settings.db_path}") from None
+        raise fail(f"no run {run_id} in {settings.db_path}") from None
     except control.Refused as exc:
-        raise _fail(f"{action} refused: {exc}") from None
+        raise fail(f"{action} refused: {exc}") from None
     finally:
         writer.close()
         engine.dispose()

@@ -1,6 +1,6 @@
 """The stored form of model requests: what each call added to the one before."""
 
-from app.gateway.requests import compact, expand_requests
+from app.db.steps import compact, expand_requests
 
 A = {"role": "user", "content": "a"}
 B = {"role": "assistant", "content": "b"}

@@ -1,59 +1,21 @@
-"""The `whale` command line: serve, demo, eval, train, search, run and its controls, compare, export."""
+"""`whale eval`, `whale train`, `whale search`: one evaluation, one weight phase or one harness
+phase of a harness file, each as a run of its own."""
 
-import asyncio
 import json
-import logging
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-import uvicorn
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 
+from app.cli.common import make_workbench
 from app.config import Settings
 from app.domains import get_domain
-from app.loop.commands import COMMANDS
-from app.progress import err, phase_progress, progress_bars
-from app.report.cli import compare, export
-
-cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
+from app.progress import phase_progress, progress_bars
 
 
-def _workbench(say=None, **overrides):
-    from app.workbench import Workbench
-
-    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-    return Workbench(settings, say=say or (lambda m: err.print(f"[dim]{m}[/dim]")))
-
-
-def _web_server(workbench, host: str, port: int) -> uvicorn.Server:
-    """Off loopback the server requires an access token: $WHALE_TOKEN, else a fresh one."""
-    from app.server import create_app
-    from app.web.security import access_token
-
-    app = create_app(workbench, token=access_token(host, Settings().token), host=host)
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
-
-
-def _link(server: uvicorn.Server, path: str = "/") -> str:
-    """A URL to open in a browser; it carries the access token when the server needs one."""
-    host, token = server.config.host, server.config.app.state.token
-    host = f"[{host}]" if ":" in host else host  # IPv6
-    return f"http://{host}:{server.config.port}{path}" + (f"?token={token}" if token else "")
-
-
-async def _start_web(server: uvicorn.Server) -> asyncio.Task:
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():  # e.g. the port is taken: uvicorn exits instead of raising
-            raise typer.Exit(f"could not start the web server on port {server.config.port}")
-        await asyncio.sleep(0.05)
-    return task
-
-
-async def _evaluate(
+async def evaluate(
     workbench,
     harness: Path,
     domain: str,
@@ -88,7 +50,7 @@ async def _evaluate(
     return run, evaluation, statuses, reasons
 
 
-def _summary(evaluation, statuses: Counter, reasons: Counter) -> str:
+def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     failures = ", ".join(f"{r}: {n}" for r, n in reasons.most_common()) or "none"
     return (
         f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f} on {evaluation.split} "
@@ -98,92 +60,6 @@ def _summary(evaluation, statuses: Counter, reasons: Counter) -> str:
     )
 
 
-@cli.command()
-def serve(
-    host: Annotated[
-        Optional[str], typer.Option(help="default 127.0.0.1; any other address requires a token")
-    ] = None,
-    port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
-):
-    """Serve the UI and API over the store in $WHALE_HOME; resume its unfinished runs."""
-    from app.loop.lock import StoreBusy, StoreLock
-
-    settings = Settings()
-    try:
-        lock = StoreLock(settings.home).acquire()
-    except StoreBusy as exc:
-        err.print(f"[red]{exc}[/red]")
-        raise typer.Exit(2) from None
-
-    async def main():
-        workbench = _workbench()
-        server = _web_server(workbench, host or settings.host, port or settings.port)
-        loops = server.config.app.state.loops
-        err.print(f"serving {settings.db_path} at {_link(server)}", soft_wrap=True)
-        try:
-            web = await _start_web(server)
-            resumed = await loops.resume_all()
-            if resumed:
-                err.print(f"resumed runs {', '.join(map(str, resumed))}")
-            await web
-        finally:
-            await loops.stop()
-            await workbench.stop()
-            lock.release()
-
-    uvloop.run(main())
-
-
-@cli.command()
-def demo(
-    quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] = False,
-    host: Annotated[
-        Optional[str], typer.Option(help="default 127.0.0.1; any other address requires a token")
-    ] = None,
-    port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
-):
-    """Evaluate the arith seed harness with the embedded model while the UI shows it."""
-    settings = Settings()
-    limit, k = (16, 2) if quick else (None, 4)
-    domain = get_domain("arith")
-
-    async def main():
-        workbench = _workbench()
-        server = _web_server(workbench, host or settings.host, port or settings.port)
-        web = None
-        try:
-            await workbench.start()
-            web = await _start_web(server)
-            err.print(f"UI: {_link(server)}", soft_wrap=True)
-            run, evaluation, statuses, reasons = await _evaluate(
-                workbench,
-                domain.seed_harness,
-                "arith",
-                "test",
-                k,
-                limit,
-                quiet=False,
-                on_start=lambda r: err.print(
-                    f"run {r.id}: {_link(server, f'/runs/{r.id}')}", soft_wrap=True
-                ),
-            )
-            print(_summary(evaluation, statuses, reasons))
-            if not quick:
-                err.print(
-                    f"results at {_link(server, f'/runs/{run.id}')} - Ctrl-C to stop",
-                    soft_wrap=True,
-                )
-                await web
-        finally:
-            server.should_exit = True
-            if web:
-                await web
-            await workbench.stop()
-
-    uvloop.run(main())
-
-
-@cli.command("eval")
 def eval_(
     harness: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="harness .py file")],
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
@@ -202,10 +78,10 @@ def eval_(
         raise typer.BadParameter(f"sandbox {sandbox!r} is not a backend; use process or docker")
 
     async def main():
-        workbench = _workbench(say=(lambda m: None) if as_json else None, sandbox=sandbox)
+        workbench = make_workbench(say=(lambda m: None) if as_json else None, sandbox=sandbox)
         try:
             await workbench.start()
-            run, evaluation, statuses, reasons = await _evaluate(
+            run, evaluation, statuses, reasons = await evaluate(
                 workbench, harness, domain, split, k, limit, quiet=as_json
             )
         finally:
@@ -229,13 +105,12 @@ def eval_(
                 )
             )
         else:
-            print(_summary(evaluation, statuses, reasons))
+            print(summary_line(evaluation, statuses, reasons))
             print(f"run {run.id} stored in {Settings().db_path}")
 
     uvloop.run(main())
 
 
-@cli.command()
 def train(
     harness: Annotated[
         Optional[Path],
@@ -274,7 +149,7 @@ def train(
     )
 
     async def main():
-        workbench = _workbench(say=(lambda m: None) if as_json else None)
+        workbench = make_workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()
             config = {
@@ -328,7 +203,6 @@ def train(
     uvloop.run(main())
 
 
-@cli.command()
 def search(
     harness: Annotated[
         Optional[Path],
@@ -378,7 +252,7 @@ def search(
     harness = harness or the_domain.seed_harness
 
     async def main():
-        workbench = _workbench(say=(lambda m: None) if as_json else None)
+        workbench = make_workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()
             with progress_bars() as progress:
@@ -457,37 +331,4 @@ def _search_summary(s, phase) -> dict:
     }
 
 
-for command, name in COMMANDS:
-    cli.command(name)(command)
-cli.command()(compare)
-cli.command()(export)
-
-sandbox_cli = typer.Typer(help="The sandbox image.", no_args_is_help=True)
-cli.add_typer(sandbox_cli, name="sandbox")
-
-
-@sandbox_cli.command("build")
-def sandbox_build(
-    base: Annotated[
-        Optional[str],
-        typer.Option(help="base image instead of a debootstrap rootfs, e.g. python:3.11-slim"),
-    ] = None,
-):
-    """Build the docker sandbox image (cached: rebuilt only when its inputs change)."""
-    from sandbox import image
-    from sandbox.docker import engine_available
-
-    why_not = engine_available()
-    if why_not:
-        err.print(f"[red]cannot build the sandbox image: {why_not}[/red]")
-        raise typer.Exit(1)
-    print(image.build(say=lambda m: err.print(f"[dim]{m}[/dim]"), base=base))
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    cli()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMANDS = [(eval_, "eval"), (train, "train"), (search, "search")]
