@@ -11,9 +11,9 @@ from app.api.common import NotFound, as_dict
 from app.api.metrics import series
 from app.db.schema import Evaluation, Event, Phase, Run, SearchIteration, TrainingJob, now, utc
 from app.loop import control
+from app.phases import phase_rollouts
 from app.report.plot import X_LABELS, curve, label
 from app.rollout.usage import usage
-from app.search.phase import phase_rollouts
 
 XAxis = Literal["rollouts", "weight_steps", "wall_s"]
 XQuery = Annotated[XAxis, Query(description="x axis of the test curve")]

@@ -7,9 +7,9 @@ from fastapi import Query
 from sqlmodel import Session, col, select
 
 from app.api.common import NotFound, as_dict
+from app.api.diff import CONTEXT, side_by_side
 from app.api.evaluations import evaluation_rows
 from app.db.schema import Evaluation, Harness, Phase, Run
-from app.web.diff import CONTEXT, side_by_side
 
 # The splits in the order a researcher reads them: search signal, reported score, training.
 SPLIT_ORDER = ("harness", "test", "train")

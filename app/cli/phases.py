@@ -131,8 +131,7 @@ def train(
 ):
     """A weight phase: test mean@k, online RFT steps under the harness, test mean@k again."""
     from app.config import RFTConfig
-    from app.training.phase import weight_phase
-    from app.workbench import read_harness
+    from app.training.phase import train_file
 
     try:
         the_domain = get_domain(domain)
@@ -152,29 +151,15 @@ def train(
         workbench = make_workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()
-            config = {
-                "harness": str(harness),
-                "rft": cfg.model_dump(),
-                "test_k": test_k,
-                "test_limit": test_limit,
-            }
-            run, first, base = await workbench.start_run(
-                f"rft {harness.name}", "rft", domain, read_harness(harness), config
-            )
             with progress_bars() as progress:
                 on = phase_progress(progress, quiet=as_json)
-                try:
-                    result = await weight_phase(
-                        workbench, run.id, first, base, the_domain, cfg, test_k, test_limit, on
-                    )
-                except BaseException:
-                    await workbench.finish_run(run.id, "failed")
-                    raise
-            await workbench.finish_run(run.id, "done")
+                run_id, result = await train_file(
+                    workbench, harness, the_domain, cfg, test_k, test_limit, on
+                )
         finally:
             await workbench.stop()
         summary = {
-            "run_id": run.id,
+            "run_id": run_id,
             "before": result.before.mean_at_k,
             "after": result.after.mean_at_k,
             "k": test_k,
@@ -197,7 +182,7 @@ def train(
             print(
                 f"test mean@{test_k}: {summary['before']:.3f} -> {summary['after']:.3f} "
                 f"after {steps} RFT steps ({summary['rollouts_used']} training rollouts); "
-                f"run {run.id}, checkpoint {result.checkpoint.id}"
+                f"run {run_id}, checkpoint {result.checkpoint.id}"
             )
 
     uvloop.run(main())

@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import func
 from sqlmodel import col, select
 
 from app.db.schema import (
@@ -21,22 +20,21 @@ from app.db.schema import (
     Evaluation,
     Event,
     Harness,
-    Metric,
     Phase,
     Run,
     SearchIteration,
-    TrainingJob,
     now,
     utc,
 )
 from app.domains import get_domain
 from app.loop.experiment import Experiment, stored
 from app.loop.switching import harness_phase_end, weight_phase_end
+from app.phases import plot_test_point
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
-from app.search.phase import end_phase, harness_phase
+from app.search.phase import harness_phase
 from app.search.proposers import make_proposer
-from app.training.rft import rft_step
+from app.training.phase import steps_done, weight_phase
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -206,47 +204,23 @@ class Loop:
         harness, checkpoint = self._rows(phase)
         cfg = self.exp.rft
         step_cost = cfg.prompts_per_step * cfg.samples_per_prompt
-        jobs = self._jobs(phase)
-        # a step interrupted by a crash is finished first, then new steps run until the phase ends
-        unfinished = next((j for j in jobs if j.status in ("sampling", "training")), None)
-        checkpoint = self._checkpoint(
-            unfinished.checkpoint_in_id if unfinished else _last_checkpoint(jobs, checkpoint.id)
-        )
-        while True:
-            if unfinished is None:
-                rewards = [
-                    j.mean_reward or 0.0
-                    for j in self._jobs(phase)
-                    if j.status in ("done", "skipped")
-                ]
-                reason = self._weight_end(rewards, step_cost)
-                if reason:
-                    break
+
+        async def end_check(rewards: list[float]) -> str | None:
+            reason = self._weight_end(rewards, step_cost)
+            if reason is None:
                 await self.gate()
                 self.say(
                     "phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"}
                 )
-            step = unfinished.step if unfinished else self._steps_done()
-            _, checkpoint = await rft_step(
-                self.wb,
-                self.run_id,
-                harness,
-                checkpoint,
-                self.domain,
-                cfg,
-                step,
-                self.say,
-                phase.id,
-                job=unfinished,
-            )
-            unfinished = None
+            return reason
+
+        async def after_step(trained: Checkpoint) -> None:
             every = self.exp.test.every_weight_steps
-            if every and self._steps_done() % every == 0:
-                await self._test_point(harness.id, checkpoint.id)
-        return await self.wb.writer.run(
-            lambda s: end_phase(
-                s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id
-            )
+            if every and steps_done(self.wb, self.run_id) % every == 0:
+                await self._test_point(harness.id, trained.id)
+
+        return await weight_phase(
+            self.wb, phase, harness, checkpoint, self.domain, cfg, end_check, after_step, self.say
         )
 
     def _weight_end(self, rewards: list[float], step_cost: int) -> str | None:
@@ -259,27 +233,6 @@ class Loop:
             share = self.exp.stagewise_weight_share * self.exp.budget.rollouts
             return "stage" if self._usage().rollouts + step_cost > share else None
         return weight_phase_end(self.exp.switching, rewards)
-
-    def _jobs(self, phase: Phase) -> list[TrainingJob]:
-        with self.wb.session() as s:
-            return list(
-                s.exec(
-                    select(TrainingJob)
-                    .where(TrainingJob.phase_id == phase.id)
-                    .order_by(TrainingJob.id)
-                )
-            )
-
-    def _steps_done(self) -> int:
-        with self.wb.session() as s:
-            return s.exec(
-                select(func.count())
-                .select_from(TrainingJob)
-                .where(
-                    TrainingJob.run_id == self.run_id,
-                    col(TrainingJob.status).in_(("done", "skipped")),
-                )
-            ).one()
 
     def _checkpoint(self, checkpoint_id: int) -> Checkpoint:
         with self.wb.session() as s:
@@ -372,29 +325,11 @@ class Loop:
         await self._plot(evaluation)
 
     async def _plot(self, evaluation: Evaluation) -> None:
-        rollouts, steps, wall = self._usage().rollouts, self._steps_done(), self._wall_s()
-
-        def write(s):
-            exists = s.exec(
-                select(Metric.id).where(
-                    Metric.evaluation_id == evaluation.id, Metric.rollouts == rollouts
-                )
-            ).first()
-            if exists is None:
-                s.add(
-                    Metric(
-                        run_id=self.run_id,
-                        series="test/mean@k",
-                        x=steps,
-                        rollouts=rollouts,
-                        y=evaluation.mean_at_k,
-                        evaluation_id=evaluation.id,
-                        weight_steps=steps,
-                        wall_s=wall,
-                    )
-                )
-
-        await self.wb.writer.run(write)
+        rollouts, steps = self._usage().rollouts, steps_done(self.wb, self.run_id)
+        wall_s = self._wall_s()
+        await self.wb.writer.run(
+            lambda s: plot_test_point(s, self.run_id, evaluation, rollouts, steps, wall_s)
+        )
         self.say("test", {"evaluation": evaluation, "rollouts": rollouts})
 
     async def _complete_test_points(self) -> None:
@@ -434,11 +369,6 @@ class Loop:
 
         self.say("end", {"status": status, "reason": reason})
         return await self.wb.writer.run(finish)
-
-
-def _last_checkpoint(jobs: list[TrainingJob], default: int) -> int:
-    out = [j.checkpoint_out_id for j in jobs if j.checkpoint_out_id]
-    return out[-1] if out else default
 
 
 async def start_run(

@@ -4,9 +4,8 @@ from sqlalchemy import func
 from sqlmodel import Session, select
 
 from app.db.schema import Metric, Phase, Run
+from app.phases import TEST_SERIES
 from app.report.runs import get_runs
-
-TEST_SERIES = "test/mean@k"
 
 
 def test_points(session: Session, run_id: int) -> list[Metric]:

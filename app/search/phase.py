@@ -23,7 +23,6 @@ from app.config import SearchConfig
 from app.db.schema import (
     Checkpoint,
     Evaluation,
-    Event,
     Harness,
     Metric,
     Phase,
@@ -32,8 +31,8 @@ from app.db.schema import (
     now,
 )
 from app.domains import Domain
+from app.phases import end_phase, phase_rollouts
 from app.rollout.evaluate import sha_of
-from app.rollout.usage import spent
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.pareto import Score, accept, frontier
@@ -375,38 +374,11 @@ class _Search:
         return record
 
 
-def phase_rollouts(s, phase_id: int) -> int:
-    return spent(s, Evaluation.phase_id == phase_id)[0]
-
-
 def _invalidate(s, harness_id: int, error: str) -> Harness:
     harness = s.get(Harness, harness_id)
     harness.valid = False
     harness.error = error
     return harness
-
-
-def end_phase(s, phase_id: int, reason: str, **outs) -> Phase:
-    """Close a phase of either kind: why it ended, what it handed on, the rollouts it used."""
-    phase = s.get(Phase, phase_id)
-    for key, value in outs.items():
-        setattr(phase, key, value)
-    phase.status, phase.ended_reason = "done", reason
-    phase.finished_at = phase.finished_at or now()
-    phase.rollouts = phase_rollouts(s, phase_id)
-    s.add(
-        Event(
-            run_id=phase.run_id,
-            kind="phase_end",
-            detail={
-                "phase_id": phase_id,
-                "kind": phase.kind,
-                "round": phase.round,
-                "reason": reason,
-            },
-        )
-    )
-    return phase
 
 
 async def search_file(

@@ -1,16 +1,92 @@
-"""A weight phase on its own (`whale train`): test mean@k before, RFT steps, test mean@k after.
-
-The loop's scheduler alternates phases; this is the piece it calls for the weight side, and the
-way to measure what RFT alone does.
+"""One weight phase (docs/algorithm.md, "Weight phase"): online RFT steps under the phase's
+harness until the caller's end rule names a reason, resumable after a crash. The loop
+(app/loop/runner.py) calls `weight_phase` with the experiment's switching rule and budgets, as
+it calls app/search/phase.py's `harness_phase` for the other side; `train_file` is the same
+phase on its own (`whale train`), between two test points.
 """
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func
+from sqlmodel import col, select
 
 from app.config import RFTConfig
-from app.db.schema import Checkpoint, Evaluation, Harness, Metric, TrainingJob
+from app.db.schema import Checkpoint, Evaluation, Harness, Phase, TrainingJob, utc
 from app.domains import Domain
+from app.phases import end_phase, plot_test_point
 from app.training.rft import rft_step
+
+# The end rule: given the mean rewards of the phase's finished steps, why the phase ends now, or
+# None to run one more step.
+EndCheck = Callable[[list[float]], Awaitable[str | None]]
+
+
+def phase_jobs(workbench, phase_id: int) -> list[TrainingJob]:
+    with workbench.session() as s:
+        query = select(TrainingJob).where(TrainingJob.phase_id == phase_id)
+        return list(s.exec(query.order_by(TrainingJob.id)))
+
+
+def steps_done(workbench, run_id: int) -> int:
+    """The run's finished RFT steps, over all its weight phases (the x of its test points)."""
+    with workbench.session() as s:
+        return s.exec(
+            select(func.count())
+            .select_from(TrainingJob)
+            .where(TrainingJob.run_id == run_id, col(TrainingJob.status).in_(("done", "skipped")))
+        ).one()
+
+
+async def weight_phase(
+    workbench,
+    phase: Phase,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    domain: Domain,
+    cfg: RFTConfig,
+    end_check: EndCheck,
+    after_step: Callable[[Checkpoint], Awaitable[None]] | None = None,
+    progress: Callable[[str, dict], None] | None = None,
+) -> Phase:
+    """Run the phase's RFT steps and close it; returns the closed phase. A step a crash left
+    unfinished is finished first (its sampling is not repeated), then new steps run while
+    `end_check` says go on; `after_step` sees each step's checkpoint (e.g. for a test point)."""
+    jobs = phase_jobs(workbench, phase.id)
+    unfinished = next((j for j in jobs if j.status in ("sampling", "training")), None)
+    done = [j.checkpoint_out_id for j in jobs if j.checkpoint_out_id]
+    with workbench.session() as s:
+        start = unfinished.checkpoint_in_id if unfinished else (done[-1] if done else checkpoint.id)
+        checkpoint = s.get(Checkpoint, start)
+    while True:
+        if unfinished is None:
+            finished = phase_jobs(workbench, phase.id)
+            rewards = [j.mean_reward or 0.0 for j in finished if j.status in ("done", "skipped")]
+            reason = await end_check(rewards)
+            if reason:
+                break
+        step = unfinished.step if unfinished else steps_done(workbench, phase.run_id)
+        _, checkpoint = await rft_step(
+            workbench,
+            phase.run_id,
+            harness,
+            checkpoint,
+            domain,
+            cfg,
+            step,
+            progress,
+            phase.id,
+            job=unfinished,
+        )
+        unfinished = None
+        if after_step:
+            await after_step(checkpoint)
+    return await workbench.writer.run(
+        lambda s: end_phase(
+            s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id
+        )
+    )
 
 
 @dataclass
@@ -25,72 +101,75 @@ class PhaseResult:
         return sum(job.n_rollouts for job in self.jobs)
 
 
-async def test_point(
+async def train_file(
     workbench,
-    run_id: int,
-    harness: Harness,
-    checkpoint: Checkpoint,
-    domain: Domain,
-    k: int,
-    limit: int | None,
-    x: float,
-    rollouts: int,
-    progress=None,
-) -> Evaluation:
-    """Evaluate on the test split and record the point (x, test mean@k) of the run's curve."""
-    evaluation = await workbench.evaluator().evaluate(
-        run_id, harness, checkpoint, domain, "test", k, limit, progress
-    )
-    workbench.writer.add(
-        Metric(
-            run_id=run_id,
-            series="test/mean@k",
-            x=x,
-            rollouts=rollouts,
-            y=evaluation.mean_at_k,
-            evaluation_id=evaluation.id,
-            weight_steps=int(x),
-        )
-    )
-    return evaluation
-
-
-async def weight_phase(
-    workbench,
-    run_id: int,
-    harness: Harness,
-    checkpoint: Checkpoint,
+    harness_path: Path,
     domain: Domain,
     cfg: RFTConfig,
     test_k: int,
     test_limit: int | None,
     progress: Callable[[str, dict], None] | None = None,
-) -> PhaseResult:
+) -> tuple[int, PhaseResult]:
+    """`whale train`: a run of kind "rft" holding one weight phase of `cfg.steps` steps, with a
+    test point (mean@k, plotted like the loop's) before and after; returns (run id, result)."""
+    from app.workbench import read_harness
+
     say = progress or (lambda kind, data: None)
-    on_rollout = lambda r: say("rollout", {"rollout": r})  # noqa: E731
-    say("phase", {"what": f"test mean@{test_k} under {checkpoint.kind} checkpoint"})
-    before = await test_point(
-        workbench, run_id, harness, checkpoint, domain, test_k, test_limit, 0, 0, on_rollout
+    config = {
+        "harness": str(harness_path),
+        "rft": cfg.model_dump(),
+        "test_k": test_k,
+        "test_limit": test_limit,
+    }
+    run, harness, base = await workbench.start_run(
+        f"rft {harness_path.name}", "rft", domain.name, read_harness(harness_path), config
     )
-    jobs = []
-    for step in range(cfg.steps):
-        say("phase", {"what": f"RFT step {step + 1}/{cfg.steps}"})
-        job, checkpoint = await rft_step(
-            workbench, run_id, harness, checkpoint, domain, cfg, step, progress
+    phase = await workbench.writer.insert(
+        Phase(
+            run_id=run.id,
+            kind="weight",
+            round=1,
+            harness_in_id=harness.id,
+            checkpoint_in_id=base.id,
         )
-        jobs.append(job)
-    say("phase", {"what": f"test mean@{test_k} under the trained checkpoint"})
-    used = sum(job.n_rollouts for job in jobs)
-    after = await test_point(
-        workbench,
-        run_id,
-        harness,
-        checkpoint,
-        domain,
-        test_k,
-        test_limit,
-        cfg.steps,
-        used,
-        on_rollout,
     )
-    return PhaseResult(before, after, jobs, checkpoint)
+
+    async def test_point(checkpoint: Checkpoint) -> Evaluation:
+        say("phase", {"what": f"test mean@{test_k} under the {checkpoint.kind} checkpoint"})
+        evaluation = await workbench.evaluator().evaluate(
+            run.id,
+            harness,
+            checkpoint,
+            domain,
+            "test",
+            test_k,
+            test_limit,
+            lambda r: say("rollout", {"rollout": r}),
+        )
+        used = sum(j.n_rollouts for j in phase_jobs(workbench, phase.id))
+        steps = steps_done(workbench, run.id)
+        wall_s = (utc(evaluation.finished_at) - utc(run.created_at)).total_seconds()
+        await workbench.writer.run(
+            lambda s: plot_test_point(s, run.id, evaluation, used, steps, wall_s)
+        )
+        return evaluation
+
+    async def fixed_steps(rewards: list[float]) -> str | None:
+        if len(rewards) >= cfg.steps:
+            return "fixed"
+        say("phase", {"what": f"RFT step {len(rewards) + 1}/{cfg.steps}"})
+        return None
+
+    try:
+        before = await test_point(base)
+        phase = await weight_phase(
+            workbench, phase, harness, base, domain, cfg, fixed_steps, progress=progress
+        )
+        with workbench.session() as s:
+            trained = s.get(Checkpoint, phase.checkpoint_out_id)
+        after = await test_point(trained)
+    except BaseException:
+        await workbench.finish_run(run.id, "failed")
+        raise
+    await workbench.finish_run(run.id, "done")
+    return run.id, PhaseResult(before, after, phase_jobs(workbench, phase.id), trained)

@@ -2,6 +2,7 @@
 serve` again: the run resumes where it was and ends as if nothing happened - no phase twice, no
 recorded rollout lost or counted twice, the interrupted training retried."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -64,10 +65,10 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     db = tmp_path / "home" / "whale.db"
     # Start from the seed with the program solver and worked examples: most rollouts pass, so
     # every weight step trains (and there is a training to interrupt).
-    harness = tmp_path / "program.py"
-    harness.write_text(seed_with(SOLVER="program", EXAMPLES=3))
+    # (over HTTP a harness comes as code, not as a path on the server)
+    harness = json.dumps(seed_with(SOLVER="program", EXAMPLES=3))
     text = quick_toml("crash", rollouts=70, rft={"samples_per_prompt": 4}, search={"tasks": 6})
-    text = text.replace('domain = "arith"', f'domain = "arith"\nharness = "{harness}"')
+    text = text.replace('domain = "arith"', f'domain = "arith"\nharness_code = {harness}')
     proc, url = serve(whale_env)
     try:
         response = httpx.post(

@@ -4,7 +4,7 @@ import asyncio
 import json
 import sqlite3
 
-from app.loop.experiment import config_hash, parse
+from app.loop.experiment import config_hash, incoming_harness, parse
 from app.loop.runner import Loop, start_run
 from tests.conftest import attached_settings, started_workbench, whale
 from tests.loop.conftest import quick_toml, store_invariants
@@ -38,7 +38,10 @@ def test_single_side_and_stagewise_strategies(tmp_path, model_server, model_cach
             kinds = {}
             for strategy in ("weight_only", "harness_only", "stagewise"):
                 text = quick_toml(strategy, strategy, rollouts=26, test={"at_start": "false"})
-                run = await start_run(workbench, parse(text), text, config_hash(text))
+                experiment = parse(text)
+                with workbench.session() as s:
+                    incoming = incoming_harness(experiment, s)
+                run = await start_run(workbench, experiment, text, config_hash(text), incoming)
                 await Loop(workbench, run.id).run()
                 kinds[strategy] = run.id
             return kinds

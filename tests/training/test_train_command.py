@@ -47,6 +47,19 @@ def test_whale_train_runs_a_weight_phase_and_reports_it(whale_env, tmp_path):
         ).fetchone() == ("rft", "done")
         jobs = db.execute("SELECT count(*) FROM training_job WHERE run_id = ?", (out["run_id"],))
         assert jobs.fetchone()[0] == 1
+        # the same weight phase the loop runs: one phase row, closed after its one step
+        phase = db.execute(
+            "SELECT kind, status, ended_reason, rollouts FROM phase WHERE run_id = ?",
+            (out["run_id"],),
+        ).fetchall()
+        assert phase == [("weight", "done", "fixed", 8)]
+        # and the run's curve: a test point before (0 steps) and after (1 step, 8 rollouts)
+        points = db.execute(
+            "SELECT weight_steps, rollouts, y FROM metric WHERE run_id = ? AND "
+            "series = 'test/mean@k' ORDER BY id",
+            (out["run_id"],),
+        ).fetchall()
+        assert points == [(0, 0, out["before"]), (1, 8, out["after"])]
         kind = db.execute("SELECT kind FROM checkpoint WHERE id = ?", (out["checkpoint_id"],))
         # a step that accepted nothing trains nothing: the checkpoint stays the base
         assert kind.fetchone()[0] == ("lora" if step["status"] == "done" else "base")
