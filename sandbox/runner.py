@@ -336,10 +336,9 @@ def confine(filter_path):
     fprog = SockFprog(len(program) // 8, ctypes.addressof(code))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    # PR_SET_DUMPABLE 0, PR_SET_NO_NEW_PRIVS 1, PR_SET_SECCOMP with SECCOMP_MODE_FILTER
-    for option, arg in ((4, 0), (38, 1), (22, 2)):
-        extra = ctypes.addressof(fprog) if option == 22 else 0
-        if libc.prctl(option, arg, extra, 0, 0) != 0:
+    # PR_SET_DUMPABLE 0, PR_SET_NO_NEW_PRIVS 1, PR_SET_SECCOMP SECCOMP_MODE_FILTER &fprog
+    for option, arg, address in ((4, 0, 0), (38, 1, 0), (22, 2, ctypes.addressof(fprog))):
+        if libc.prctl(option, arg, address, 0, 0) != 0:
             raise SystemExit(f"runner: prctl({option}) failed: {os.strerror(ctypes.get_errno())}")
 
 

@@ -71,7 +71,8 @@ def load_steps(
             steps[step.rollout_id].append(step)
     loaded = {}
     for rollout_id, rows in steps.items():
-        model = [step for step in rows if step.kind == "model"]
-        whole = dict(zip((id(step) for step in model), expand_requests(st.request for st in model)))
-        loaded[rollout_id] = [(step, whole.get(id(step), step.request)) for step in rows]
+        whole = iter(expand_requests(step.request for step in rows if step.kind == "model"))
+        loaded[rollout_id] = [
+            (st, next(whole) if st.kind == "model" else st.request) for st in rows
+        ]
     return loaded
