@@ -1,4 +1,4 @@
-"""Phase rows, shared by both phase kinds (app/training/phase.py, app/search/phase.py), the loop
+"""Phase rows, shared by both phase kinds (app/training/weight_phase.py, app/search/harness_phase.py), the loop
 and the views: closing a phase, counting the rollouts it used, plotting a test point."""
 
 from sqlmodel import select

@@ -1,19 +1,25 @@
-"""The FastAPI application: JSON API under /api, HTML pages, static files, behind the web
-security checks (access token, CSRF)."""
+"""The FastAPI application: every page as HTML and as JSON under /api (app/web/pages.py), the
+writes (app/web/actions.py), static files, behind the web security checks (Host, access token,
+CSRF). An error answers a browser with a page and the API with JSON."""
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
 from app import ROOT
-from app.api.control import router as control_router
-from app.api.routes import router as api_router
 from app.loop.manager import LoopManager
-from app.web import security
-from app.web.pages import router as web_router
-from app.web.run_pages import router as run_pages_router
+from app.web import actions, pages, security
+from app.web.templating import render
 from app.workbench import Workbench
+
+
+def answer_error(request: Request, status: int, message: str):
+    """The API and scripts get {"detail": message}; a browser page gets a page saying it."""
+    if request.url.path.startswith(("/api/", "/static/")):
+        return JSONResponse({"detail": message}, status_code=status)
+    return render(request, "404.html", {"message": message, "status": status}, status)
 
 
 def create_app(workbench: Workbench, token: str | None = None, host: str = "127.0.0.1") -> FastAPI:
@@ -43,12 +49,16 @@ def create_app(workbench: Workbench, token: str | None = None, host: str = "127.
             f"{'.'.join(str(p) for p in e['loc'][1:]) or e['loc'][0]}: {e['msg']}"
             for e in exc.errors()
         ]
-        return JSONResponse({"detail": "; ".join(problems)}, status_code=422)
+        return answer_error(request, 422, "; ".join(problems))
 
-    app.include_router(api_router, prefix="/api")
-    app.include_router(control_router, prefix="/api")
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        return answer_error(request, exc.status_code, str(exc.detail))
+
+    app.include_router(pages.api, prefix="/api")
+    app.include_router(actions.api, prefix="/api")
     app.include_router(security.router, prefix="/api")
-    app.include_router(run_pages_router)
-    app.include_router(web_router)
+    app.include_router(actions.forms)
+    app.include_router(pages.html)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     return app

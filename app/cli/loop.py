@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlmodel import select
 
-from app.cli.common import fail
+from app import control
+from app.cli.base import fail
 from app.config import Settings
 from app.db.schema import Event, Metric, Phase, Run
-from app.loop import control
 from app.loop.experiment import ExperimentError, config_hash, incoming_harness, load
 from app.progress import err, phase_progress, progress_bars
 
@@ -28,8 +28,8 @@ def run(
     """Run an experiment headless: progress per phase, a summary table at the end.
 
     An unfinished run of the same experiment (same name, same file) is resumed."""
+    from app.loop.driver import Loop, start_run, unfinished_runs
     from app.loop.lock import StoreBusy, StoreLock
-    from app.loop.runner import Loop, start_run, unfinished_runs
     from app.workbench import Workbench
 
     try:

@@ -10,13 +10,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from app.cli.common import BAD_INPUT
+from app.cli.base import BAD_INPUT
 from app.config import Settings
 from app.progress import err
-from app.report.compare import compare_runs
+from app.read.compare import compare_runs
+from app.read.curves import X_LABELS
+from app.read.runs import UnknownRuns
 from app.report.export import export_run
-from app.report.plot import X_LABELS, plot_accuracy_vs_rollouts
-from app.report.runs import UnknownRuns
+from app.report.plot import plot_accuracy_vs_rollouts
 
 
 @contextmanager

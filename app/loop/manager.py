@@ -4,8 +4,8 @@ import asyncio
 import logging
 
 from app.db.schema import Run
+from app.loop.driver import Loop, start_run, unfinished_runs
 from app.loop.experiment import Experiment, ExperimentError, config_hash, incoming_harness, parse
-from app.loop.runner import Loop, start_run, unfinished_runs
 
 log = logging.getLogger(__name__)
 

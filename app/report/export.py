@@ -24,7 +24,7 @@ from app.db.schema import (
     TrainingJob,
 )
 from app.db.steps import load_steps
-from app.report.runs import get_runs
+from app.read.runs import get_runs
 
 ROLLOUT_BATCH = 500  # rollouts (with their steps) held in memory at once
 

@@ -8,52 +8,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from sqlmodel import Session
 
-from app.db.schema import Metric, Run
-from app.report.compare import test_k, test_points
-from app.report.runs import get_runs
+from app.read.compare import test_k
+from app.read.curves import X_LABELS, curve, label, x_axis
+from app.read.runs import get_runs
 
-X_LABELS = {
-    "rollouts": "rollouts used (training + harness search)",
-    "weight_steps": "RFT steps",
-    "wall_s": "wall-clock time",
-}
 # Colour and marker both change from run to run, so curves stay apart in greyscale too.
 MARKERS = "os^DvP*Xhp<>"
-LABEL_CHARS = 44
-
-
-def x_value(point: Metric, x: str) -> float | None:
-    if x == "weight_steps" and point.weight_steps is None:
-        return point.x  # runs from before the loop: x counted the RFT steps
-    return getattr(point, x)
-
-
-def time_unit(longest_s: float) -> tuple[float, str]:
-    """Seconds, minutes or hours, whichever keeps the tick labels short."""
-    if longest_s >= 2 * 3600:
-        return 3600, "h"
-    return (60, "min") if longest_s >= 120 else (1, "s")
-
-
-def label(run: Run) -> str:
-    text = f"#{run.id} {run.strategy or run.kind}: {run.name}"
-    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
-
-
-def curve(session: Session, run: Run, x: str) -> tuple[list[tuple[float, float]], str]:
-    """The run's points on this x axis, and a note for the legend when it has none."""
-    tests = test_points(session, run.id)
-    points = [(x_value(p, x), p.y) for p in tests if x_value(p, x) is not None]
-    note = "" if points else f" (no {x} recorded)" if tests else " (no test points)"
-    return points, note
-
-
-def x_axis(x: str, longest: float) -> tuple[float, str]:
-    """What to divide x by, and the axis label: wall time goes in minutes or hours."""
-    if x != "wall_s":
-        return 1, X_LABELS[x]
-    scale, unit = time_unit(longest)
-    return scale, f"{X_LABELS[x]} ({unit})"
 
 
 def style_axes(ax, x: str, xlabel: str, metric: str) -> None:

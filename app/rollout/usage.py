@@ -1,5 +1,6 @@
-"""What a run has used so far: the one accounting every strategy shares, so runs compare at
-equal cost. Rollouts of test evaluations are reporting, not search, and are not counted;
+"""What a run has used so far, and what its budgets leave: the one accounting every strategy
+shares, so runs compare at equal cost. The loop stops on it and the run page shows it, from the
+same functions. Rollouts of test evaluations are reporting, not search, and are not counted;
 smoke rollouts of harness candidates are."""
 
 from dataclasses import dataclass
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Rollout, SearchIteration
+from app.db.schema import Evaluation, Metric, Phase, Rollout, SearchIteration
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,16 @@ def spent(s: Session, *which) -> tuple[int, int]:
     return done_rollouts + live_rollouts, done_tokens + live_tokens
 
 
+# The budgets an experiment may set ([budget] in its TOML), in the order they are shown.
+BUDGETS = ("rollouts", "tokens", "proposer_usd", "wall_s")
+EXCEEDED = {
+    "rollouts": "budget: rollouts",
+    "tokens": "budget: tokens",
+    "proposer_usd": "budget: proposer cost",
+    "wall_s": "budget: wall time",
+}
+
+
 def usage(s: Session, run_id: int) -> Usage:
     rollouts, tokens = spent(s, Evaluation.run_id == run_id)
     proposer_tokens, usd = s.exec(
@@ -52,3 +63,54 @@ def usage(s: Session, run_id: int) -> Usage:
         ).where(SearchIteration.run_id == run_id)
     ).one()
     return Usage(rollouts, tokens + proposer_tokens, usd)
+
+
+def spending(s: Session, run_id: int, wall_s: float) -> dict[str, float]:
+    """What the run spent of each budget, its wall time (measured by the caller) included."""
+    used = usage(s, run_id)
+    return {
+        "rollouts": used.rollouts,
+        "tokens": used.tokens,
+        "proposer_usd": used.proposer_usd,
+        "wall_s": wall_s,
+    }
+
+
+def budget_lines(limits: dict, spent: dict[str, float]) -> list[dict]:
+    """Each budget: what it allows (None: unlimited), what the run used, what is left."""
+    lines = []
+    for name in BUDGETS:
+        limit, used = limits.get(name), spent[name]
+        lines.append(
+            {
+                "name": name,
+                "used": used,
+                "limit": limit,
+                "left": None if limit is None else max(limit - used, 0),
+                "share": None if not limit else min(used / limit, 1.0),
+            }
+        )
+    return lines
+
+
+def over_budget(limits: dict, spent: dict[str, float], next_cost: int) -> str | None:
+    """Which budget stops the run before its next unit of work (costing `next_cost` rollouts):
+    the rollout budget when that unit would overshoot it, any other once it is used up."""
+    for name in BUDGETS:
+        limit = limits.get(name)
+        if limit is None:
+            continue
+        if name == "rollouts" and spent[name] + max(next_cost, 1) > limit:
+            return EXCEEDED[name]
+        if name != "rollouts" and spent[name] >= limit:
+            return EXCEEDED[name]
+    return None
+
+
+def rollouts_used(session: Session, run_id: int) -> int:
+    """Rollouts the run used, as its curve counts them: its metrics count them as it goes, its
+    phases when they end; a run may have only one of the two (older runs have no phases), so
+    take the larger."""
+    by_metrics = session.exec(select(func.max(Metric.rollouts)).where(Metric.run_id == run_id))
+    by_phases = session.exec(select(func.sum(Phase.rollouts)).where(Phase.run_id == run_id))
+    return max(by_metrics.one() or 0, by_phases.one() or 0)

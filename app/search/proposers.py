@@ -4,7 +4,7 @@
 from app.config import SearchConfig
 from app.search.agent import AgentProposer
 from app.search.knobs import KnobsProposer
-from app.search.llm import LLMProposer
+from app.search.llm_proposer import LLMProposer
 
 
 def make_proposer(cfg: SearchConfig, workbench):

@@ -1,133 +1,252 @@
-"""HTML pages. Each page renders the dict its JSON twin under /api returns (see app/api/)."""
+"""Every page of the UI, declared once: its path, the one function that loads its data, and its
+template. Each page is served twice from that data (Datasette's way): as HTML at its path and
+as JSON at the same path under /api, so the JSON holds everything the page shows.
+
+A data function is a FastAPI dependency: its parameters are the page's path and query
+parameters, validated once for both renderings. It reads and never writes. What a template
+needs beyond the data (an SVG drawn from it, a trace laid out in windows) comes from a
+`present` function of the data alone, so it cannot hold anything the JSON lacks.
+"""
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import HTMLResponse, JSONResponse
 
-from app.api.checkpoints import get_checkpoint
-from app.api.common import RowId, SessionDep
-from app.api.contrast import ContrastQuery, contrast
-from app.api.harnesses import AgainstQuery, FullQuery, get_harness, pickable
-from app.api.lineage import get_lineage
-from app.api.rollout_filters import MAX_ID, STATUS_CHOICES, RolloutFilters, filter_choices
-from app.api.rollouts import StepsQuery, get_rollout, list_rollouts, model_step_before
-from app.api.trace_compare import CompareQuery, compare_candidates, compare_rollouts
-from app.api.training import get_training_job
-from app.web.lineage import legend_svg, lineage_svg
+from app import ROOT
+from app.read import models
+from app.read.checkpoints import get_checkpoint
+from app.read.common import RowId, SessionDep
+from app.read.compare import RunIds, get_comparison
+from app.read.contrast import ContrastQuery, contrast
+from app.read.dashboard import BaselineQuery, XQuery, get_dashboard, run_choices, run_log
+from app.read.harnesses import AgainstQuery, FullQuery, get_harness, pickable
+from app.read.lineage import get_lineage
+from app.read.rollout_filters import MAX_ID, STATUS_CHOICES, RolloutFilters, filter_choices
+from app.read.rollouts import StepsQuery, get_rollout, list_rollouts
+from app.read.runs import get_run, list_runs
+from app.read.trace_compare import CompareQuery, compare_candidates, compare_rollouts
+from app.read.training_jobs import get_training_job
+from app.web.lineage_svg import legend_svg, lineage_svg
 from app.web.templating import render
 from app.web.trace import trace_segments
 
-router = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+html = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+api = APIRouter()
+Data = dict[str, Any]
 
 
-def show(request: Request, template: str, load: Callable[[], dict[str, Any]]) -> HTMLResponse:
-    """Render `template` with what `load` returns, or a readable error page for an unknown id
-    (404) or a request that cannot be answered (e.g. 422: nothing picked to compare)."""
-    try:
-        context = load()
-    except HTTPException as exc:
-        return render(
-            request,
-            "404.html",
-            {"message": exc.detail, "status": exc.status_code},
-            status_code=exc.status_code,
-        )
-    return render(request, template, context)
+@dataclass(frozen=True)
+class Page:
+    path: str
+    load: Callable[..., Data]
+    template: str
+    response_model: type
+    present: Callable[[Data], Data] | None
 
 
-@router.get("/harnesses/{harness_id}")
-def harness_page(
-    request: Request,
-    harness_id: RowId,
-    s: SessionDep,
-    against: AgainstQuery = None,
-    full: FullQuery = False,
+PAGES: list[Page] = []  # every page declared below, in order
+
+
+def page(
+    path: str,
+    template: str,
+    response_model: type,
+    present: Callable[[Data], Data] | None = None,
+    also: tuple[str, ...] = (),
 ):
-    def load():
-        data = get_harness(s, harness_id, against=against, full=full)
-        return {**data, "pickable": pickable(s, data["harness"]["run_id"]), "full": full}
+    """Declare a page: the decorated data function answers GET `path` as `template` rendered
+    and GET /api`path` as JSON (documented by `response_model`); `also` are more HTML paths."""
 
-    return show(request, "harness.html", load)
+    def register(load: Callable[..., Data]) -> Callable[..., Data]:
+        doc = (load.__doc__ or "").strip()
 
+        def as_json(data: Annotated[Data, Depends(load)]) -> JSONResponse:
+            # The model documents the answer (tests check the two agree); the data goes out
+            # whole, encoded like every other answer of the API.
+            return JSONResponse(jsonable_encoder(data))
 
-@router.get("/runs/{run_id}/lineage")
-def lineage_page(request: Request, run_id: RowId, s: SessionDep):
-    def load():
-        data = get_lineage(s, run_id)
-        return {**data, "tree": lineage_svg(data), "legend": legend_svg()}
+        def as_html(request: Request, data: Annotated[Data, Depends(load)]) -> HTMLResponse:
+            return render(request, template, {**data, **(present(data) if present else {})})
 
-    return show(request, "lineage.html", load)
-
-
-@router.get("/rollouts")
-def rollouts_page(request: Request, s: SessionDep, filters: Annotated[RolloutFilters, Query()]):
-    def load():
-        data = list_rollouts(s, **filters.model_dump())
-        return {
-            **data,
-            "statuses": STATUS_CHOICES,
-            "here": filters.url_params(),
-            "choices": filter_choices(s, filters.run),
-            "max_id": MAX_ID,
-        }
-
-    return show(request, "rollouts.html", load)
-
-
-@router.get("/rollouts/contrast")
-def contrast_page(request: Request, s: SessionDep, query: Annotated[ContrastQuery, Query()]):
-    def load():  # until a side is picked, the form alone
-        data = (
-            contrast(s, query) if query.picked() else {"query": query.model_dump(), "tasks": None}
+        api.add_api_route(
+            path,
+            as_json,
+            methods=["GET"],
+            response_model=response_model,
+            name=load.__name__,
+            summary=doc.split("\n")[0],
+            description=doc,
         )
-        return {**data, "choices": filter_choices(s, query.run)}
+        for html_path in (path, *also):
+            html.add_api_route(html_path, as_html, methods=["GET"], name=f"{load.__name__}_html")
+        PAGES.append(Page(path, load, template, response_model, present))
+        return load
 
-    return show(request, "contrast.html", load)
-
-
-@router.get("/rollouts/compare")
-def compare_page(request: Request, s: SessionDep, query: Annotated[CompareQuery, Query()]):
-    def load():
-        data = compare_rollouts(s, query)
-        for side in (data["a"], data["b"]):
-            side["segments"] = _segments(s, side)
-        return data
-
-    return show(request, "trace_compare.html", load)
+    return register
 
 
-def _segments(s, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """A trace's loaded steps laid out with the gaps between them (app/web/trace.py)."""
-    rollout_id = data["rollout"]["id"]
-    return trace_segments(data, lambda idx: model_step_before(s, rollout_id, idx))
+# -- runs --------------------------------------------------------------------------------------
 
 
-@router.get("/rollouts/{rollout_id}")
-def rollout_page(request: Request, rollout_id: RowId, s: SessionDep, steps: StepsQuery = None):
-    def load():
-        data = get_rollout(s, rollout_id, steps, window=True)
-        return {
-            **data,
-            "segments": _segments(s, data),
-            "compare_with": compare_candidates(s, rollout_id),
-        }
-
-    return show(request, "rollout.html", load)
+def experiment_presets() -> dict[str, str]:
+    """The experiment files shipped in experiments/, offered when starting a run."""
+    folder = ROOT / "experiments"
+    return {p.name: p.read_text() for p in sorted(folder.glob("*.toml"))} if folder.is_dir() else {}
 
 
-@router.get("/training/{job_id}")
-def training_job_page(request: Request, job_id: RowId, s: SessionDep):
-    return show(request, "training_job.html", lambda: get_training_job(s, job_id))
+def runs_data(s, error: str | None = None, experiment: str | None = None) -> Data:
+    presets = experiment_presets()
+    default = presets.get("arith-quick.toml") or next(iter(presets.values()), "")
+    return {
+        "runs": list_runs(s),
+        "presets": presets,
+        "error": error,
+        "experiment": experiment if experiment is not None else default,
+    }
 
 
-@router.get("/training/{job_id}/live")
-def training_job_live_fragment(request: Request, job_id: RowId, s: SessionDep):
+@page("/runs", "runs.html", models.RunsPage, also=("/",))
+def runs(s: SessionDep) -> Data:
+    """Every run, newest first, with its progress and best test mean@k, and the experiment
+    files offered for starting a new one."""
+    return runs_data(s)
+
+
+@page("/runs/compare", "compare.html", models.ComparePage)
+def compare(s: SessionDep, ids: RunIds = (), x: XQuery = "rollouts") -> Data:
+    """Up to ten runs: their summaries and test mean@k curves against x."""
+    return {**get_comparison(s, list(ids), x), "ids": list(ids)}
+
+
+def run_data(s, run_id: int, x: str, baseline: int | None, message: str | None = None) -> Data:
+    return {
+        **get_run(s, run_id),
+        "dashboard": get_dashboard(s, run_id, x, baseline),
+        "choices": run_choices(s),
+        "view": {"x": x, "baseline": baseline},
+        "message": message,
+    }
+
+
+@page("/runs/{run_id}", "run.html", models.RunPage)
+def run(run_id: RowId, s: SessionDep, x: XQuery = "rollouts", baseline: BaselineQuery = None):
+    """A run with its evaluations, rollout counts per status, newest failures, its weight and
+    harness phases, and its dashboard: timeline, budgets, activity, controls, event log and
+    curves against x, with a baseline run overlaid."""
+    return run_data(s, run_id, x, baseline)
+
+
+@page("/runs/{run_id}/live", "_run_live.html", models.RunPage)
+def run_live(
+    run_id: RowId, s: SessionDep, x: XQuery = "rollouts", baseline: BaselineQuery = None
+) -> Data:
+    """The part of the run page that htmx polls while the run can still change."""
+    return run_data(s, run_id, x, baseline)
+
+
+@api.get("/runs/{run_id}/events")
+def run_events(run_id: RowId, s: SessionDep) -> list[dict[str, Any]]:
+    """The run's whole log, oldest first (its page shows the newest entries)."""
+    return run_log(s, run_id)
+
+
+@page(
+    "/runs/{run_id}/lineage",
+    "lineage.html",
+    models.LineagePage,
+    present=lambda d: {"tree": lineage_svg(d), "legend": legend_svg()},
+)
+def lineage(run_id: RowId, s: SessionDep) -> Data:
+    """The run's harness tree (nodes, parent edges, scores, accepted) and checkpoint chain."""
+    return get_lineage(s, run_id)
+
+
+# -- harnesses, training jobs, checkpoints ----------------------------------------------------
+
+
+@page("/harnesses/{harness_id}", "harness.html", models.HarnessPage)
+def harness(
+    harness_id: RowId, s: SessionDep, against: AgainstQuery = None, full: FullQuery = False
+) -> Data:
+    """A harness with its code, parent, children, evaluations, scores per checkpoint and split,
+    its code diffed against its parent (or `against`), and what it can be compared against."""
+    data = get_harness(s, harness_id, against=against, full=full)
+    return {**data, "pickable": pickable(s, data["harness"]["run_id"]), "full": full}
+
+
+@page("/training/{job_id}", "training_job.html", models.TrainingJobPage)
+def training_job(job_id: RowId, s: SessionDep) -> Data:
+    """A training job (one RFT step) with its counts, loss curve and first accepted rollouts."""
+    return get_training_job(s, job_id)
+
+
+@page("/training/{job_id}/live", "_training_live.html", models.TrainingJobPage)
+def training_job_live(job_id: RowId, s: SessionDep) -> Data:
     """The part of the job page that htmx polls while the job samples or trains."""
-    return show(request, "_training_live.html", lambda: get_training_job(s, job_id))
+    return get_training_job(s, job_id)
 
 
-@router.get("/checkpoints/{checkpoint_id}")
-def checkpoint_page(request: Request, checkpoint_id: RowId, s: SessionDep):
-    return show(request, "checkpoint.html", lambda: get_checkpoint(s, checkpoint_id))
+@page("/checkpoints/{checkpoint_id}", "checkpoint.html", models.CheckpointPage)
+def checkpoint(checkpoint_id: RowId, s: SessionDep) -> Data:
+    """A checkpoint with the job that made it, its lineage, children and evaluations."""
+    return get_checkpoint(s, checkpoint_id)
+
+
+# -- rollouts and traces ----------------------------------------------------------------------
+
+
+@page("/rollouts", "rollouts.html", models.RolloutsPage)
+def rollouts(s: SessionDep, filters: Annotated[RolloutFilters, Query()]) -> Data:
+    """One page of rollouts, filtered, in id order: `items`, the cursors of the neighbouring
+    pages (`next_after`, `prev_before`), the text search's progress, counts per status, and
+    the choices the filter form offers."""
+    return {
+        **list_rollouts(s, **filters.model_dump()),
+        "statuses": STATUS_CHOICES,
+        "here": filters.url_params(),
+        "choices": filter_choices(s, filters.run),
+        "max_id": MAX_ID,
+    }
+
+
+@page("/rollouts/contrast", "contrast.html", models.ContrastPage)
+def rollouts_contrast(s: SessionDep, query: Annotated[ContrastQuery, Query()]) -> Data:
+    """The tasks that fail under side A and pass under side B, with one trace of each; until a
+    side is named, only the choices of the form (`tasks` is null)."""
+    data = contrast(s, query) if query.picked() else {"query": query.model_dump(), "tasks": None}
+    return {**data, "choices": filter_choices(s, query.run)}
+
+
+def _both_segments(data: Data) -> Data:
+    return {"both_segments": {side: trace_segments(data[side]) for side in ("a", "b")}}
+
+
+@page("/rollouts/compare", "trace_compare.html", models.TraceComparePage, present=_both_segments)
+def rollouts_compare(s: SessionDep, query: Annotated[CompareQuery, Query()]) -> Data:
+    """Two rollouts side by side (a long trace: its first and last steps)."""
+    return compare_rollouts(s, query)
+
+
+@page(
+    "/rollouts/{rollout_id}",
+    "rollout.html",
+    models.RolloutPage,
+    present=lambda d: {"segments": trace_segments(d)},
+)
+def rollout(rollout_id: RowId, s: SessionDep, steps: StepsQuery = None) -> Data:
+    """A rollout and its trace: every model and tool step in order (a long trace: its first and
+    last steps; `steps=a-b`: those), and other rollouts of its task to compare it with."""
+    return {**get_rollout(s, rollout_id, steps), "compare_with": compare_candidates(s, rollout_id)}
+
+
+@api.get("/rollouts/{rollout_id}/raw")
+def rollout_raw(rollout_id: RowId, s: SessionDep):
+    """The whole rollout with every step, as a file download."""
+    return JSONResponse(
+        jsonable_encoder(get_rollout(s, rollout_id, whole=True)),
+        headers={"Content-Disposition": f'attachment; filename="rollout-{rollout_id}.json"'},
+    )

@@ -15,7 +15,7 @@ from pygments.lexers import PythonLexer
 
 from app import ROOT
 from app.db.schema import utc
-from app.web.curves import (
+from app.web.charts import (
     best_success_chart,
     harness_success_chart,
     loss_chart,

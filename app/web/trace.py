@@ -8,7 +8,6 @@ A long trace shows a window of its steps (see get_rollout); the hidden ones beco
 link to the next windows.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 GAP_WINDOW = 50  # steps one "show steps a-b" link of a long trace opens
@@ -83,12 +82,10 @@ def _gap(first: int, last: int) -> dict[str, Any]:
     return {"gap": {"first": first, "last": last, "n": n, "windows": windows}}
 
 
-def trace_segments(
-    data: dict[str, Any], model_step_before: Callable[[int], dict[str, Any] | None]
-) -> list[dict[str, Any]]:
+def trace_segments(data: dict[str, Any]) -> list[dict[str, Any]]:
     """A trace as the page lays it out: runs of shown steps ({"steps": views}) and the gaps
     between them ({"gap": ...}), from what get_rollout returned (`shown`: the index ranges
-    loaded, None for all)."""
+    loaded, None for all; `model_step_before`: the model call before each range)."""
     steps, first, last = data["steps"], data["first_step"], data["last_step"]
     if first is None:
         return []
@@ -96,14 +93,13 @@ def trace_segments(
         return [{"steps": step_views(steps)}]
     segments: list[dict[str, Any]] = []
     next_idx = first  # the first index not laid out yet
-    for a, b in data["shown"]:
+    for (a, b), previous in zip(data["shown"], data["model_step_before"]):
         a, b = max(a, next_idx), min(b, last)
         if a > b:
             continue
         if a > next_idx:
             segments.append(_gap(next_idx, a - 1))
         window = [st for st in steps if a <= st["idx"] <= b]
-        previous = model_step_before(a) if a > first else None
         segments.append({"steps": step_views(window, previous)})
         next_idx = b + 1
     if next_idx <= last:

@@ -1,4 +1,5 @@
-"""Malformed requests answer 4xx with a JSON message, never 500."""
+"""Malformed requests answer 4xx with a message, never 500: JSON for the API, a page for a
+browser."""
 
 import pytest
 
@@ -30,7 +31,19 @@ import pytest
 def test_malformed_request_is_a_422_with_a_message(client, url, mentions):
     response = client.get(url)
     assert response.status_code == 422
-    assert mentions in response.json()["detail"]
+    if url.startswith("/api/"):
+        assert mentions in response.json()["detail"]
+    else:  # a page saying what is wrong, inside the site's layout
+        assert response.headers["content-type"].startswith("text/html")
+        assert "Cannot show this" in response.text and mentions in response.text
+
+
+def test_an_unknown_path_is_a_page_for_a_browser_and_json_for_the_api(client):
+    page = client.get("/nonexistent")
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert "<h1>Not found</h1>" in page.text and 'href="/runs"' in page.text
+    api = client.get("/api/nonexistent")
+    assert api.status_code == 404 and api.json() == {"detail": "Not Found"}
 
 
 def test_huge_id_is_not_found_rather_than_an_error(client):

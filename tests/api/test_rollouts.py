@@ -3,8 +3,9 @@ and /api/rollouts/{id} (the trace)."""
 
 import pytest
 
-from app.api import rollouts as rollouts_module
 from app.db.schema import Phase, Rollout
+from app.read import rollouts as rollouts_module
+from tests.conftest import error_detail
 
 MIXED = ["pass", "fail", "error", "timeout", "fail", "pass"] * 5
 MAX_ID = 2**63 - 1
@@ -320,7 +321,7 @@ def test_malformed_filters_are_a_422_naming_the_parameter(client, params, mentio
     for url in ("/api/rollouts", "/rollouts"):
         response = client.get(url, params=params)
         assert response.status_code == 422, url
-        assert mentions in response.json()["detail"]
+        assert mentions in error_detail(response)
 
 
 def test_trace_has_its_steps_in_order_with_messages(store, client, run_with_rollouts):

@@ -12,7 +12,7 @@ def test_runs_are_listed_newest_first_with_best_score_and_rollout_count(store, c
     store.evaluation(old, harness, checkpoint, n_tasks=4, k=2, mean_at_k=0.25, n_done=8)
     store.evaluation(old, harness, checkpoint, n_tasks=3, k=1, mean_at_k=0.5, n_done=3)
 
-    runs = client.get("/api/runs").json()
+    runs = client.get("/api/runs").json()["runs"]
 
     assert [r["name"] for r in runs] == ["new run", "old run"]
     by_id = {r["id"]: r for r in runs}

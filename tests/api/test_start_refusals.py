@@ -8,6 +8,7 @@ import pytest
 
 from app.loop import experiment as experiment_module
 from app.loop.experiment import ExperimentError, parse
+from tests.conftest import error_detail
 
 SEED = 'harness = "harness_archive/seeds/arith/seed.py"'
 
@@ -66,7 +67,7 @@ def test_a_refused_experiment_names_the_key_and_stores_nothing(client, workbench
         "/api/runs", headers=csrf(client), json={"experiment": f'name = "x"\n{line}\n'}
     )
     assert answer.status_code == 422, answer.text
-    assert message in answer.json()["detail"]
+    assert message in error_detail(answer)
     assert rows(workbench, "run") == rows(workbench, "harness") == 0
 
 
@@ -89,7 +90,7 @@ def test_a_stored_broken_harness_is_refused_by_id(client, workbench, store):
         json={"experiment": f'name = "x"\nharness_id = {broken.id}\n'},
     )
     assert answer.status_code == 422
-    assert "harness_id: not a harness: syntax error" in answer.json()["detail"]
+    assert "harness_id: not a harness: syntax error" in error_detail(answer)
     assert rows(workbench, "run") == 1  # only the one made here
 
 
@@ -126,7 +127,7 @@ def test_text_filters_refuse_control_characters(client, store, url):
     store.rollouts(evaluation, ["pass", "fail", "fail"])
     answer = client.get(url)
     assert answer.status_code == 422, answer.text
-    assert "control characters are not allowed (found U+00" in answer.json()["detail"]
+    assert "control characters are not allowed (found U+00" in error_detail(answer)
 
 
 def test_a_nul_free_search_still_matches_only_what_it_says(client, store):

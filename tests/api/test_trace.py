@@ -58,15 +58,18 @@ def two_harnesses(store):
     return failing, passing, other_task
 
 
-def test_a_trace_gives_all_steps_or_the_window_asked_for(store, client, two_harnesses):
+def test_a_long_trace_gives_its_ends_or_the_window_asked_for(store, client, two_harnesses):
     rollout = two_harnesses[0]
     long_trace(store, rollout, 120)
 
-    everything = client.get(f"/api/rollouts/{rollout.id}").json()
+    ends = client.get(f"/api/rollouts/{rollout.id}").json()
     window = client.get(f"/api/rollouts/{rollout.id}", params={"steps": "20-69"}).json()
 
-    assert [s["idx"] for s in everything["steps"]] == list(range(120))
-    assert everything["n_steps"] == 120
+    # like its page: the first 20 and the last 5 steps, and the model call before the tail
+    assert [s["idx"] for s in ends["steps"]] == [*range(20), *range(115, 120)]
+    assert ends["shown"] == [[0, 19], [115, 119]] and ends["n_steps"] == 120
+    assert ends["model_step_before"][0] is None
+    assert ends["model_step_before"][1]["idx"] == 114  # steps alternate model, tool
     assert [s["idx"] for s in window["steps"]] == list(range(20, 70))
     assert window["shown"] == [[20, 69]] and window["n_steps"] == 120
 

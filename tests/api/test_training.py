@@ -3,6 +3,7 @@
 import pytest
 
 from tests.api.synthetic_training import BATCHES, weight_phase
+from tests.conftest import error_detail
 
 PASS2_FAIL2 = ["pass", "fail", "pass", "fail"]
 
@@ -147,4 +148,4 @@ def test_unknown_ids_are_404(client, url, detail):
 def test_malformed_ids_are_422(client, url, mentions):
     response = client.get(url)
     assert response.status_code == 422
-    assert mentions in response.json()["detail"]
+    assert mentions in error_detail(response)

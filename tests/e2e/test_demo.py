@@ -47,7 +47,7 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
     proc, client = demo
     printed = re.search(r"mean@2 = ([0-9.]+) on test \(16 tasks x k=2", proc.stdout)
     assert printed, proc.stdout
-    (run,) = client.get("/api/runs").json()
+    (run,) = client.get("/api/runs").json()["runs"]
     assert run["status"] == "done"
     detail = client.get(f"/api/runs/{run['id']}").json()
     (evaluation,) = detail["evaluations"]
@@ -71,7 +71,7 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
 
 def test_every_model_call_is_a_recorded_step(demo):
     _, client = demo
-    (run,) = client.get("/api/runs").json()
+    (run,) = client.get("/api/runs").json()["runs"]
     tokens = 0
     for item in all_rollouts(client, run["id"]):
         trace = client.get(f"/api/rollouts/{item['id']}").json()

@@ -209,8 +209,8 @@ def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(
     """A multi-turn harness resends the conversation: each step keeps only its new messages,
     and every reader (trace API, a window of it, proposer traces, training examples) gets the
     whole request back."""
-    from app.api.rollouts import get_rollout
     from app.db.steps import load_steps
+    from app.read.rollouts import get_rollout
     from app.search.traces import record
     from app.training.examples import examples_from_rollouts
 

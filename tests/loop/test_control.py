@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from sqlmodel import Session, select
 
+from app import control
 from app.db.schema import Checkpoint, Event, Harness, Run
-from app.loop import control
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import asyncio
 import json
 import sqlite3
 
+from app.loop.driver import Loop, start_run
 from app.loop.experiment import config_hash, incoming_harness, parse
-from app.loop.runner import Loop, start_run
 from tests.conftest import attached_settings, started_workbench, whale
 from tests.loop.conftest import quick_toml, store_invariants
 

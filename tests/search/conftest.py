@@ -8,7 +8,7 @@ from sqlmodel import select
 
 from app.config import SearchConfig
 from app.db.schema import Harness, Metric, Phase, Rollout, SearchIteration
-from app.search.phase import search_file
+from app.search.harness_phase import search_file
 from tests.conftest import REPO, attached_settings, started_workbench
 
 SEED = REPO / "harness_archive/seeds/arith/seed.py"

@@ -1,6 +1,6 @@
 """Reading candidates out of a chat reply, however loosely the model followed the format."""
 
-from app.search.llm import parse_candidates
+from app.search.llm_proposer import parse_candidates
 
 GOOD = "def run(task, llm, tools):\n    return '1'\n"
 

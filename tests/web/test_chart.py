@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from app.web.chart import axis_ticks, line_chart, nice_ticks, tick_label
+from app.web.line_chart import axis_ticks, line_chart, nice_ticks, tick_label
 
 
 @pytest.mark.parametrize(

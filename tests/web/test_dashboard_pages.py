@@ -54,7 +54,7 @@ def csrf_token(client) -> str:
 
 def test_runs_list_shows_strategy_phase_best_test_and_budget_left(store, client):
     run = loop_run(store, "whale-a")
-    row = next(r for r in client.get("/api/runs").json() if r["id"] == run.id)
+    row = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == run.id)
     assert row["strategy"] == "whale" and row["phase"] == "harness 1"
     assert row["best_test"] == 0.5 and row["rollouts_used"] == 40 and row["rollouts_left"] == 60
 
@@ -95,7 +95,7 @@ def test_compare_refuses_nothing_too_many_and_unknown_runs(store, client):
 
 def test_dashboard_shows_timeline_budgets_log_and_the_actions_the_run_takes(store, client):
     run = loop_run(store, "live")
-    d = client.get(f"/api/runs/{run.id}/dashboard").json()
+    d = client.get(f"/api/runs/{run.id}").json()["dashboard"]
     assert [(p["kind"], p["round"], p["ended_reason"]) for p in d["timeline"]] == [
         ("weight", 1, "fixed"),
         ("harness", 1, None),
@@ -120,9 +120,9 @@ def test_dashboard_shows_timeline_budgets_log_and_the_actions_the_run_takes(stor
 
 def test_the_x_switch_and_the_baseline_redraw_the_test_curve(store, client):
     run, baseline = loop_run(store, "run"), loop_run(store, "base", status="done")
-    by_steps = client.get(
-        f"/api/runs/{run.id}/dashboard?x=weight_steps&baseline={baseline.id}"
-    ).json()
+    by_steps = client.get(f"/api/runs/{run.id}?x=weight_steps&baseline={baseline.id}").json()[
+        "dashboard"
+    ]
     assert by_steps["curves"]["test"] == {
         f"#{run.id} whale: run": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}],
         f"#{baseline.id} whale: base": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}],
@@ -166,4 +166,4 @@ def test_a_refused_experiment_comes_back_with_its_text_and_error(client):
     assert response.status_code == 422
     assert "budget.rollout: Extra inputs are not permitted" in response.text
     assert "rollout = 5" in response.text  # the text is kept for fixing
-    assert client.get("/api/runs").json() == []  # nothing started
+    assert client.get("/api/runs").json()["runs"] == []  # nothing started

@@ -4,8 +4,8 @@ harness, the proposer's notes, scores per checkpoint and split, and the links to
 import html
 import re
 
-from app.api.diff import side_by_side
 from app.db.schema import Evaluation
+from app.read.diff import side_by_side
 from tests.api.synthetic_lineage import search_run
 
 

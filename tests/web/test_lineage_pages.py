@@ -4,7 +4,7 @@ table of the same harnesses; and the layout functions that place the tree."""
 
 import re
 
-from app.web.lineage import NODE_H, NODE_W, edge_path, place, score_color
+from app.web.lineage_svg import NODE_H, NODE_W, edge_path, place, score_color
 from tests.api.synthetic_lineage import MISSING_RUN, SYNTAX_ERROR, large_search_run, search_run
 
 

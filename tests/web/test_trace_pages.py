@@ -55,7 +55,7 @@ def test_blank_form_submission_lists_everything(client, two_harnesses):
 
 
 def test_a_short_search_page_says_how_far_it_searched(client, store, monkeypatch):
-    from app.api import rollouts as rollouts_module
+    from app.read import rollouts as rollouts_module
 
     monkeypatch.setattr(rollouts_module, "SEARCH_ROWS", 4)
     run = store.run()

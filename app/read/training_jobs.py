@@ -6,12 +6,12 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from app.api.checkpoints import checkpoint_ref, lineage
-from app.api.common import NotFound, as_dict
-from app.api.evaluations import evaluation_rows
-from app.api.metrics import series
-from app.api.rollouts import list_rollouts
 from app.db.schema import Checkpoint, Evaluation, Harness, Run, TrainingJob
+from app.read.checkpoints import checkpoint_ref, lineage
+from app.read.common import NotFound, as_dict
+from app.read.evaluations import evaluation_rows
+from app.read.metrics import series
+from app.read.rollouts import list_rollouts
 
 # A job in these states is still changing: its page polls until it leaves them.
 LIVE_STATUSES = ("sampling", "training")

@@ -5,9 +5,9 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from app.api.rollout_filters import FormParams, id_param
-from app.api.rollouts import get_rollout
 from app.db.schema import Checkpoint, Harness, Rollout, Run
+from app.read.rollout_filters import FormParams, id_param
+from app.read.rollouts import get_rollout
 
 CANDIDATES = 8  # (harness, checkpoint) pairs offered on a trace page
 CANDIDATE_SCAN = 500  # newest rollouts of the task looked at to find them
@@ -20,8 +20,8 @@ class CompareQuery(FormParams):
 
 def compare_rollouts(s: Session, query: CompareQuery) -> dict[str, Any]:
     """Both rollouts as their trace pages show them (a long trace: its first and last steps)."""
-    a = get_rollout(s, query.a, window=True)
-    b = get_rollout(s, query.b, window=True)
+    a = get_rollout(s, query.a)
+    b = get_rollout(s, query.b)
     same_task = (
         a["rollout"]["task_id"] == b["rollout"]["task_id"]
         and a["run"]["domain"] == b["run"]["domain"]

@@ -1,7 +1,7 @@
 """One weight phase (docs/algorithm.md, "Weight phase"): online RFT steps under the phase's
 harness until the caller's end rule names a reason, resumable after a crash. The loop
-(app/loop/runner.py) calls `weight_phase` with the experiment's switching rule and budgets, as
-it calls app/search/phase.py's `harness_phase` for the other side; `train_file` is the same
+(app/loop/driver.py) calls `weight_phase` with the experiment's switching rule and budgets, as
+it calls app/search/harness_phase.py's `harness_phase` for the other side; `train_file` is the same
 phase on its own (`whale train`), between two test points.
 """
 

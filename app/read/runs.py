@@ -1,17 +1,36 @@
-"""Runs: the list with a summary of each run, and one run with its evaluations and failures."""
+"""Runs: the list with a summary of each run, one run with its evaluations and failures, and
+the lookup every report uses so unknown ids are refused the same way."""
 
 from typing import Any
 
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.api.common import NotFound, as_dict
-from app.api.evaluations import evaluation_rows
-from app.api.rollouts import recent_failures, status_counts
-from app.api.search import get_harness_phases
-from app.api.training import get_weight_phase
 from app.db.schema import Evaluation, Metric, Phase, Run
-from app.report.compare import TEST_SERIES, rollouts_used
+from app.phases import TEST_SERIES
+from app.read.common import NotFound, as_dict
+from app.read.evaluations import evaluation_rows
+from app.read.harness_phases import get_harness_phases
+from app.read.rollouts import recent_failures, status_counts
+from app.read.training_jobs import get_weight_phase
+from app.rollout.usage import rollouts_used
+
+
+class UnknownRuns(LookupError):
+    """Some of the requested run ids are not in the store."""
+
+    def __init__(self, ids: list[int]):
+        self.ids = ids
+        super().__init__(f"no run {', '.join(map(str, ids))} in this store")
+
+
+def get_runs(session: Session, run_ids: list[int]) -> list[Run]:
+    """The runs in the order asked; raises UnknownRuns naming every missing id."""
+    found = {run.id: run for run in session.exec(select(Run).where(Run.id.in_(run_ids)))}
+    missing = [i for i in dict.fromkeys(run_ids) if i not in found]
+    if missing:
+        raise UnknownRuns(missing)
+    return [found[i] for i in run_ids]
 
 
 def list_runs(s: Session) -> list[dict[str, Any]]:

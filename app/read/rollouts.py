@@ -13,10 +13,10 @@ from fastapi import HTTPException, Query
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
-from app.api.common import FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc
-from app.api.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
 from app.db.steps import expand_requests, expand_steps
+from app.read.common import FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc
+from app.read.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
 
 PAGE_SIZE = 50
 # Rows of the filtered list one page of a text search reads at most. A LIKE over every row of a
@@ -220,12 +220,13 @@ def parse_steps(steps: str) -> tuple[int, int]:
 
 
 def get_rollout(
-    s: Session, rollout_id: int, steps: str | None = None, window: bool = False
+    s: Session, rollout_id: int, steps: str | None = None, whole: bool = False
 ) -> dict[str, Any]:
     """One rollout with what its trace page shows: names around it and its steps in order.
 
-    All steps by default; `steps="a-b"` only those; `window=True` (the pages) only the first
-    and last steps of a long trace. `shown` lists the index ranges returned (None: all).
+    A long trace gives its first and last steps; `steps="a-b"` only those; `whole=True` (the
+    download) every step. `shown` lists the index ranges returned (None: all), and
+    `model_step_before` the model call before each range (a window folds what it repeats).
     """
     rollout = s.get(Rollout, rollout_id)
     if rollout is None:
@@ -242,7 +243,7 @@ def get_rollout(
     shown = None
     if steps is not None:
         shown = [parse_steps(steps)]
-    elif window and n_steps > TRACE_HEAD + TRACE_TAIL + 5:  # hide at least a few, or none
+    elif not whole and n_steps > TRACE_HEAD + TRACE_TAIL + 5:  # hide at least a few, or none
         shown = [(first, first + TRACE_HEAD - 1), (last - TRACE_TAIL + 1, last)]
     query = select(Step).where(Step.rollout_id == rollout_id)
     if shown is not None:
@@ -267,6 +268,9 @@ def get_rollout(
         "first_step": first,
         "last_step": last,
         "shown": shown,
+        "model_step_before": [
+            model_step_before(s, rollout_id, a) if a > first else None for a, _ in shown or []
+        ],
         "steps": _whole(s, rollout_id, [as_dict(step) for step in loaded], all_steps=shown is None),
     }
 

@@ -5,8 +5,8 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.api.common import as_dict
 from app.db.schema import Evaluation, Harness, Phase, SearchIteration
+from app.read.common import as_dict
 
 CANDIDATE_FIELDS = (
     "id",

@@ -4,8 +4,8 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.api.common import as_dict
 from app.db.schema import Checkpoint, Evaluation, Harness, Run
+from app.read.common import as_dict
 
 
 def evaluation_rows(s: Session, *where) -> list[dict[str, Any]]:

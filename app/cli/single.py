@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 
-from app.cli.common import make_workbench
+from app.cli.base import make_workbench
 from app.config import Settings
 from app.domains import get_domain
 from app.progress import phase_progress, progress_bars
@@ -131,7 +131,7 @@ def train(
 ):
     """A weight phase: test mean@k, online RFT steps under the harness, test mean@k again."""
     from app.config import RFTConfig
-    from app.training.phase import train_file
+    from app.training.weight_phase import train_file
 
     try:
         the_domain = get_domain(domain)
@@ -217,7 +217,7 @@ def search(
     from pydantic import ValidationError
 
     from app.config import SearchConfig, describe
-    from app.search.phase import search_file
+    from app.search.harness_phase import search_file
 
     try:
         the_domain = get_domain(domain)

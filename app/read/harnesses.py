@@ -6,10 +6,10 @@ from typing import Annotated, Any
 from fastapi import Query
 from sqlmodel import Session, col, select
 
-from app.api.common import NotFound, as_dict
-from app.api.diff import CONTEXT, side_by_side
-from app.api.evaluations import evaluation_rows
 from app.db.schema import Evaluation, Harness, Phase, Run
+from app.read.common import NotFound, as_dict
+from app.read.diff import CONTEXT, side_by_side
+from app.read.evaluations import evaluation_rows
 
 # The splits in the order a researcher reads them: search signal, reported score, training.
 SPLIT_ORDER = ("harness", "test", "train")

@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, or_, select
 
-from app.api.checkpoints import checkpoint_ref, lineage
-from app.api.common import NotFound
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, TrainingJob
+from app.read.checkpoints import checkpoint_ref, lineage
+from app.read.common import NotFound
 
 NODE_FIELDS = (
     "id",

@@ -16,9 +16,9 @@ from fastapi import HTTPException
 from sqlalchemy import case, func
 from sqlmodel import Session, select
 
-from app.api.rollout_filters import FormParams, RolloutFilters, id_param, scope
-from app.api.rollouts import items_by_id
 from app.db.schema import Rollout
+from app.read.rollout_filters import FormParams, RolloutFilters, id_param, scope
+from app.read.rollouts import items_by_id
 
 MAX_TASKS = 500  # tasks listed; the counts cover all of them
 

@@ -4,9 +4,9 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.api.common import NotFound, as_dict
-from app.api.evaluations import evaluation_rows
 from app.db.schema import Checkpoint, Evaluation, TrainingJob
+from app.read.common import NotFound, as_dict
+from app.read.evaluations import evaluation_rows
 
 
 def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:

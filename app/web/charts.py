@@ -8,8 +8,8 @@ from typing import Any
 
 from markupsafe import Markup
 
-from app.report.plot import x_axis
-from app.web.chart import line_chart
+from app.read.curves import x_axis
+from app.web.line_chart import line_chart
 
 Points = list[dict[str, Any]]
 

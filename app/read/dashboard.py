@@ -1,19 +1,19 @@
 """A loop run's dashboard: its phases on a timeline, its budgets, what it is doing now, the
 controls it accepts, its event log, and its curves on the x axis the reader picks, with a
-baseline run overlaid. The run page and /api/runs/{id}/dashboard show the same dict."""
+baseline run overlaid. The run page shows it, and /api/runs/{id} gives it as `dashboard`."""
 
 from typing import Annotated, Any, Literal
 
 from fastapi import Query
 from sqlmodel import Session, col, select
 
-from app.api.common import NotFound, as_dict
-from app.api.metrics import series
+from app import control
 from app.db.schema import Evaluation, Event, Phase, Run, SearchIteration, TrainingJob, now, utc
-from app.loop import control
 from app.phases import phase_rollouts
-from app.report.plot import X_LABELS, curve, label
-from app.rollout.usage import usage
+from app.read.common import NotFound, as_dict
+from app.read.curves import X_LABELS, curve, label
+from app.read.metrics import series
+from app.rollout.usage import budget_lines, spending
 
 XAxis = Literal["rollouts", "weight_steps", "wall_s"]
 XQuery = Annotated[XAxis, Query(description="x axis of the test curve")]
@@ -46,33 +46,11 @@ def timeline(s: Session, run_id: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _wall_s(run: Run) -> float:
-    return ((utc(run.finished_at) or now()) - utc(run.created_at)).total_seconds()
-
-
 def budgets(s: Session, run: Run) -> list[dict[str, Any]]:
     """Each budget the experiment set: what it allows, what the run used, what is left."""
     limits = ((run.config or {}).get("experiment") or {}).get("budget") or {}
-    used = usage(s, run.id)
-    measures = {
-        "rollouts": used.rollouts,
-        "tokens": used.tokens,
-        "proposer_usd": used.proposer_usd,
-        "wall_s": _wall_s(run),
-    }
-    rows = []
-    for name, spent in measures.items():
-        limit = limits.get(name)
-        rows.append(
-            {
-                "name": name,
-                "used": spent,
-                "limit": limit,
-                "left": None if limit is None else max(limit - spent, 0),
-                "share": None if not limit else min(spent / limit, 1.0),
-            }
-        )
-    return rows
+    wall_s = ((utc(run.finished_at) or now()) - utc(run.created_at)).total_seconds()
+    return budget_lines(limits, spending(s, run.id, wall_s))
 
 
 def activity(s: Session, run: Run) -> str | None:
@@ -148,6 +126,15 @@ def events(s: Session, run_id: int, limit: int = N_EVENTS) -> list[dict[str, Any
     rows = s.exec(
         select(Event).where(Event.run_id == run_id).order_by(col(Event.id).desc()).limit(limit)
     )
+    return [{**as_dict(e), "text": describe(e)} for e in rows]
+
+
+def run_log(s: Session, run_id: int) -> list[dict[str, Any]]:
+    """The run's whole log, oldest first: starts, control actions (taken and refused), phase
+    ends, the end."""
+    if s.get(Run, run_id) is None:
+        raise NotFound("run", run_id)
+    rows = s.exec(select(Event).where(Event.run_id == run_id).order_by(Event.id))
     return [{**as_dict(e), "text": describe(e)} for e in rows]
 
 

@@ -3,7 +3,7 @@
 Everything the loop knows is in the database (run, phases, training jobs, search iterations,
 evaluations), so `Loop(workbench, run_id).run()` both starts a new run and resumes one after a
 crash: an unfinished phase continues where it was, a finished one is never run again, and
-rollouts already recorded are kept. Control requests (app/loop/control.py) are read from the
+rollouts already recorded are kept. Control requests (app/control.py) are read from the
 run row every half second; pause and stop act through the evaluator's gate (no new rollout
 starts), skip, force and promote at the next step or iteration boundary.
 """
@@ -31,10 +31,10 @@ from app.loop.experiment import Experiment, stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import plot_test_point
 from app.rollout.evaluate import RunStopped
-from app.rollout.usage import usage
-from app.search.phase import harness_phase
+from app.rollout.usage import over_budget, spending, usage
+from app.search.harness_phase import harness_phase
 from app.search.proposers import make_proposer
-from app.training.phase import steps_done, weight_phase
+from app.training.weight_phase import steps_done, weight_phase
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -278,16 +278,9 @@ class Loop:
 
     def _budget_reason(self, next_cost: int) -> str | None:
         """Which budget the next unit of work (costing `next_cost` rollouts) would exceed."""
-        b, used = self.exp.budget, self._usage()
-        if b.rollouts is not None and used.rollouts + max(next_cost, 1) > b.rollouts:
-            return "budget: rollouts"
-        if b.tokens is not None and used.tokens >= b.tokens:
-            return "budget: tokens"
-        if b.proposer_usd is not None and used.proposer_usd >= b.proposer_usd:
-            return "budget: proposer cost"
-        if b.wall_s is not None and self._wall_s() >= b.wall_s:
-            return "budget: wall time"
-        return None
+        with self.wb.session() as s:
+            spent = spending(s, self.run_id, self._wall_s())
+        return over_budget(self.exp.budget.model_dump(), spent, next_cost)
 
     async def _test_point(self, harness_id: int | None = None, checkpoint_id: int | None = None):
         """Test mean@k of a (harness, checkpoint) pair as a point of the run's curve. A pair

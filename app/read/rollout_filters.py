@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, Field, field_validator, model_validator
 from sqlmodel import Session, col, select
 
-from app.api.common import FAILED_STATUSES, NotFound
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run
+from app.read.common import FAILED_STATUSES, NotFound
 
 MAX_ID = 2**63 - 1  # SQLite ids are signed 64-bit: a larger number is malformed, not unknown
 # A status, or "failed": fail, error and timeout together (in the order the chips show them).

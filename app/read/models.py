@@ -1,0 +1,202 @@
+"""The shape of each page's data, as /openapi.json documents the JSON API.
+
+Each model names the keys its data function returns and what they hold. Rows copied from a
+table (a run, a harness, a step) keep every column of app/db/schema.py, so they are typed as
+objects here, and every model lets further keys through: the schema documents the data, it
+never trims it (tests/web/test_page_data.py checks that the JSON holds all a page shows).
+"""
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Row = dict[str, Any]  # a table row: its columns as in app/db/schema.py, datetimes in UTC
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Point(Open):
+    x: float
+    y: float
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+class RunSummary(Open):
+    """A run's row with its progress: the runs list shows one per run."""
+
+    id: int
+    name: str
+    status: str
+    n_evaluations: int
+    best_mean_at_k: float | None = Field(description="best mean@k over all its evaluations")
+    best_test: float | None = Field(description="best point of its test mean@k curve")
+    n_rollouts: int
+    n_done: int
+    phase: str | None = Field(description="its latest phase, as 'weight 2'")
+    rollouts_used: int
+    rollouts_left: int | None
+
+
+class RunsPage(Open):
+    runs: list[RunSummary]
+    presets: dict[str, str] = Field(description="experiment files offered for a new run")
+    experiment: str = Field(description="the experiment text the start form shows")
+    error: str | None
+
+
+class ComparedRun(Open):
+    id: int
+    name: str
+    strategy: str
+    status: str
+    k: int | None = Field(description="the k of its test mean@k")
+    best: float | None
+    rollouts_to_best: int | None
+    final: float | None
+    rollouts_used: int
+    test_points: int
+
+
+class ComparePage(Open):
+    ids: list[int]
+    x: str = Field(description="x axis: rollouts, weight_steps or wall_s")
+    x_label: str
+    runs: list[ComparedRun]
+    curves: dict[str, list[Point]] = Field(description="test mean@k per run label")
+
+
+class Budget(Open):
+    name: str = Field(description="rollouts, tokens, proposer_usd or wall_s")
+    used: float
+    limit: float | None
+    left: float | None
+    share: float | None
+
+
+class ControlButton(Open):
+    action: str
+    kind: str | None
+    label: str
+    refused: str | None = Field(description="why the run would not take it now; None: it would")
+
+
+class Dashboard(Open):
+    run: Row
+    timeline: list[Row] = Field(description="phases in order, with rollouts used and share")
+    budgets: list[Budget]
+    activity: str | None = Field(description="what the run does now; None once finished")
+    controls: list[ControlButton]
+    events: list[Row] = Field(description="newest entries of the run's log, each with `text`")
+    curves: dict[str, Any] = Field(description="test, harness_success and training series")
+    baseline: Row | None
+
+
+class RunPage(Open):
+    run: Row
+    evaluations: list[Row]
+    status_counts: dict[str, int]
+    recent_failures: list[Row]
+    weight_phase: Row | None = Field(description="jobs, checkpoint chain, curves; None: no RFT")
+    harness_phases: list[Row]
+    dashboard: Dashboard
+    choices: list[Row] = Field(description="runs offered as a baseline")
+    view: Row = Field(description="the x axis and baseline shown")
+    message: str | None = Field(description="what a control button just did")
+
+
+class LineagePage(Open):
+    run: Row
+    phases: list[Row]
+    nodes: list[Row] = Field(description="harnesses: parents, phase, score, accepted")
+    edges: list[Row]
+    checkpoint_chain: list[Row]
+
+
+# -- harnesses, training jobs, checkpoints ----------------------------------------------------
+
+
+class HarnessPage(Open):
+    harness: Row = Field(description="the harness row, code included")
+    parent: Row | None
+    other_parents: list[Row]
+    children: list[Row]
+    phase: Row | None
+    evaluations: list[Row]
+    scores: Row = Field(description="mean@k per checkpoint (rows) and split (columns)")
+    diff: Row | None = Field(description="side-by-side diff against the parent or `against`")
+    pickable: list[Row] = Field(description="harnesses it can be diffed against, by run")
+    full: bool
+
+
+class TrainingJobPage(Open):
+    job: Row
+    mean_loss: float | None
+    run: Row
+    harness: Row
+    sampling_evaluation: Row | None
+    loss_curve: list[Row]
+    accepted_rollouts: list[Row]
+
+
+class CheckpointPage(Open):
+    checkpoint: Row
+    training_job: Row | None
+    lineage: list[Row]
+    children: list[Row]
+    mean_at_k_by_split: dict[str, Row]
+    evaluations: list[Row]
+
+
+# -- rollouts and traces ----------------------------------------------------------------------
+
+
+class RolloutsPage(Open):
+    items: list[Row]
+    page_size: int
+    filters: Row
+    next_after: int | None = Field(description="cursor of the next page")
+    prev_before: int | None = Field(description="cursor of the previous page")
+    has_more: bool
+    search: Row | None = Field(description="progress of a text search over the traces")
+    status_counts: dict[str, int] | None
+    statuses: list[str]
+    here: Row = Field(description="the filters as URL parameters")
+    choices: dict[str, list[Row]] = Field(description="harnesses, checkpoints, phases offered")
+    max_id: int
+
+
+class ContrastPage(Open):
+    query: Row
+    tasks: list[Row] | None = Field(description="tasks failing under A, passing under B")
+    choices: dict[str, list[Row]]
+
+
+class Trace(Open):
+    rollout: Row
+    run: Row
+    harness: Row
+    checkpoint: Row
+    evaluation: Row
+    n_steps: int
+    first_step: int | None
+    last_step: int | None
+    shown: list[tuple[int, int]] | None = Field(description="step ranges given; None: all")
+    model_step_before: list[Row | None] = Field(
+        description="per range, the model call before it (its messages are folded)"
+    )
+    steps: list[Row]
+
+
+class RolloutPage(Trace):
+    compare_with: list[Row] = Field(description="the task's rollouts under other pairs")
+
+
+class TraceComparePage(Open):
+    a: Trace
+    b: Trace
+    same_task: bool
+    warning: str | None

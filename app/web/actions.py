@@ -1,0 +1,102 @@
+"""The writes over HTTP: starting a run and steering it, as JSON (POST /api/runs, POST
+/api/runs/{id}/{action}) and as the forms of the pages (the start form, the control buttons).
+
+Refusals are answers, not errors: a bad experiment is a 422 naming the key, a conflicting
+action (pause while stopping, skip while resuming...) a 409 saying why; nothing changes. The
+forms answer the same refusals in place, inside the page.
+"""
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Form, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel
+
+from app import control
+from app.loop.experiment import ExperimentError
+from app.read.common import NotFound, RowId, SessionDep, as_dict
+from app.read.dashboard import XAxis
+from app.web.pages import run_data, runs_data
+from app.web.templating import render
+
+api = APIRouter()
+forms = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+
+
+class StartRequest(BaseModel):
+    experiment: str  # the experiment's TOML text
+
+
+class ControlRequest(BaseModel):
+    reason: str = ""
+    kind: Literal["weight", "harness"] | None = None  # force
+    harness_id: int | None = None  # promote
+    checkpoint_id: int | None = None  # promote
+
+
+@api.post("/runs", status_code=201)
+async def start(body: StartRequest, request: Request):
+    """Start a run of an experiment given as TOML text."""
+    try:
+        run = await request.app.state.loops.start(body.experiment)
+    except ExperimentError as exc:
+        raise HTTPException(422, str(exc)) from None
+    return {"run": as_dict(run)}
+
+
+@api.post("/runs/{run_id}/{action}")
+async def act(
+    run_id: RowId, action: Literal[control.ACTIONS], body: ControlRequest, request: Request
+):
+    """pause | resume | stop | skip | force (kind) | promote (harness_id or checkpoint_id)."""
+    args = body.model_dump(exclude_none=True, exclude={"reason"})
+    try:
+        event = await control.apply(
+            request.app.state.workbench.writer, run_id, action, body.reason, "api", **args
+        )
+    except control.NoSuchRun:
+        raise NotFound("run", run_id) from None
+    except control.Refused as exc:
+        raise HTTPException(409, f"{action} refused: {exc}") from None
+    return {"event": as_dict(event)}
+
+
+@forms.post("/runs")
+async def start_form(request: Request, s: SessionDep, experiment: Annotated[str, Form()] = ""):
+    """Start a run from the experiment text in the form (posted by htmx), then open its page; a
+    bad experiment (an empty one too) comes back with the text kept and the error naming the
+    key."""
+    try:
+        run = await request.app.state.loops.start(experiment, source="ui")
+    except ExperimentError as exc:
+        context = runs_data(s, str(exc), experiment)
+        return render(request, "_start_run.html", context, status_code=422)
+    return Response(status_code=204, headers={"HX-Redirect": f"/runs/{run.id}"})
+
+
+@forms.post("/runs/{run_id}/control")
+async def control_form(
+    request: Request,
+    run_id: RowId,
+    s: SessionDep,
+    action: Annotated[str, Form()],
+    kind: Annotated[str | None, Form()] = None,
+    reason: Annotated[str, Form()] = "",
+    x: Annotated[XAxis, Form()] = "rollouts",
+    baseline: Annotated[int | None, Form()] = None,
+):
+    """A control button: applies the action like POST /api/runs/{id}/{action} and answers with
+    the refreshed live fragment, saying what happened (or why it was refused)."""
+    args = {"kind": kind} if kind else {}
+    what = f"{action} {kind}" if kind else action
+    try:
+        await control.apply(
+            request.app.state.workbench.writer, run_id, action, reason, "ui", **args
+        )
+        message = f"{what}: asked"
+    except control.NoSuchRun:
+        raise NotFound("run", run_id) from None
+    except control.Refused as exc:
+        message = f"{what} refused: {exc}"
+    s.expire_all()  # the action was written by the writer's own session
+    return render(request, "_run_live.html", run_data(s, run_id, x, baseline, message))
