@@ -1,7 +1,7 @@
 """What every resource module shares: the session dependency, "not found", row -> dict.
 
-The data functions in runs.py, harnesses.py and rollouts.py return plain dicts; the JSON routes
-return them as they are and the HTML pages render them, so both always show the same data.
+The data functions of this package return plain dicts; app/web/pages.py serves each page's
+dict as JSON and renders it as HTML, so both always show the same data.
 """
 
 from collections.abc import Iterator

@@ -326,7 +326,7 @@ def test_python_tool_runs_in_the_sandbox_under_limits_and_is_traced(
     first = steps[0]
     assert unpack(first["request"]) == {"args": ["print(sum(range(101)))"], "kwargs": {}}
     assert unpack(first["response"])["result"]["stdout"] == "5050\n"
-    assert 2000 <= steps[2]["latency_ms"] < 10000  # the timed-out call took its 2 s
+    assert 2000 <= steps[2]["latency_ms"] < 30000  # it took its 2 s (and not its whole 60)
 
 
 def test_the_harness_itself_may_not_import_subprocess(tmp_path, whale_env):

@@ -58,7 +58,7 @@ def test_bad_harness_fails_with_its_reason(store, tmp_path, reason):
     assert len(rows) == 2
     assert all(r == reason and detail in e for r, e in rows), rows
     # the server saw the new run and is still up
-    runs = httpx.get(f"{url}/api/runs", timeout=10).json()
+    runs = httpx.get(f"{url}/api/runs", timeout=10).json()["runs"]
     assert out["run_id"] in {r["id"] for r in runs}
 
 

@@ -15,6 +15,42 @@ import pytest
 from tests.conftest import whale_eval_json, whale_serve
 
 SECRET = "s3cret-in-the-server-env"
+# Put before a harness whose rollouts must overlap: all_up(n) waits until n - 1 siblings (the
+# other workers of the same runner server) are running and returns their pids, or [] after 6 s;
+# all_done(pids) marks this rollout done and waits until those siblings are done or gone. Events
+# in /proc and the sandbox's /tmp, not sleeps: on a loaded machine a sibling can start late.
+RENDEZVOUS = """\
+import os as _os, time as _time
+
+
+def _parent(pid):
+    try:
+        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def all_up(n, wait_s=6.0):
+    me, server, end = _os.getpid(), _os.getppid(), _time.monotonic() + wait_s
+    while _time.monotonic() < end:
+        pids = [int(p) for p in _os.listdir("/proc")
+                if p.isdigit() and int(p) != me and _parent(int(p)) == server]
+        if len(pids) >= n - 1:
+            return pids
+        _time.sleep(0.05)
+    return []
+
+
+def all_done(pids, wait_s=6.0):
+    open(f"/tmp/done-{_os.getpid()}", "w").close()
+    end = _time.monotonic() + wait_s
+    while _time.monotonic() < end and not all(
+        _os.path.exists(f"/tmp/done-{p}") or not _os.path.exists(f"/proc/{p}") for p in pids
+    ):
+        _time.sleep(0.05)
+
+
+"""
 
 
 @pytest.fixture(scope="module", params=["process", "docker"])
@@ -67,7 +103,7 @@ def attack(request, tmp_path_factory, model_server, model_cache):
                 ]
             assert len(rows) == limit * k and all(r["status"] != "pending" for r in rows)
             # the server keeps serving and sees the run
-            runs = httpx.get(f"{url}/api/runs", timeout=10).json()
+            runs = httpx.get(f"{url}/api/runs", timeout=10).json()["runs"]
             assert out["run_id"] in {r["id"] for r in runs}
             return out, rows
 
@@ -272,10 +308,13 @@ def test_forged_token_is_refused(attack):
 def test_sibling_rollouts_cannot_read_each_others_memory(attack):
     """Rollouts of one harness share a warm sandbox; their tokens stay private all the same."""
     _, rows = attack(
-        """
-        import os, time
+        RENDEZVOUS
+        + textwrap.dedent("""
+        import os
         def run(task, llm, tools):
-            time.sleep(0.5)  # let the siblings start
+            siblings = all_up(3)
+            if not siblings:
+                return "no sibling running"
             readable = []
             for pid in os.listdir("/proc"):
                 if pid.isdigit() and int(pid) != os.getpid():
@@ -290,11 +329,12 @@ def test_sibling_rollouts_cannot_read_each_others_memory(attack):
                             readable.append(pid + "-env")
                     except OSError:
                         pass
+            all_done(siblings)
             return ",".join(readable) or "none"
-    """,
+    """),
         limit=3,
     )
-    assert [r["answer"] for r in rows] == ["none"] * 3
+    assert [r["answer"] for r in rows] == ["none"] * 3, [r["error"] for r in rows]
 
 
 def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
@@ -302,10 +342,13 @@ def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
     requests of rollouts already in flight) would be readable in the worker's own memory. The
     server never reads a rollout's task or token, so a later sibling finds only its own."""
     _, rows = attack(
-        """
-        import re, sys, time
+        RENDEZVOUS
+        + textwrap.dedent("""
+        import re, sys
         def run(task, llm, tools):
-            time.sleep(1.0 if task["question"].endswith("0?") else 0.2)  # overlap the siblings
+            siblings = all_up(4)  # each later one forked while the earlier were in flight
+            if not siblings:
+                return "no sibling running"
             mine = sys.modules["__main__"]._token
             found = set()
             with open("/proc/self/maps") as maps:
@@ -313,6 +356,7 @@ def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
             try:
                 mem = open("/proc/self/mem", "rb", buffering=0)
             except PermissionError:  # docker: a non-dumpable process cannot read even itself
+                all_done(siblings)
                 return "unreadable"
             with mem:
                 for region in regions:
@@ -326,8 +370,9 @@ def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
                         continue
                     found.update(m.decode() for m in re.findall(rb'"token": "([A-Za-z0-9_-]{32})"', data))
             foreign = found - {mine}
+            all_done(siblings)
             return f"{len(foreign)} foreign"
-    """,
+    """),
         limit=4,
     )
     answers = [r["answer"] for r in rows]
@@ -435,12 +480,12 @@ def test_a_child_interpreter_can_neither_take_over_the_runner_nor_open_kernel_su
     sibling rollout; new user and network namespaces, chroot, mount, setns, keyctl, bpf and
     perf_event_open: all refused, on both backends (non-dumpable processes + seccomp filter)."""
     _, rows = attack(
-        f"""
-        import os, sys, time
+        RENDEZVOUS
+        + textwrap.dedent(f"""
+        import os, sys
         CHILD = {CHILD_ATTACKS!r}
         def run(task, llm, tools):
-            start = time.monotonic()
-            time.sleep(0.5)  # both rollouts are up: each is the other's sibling
+            siblings = all_up(2)  # both rollouts are up: each is the other's sibling
             read, write = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -451,9 +496,9 @@ def test_a_child_interpreter_can_neither_take_over_the_runner_nor_open_kernel_su
             while chunk := os.read(read, 65536):
                 out += chunk
             os.waitpid(pid, 0)
-            time.sleep(max(0.0, 2.5 - (time.monotonic() - start)))  # stay up for the sibling
+            all_done(siblings)  # stay up while the sibling attacks this one
             return out.decode()
-    """,
+    """),
         limit=2,
     )
     allowed = {"EPERM", "EACCES", "ENOSYS"}

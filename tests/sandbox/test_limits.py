@@ -33,7 +33,7 @@ def test_a_file_without_run_is_an_error(run_harness):
 def test_infinite_loop_is_killed_at_the_wall_clock_limit(run_harness):
     result = run_harness("def run(task, llm, tools):\n    while True: pass\n", wall_s=2)
     assert result.reason == "timeout"
-    assert 2 <= result.wall_s < 10
+    assert 2 <= result.wall_s < 30  # killed near the limit; generous for a loaded machine
 
 
 def test_sleeping_past_the_limit_while_ignoring_sigterm(run_harness):
