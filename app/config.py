@@ -97,9 +97,13 @@ class RFTConfig(BaseModel):
     samples_per_prompt: int = Field(
         default=8, ge=1, le=MAX_SAMPLES, description="n rollouts per prompt"
     )
-    temperature: float = Field(
-        default=1.0, ge=0, le=10
-    )  # the harness decides; recorded for the report
+    temperature: float | None = Field(
+        default=1.0,
+        ge=0,
+        le=10,
+        description="RFT's sampling calls run at it, whatever the harness sets (null: the "
+        "harness decides)",
+    )
     threshold: float = Field(
         default=0.5, ge=0, le=1, description="accept rollouts scoring above this"
     )

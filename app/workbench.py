@@ -152,16 +152,23 @@ class Workbench:
         self.writer.close()
         self.engine.dispose()
 
+    @property
+    def backend_name(self) -> str:
+        """Which backend serves the model, as app/llm/generation.py names them."""
+        s = self.settings
+        return "vllm" if s.backend == "vllm" else "endpoint" if s.llm_url else "local"
+
     def evaluator(self) -> Evaluator:
         s = self.settings
-        budget = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
+        limits = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
         return Evaluator(
             self.writer,
             self.gateway,
             self.sandbox,
             self._runtime / "harnesses",
             s.concurrency,
-            budget,
+            self.backend_name,
+            limits,
             self.gates,
         )
 
@@ -187,11 +194,14 @@ class Workbench:
         run_name: str | None = None,
         on_start: Callable[[Run, int], None] | None = None,
         progress: Callable[[Rollout], None] | None = None,
+        declared: dict | None = None,
     ) -> tuple[Run, Evaluation]:
-        """Evaluate a harness file as a new run of kind "eval"; needs start() first."""
+        """Evaluate a harness file as a new run of kind "eval"; needs start() first.
+        `declared`: its [sampling] and [rollout] tables (app/llm/generation.py)."""
         domain = get_domain(domain_name)
         n_tasks = len(domain.tasks(split)[:limit])
         config = {"harness": str(harness_path), "split": split, "k": k, "limit": limit}
+        config.update(declared or {})
         run, harness, checkpoint = await self.start_run(
             run_name or f"eval {harness_path.name}",
             "eval",

@@ -17,7 +17,13 @@ from app import control
 from app.cli.base import fail
 from app.config import Settings
 from app.db.schema import Event, Metric, Phase, Run
-from app.loop.experiment import ExperimentError, config_hash, incoming_harness, load
+from app.loop.experiment import (
+    ExperimentError,
+    check_generation,
+    config_hash,
+    incoming_harness,
+    load,
+)
 from app.progress import err, phase_progress, progress_bars
 
 
@@ -58,6 +64,7 @@ def run(
             if not same:  # checked before the model starts: a broken harness costs nothing
                 with workbench.session() as s:
                     try:
+                        check_generation(exp, workbench.backend_name, str(experiment))
                         incoming = incoming_harness(exp, s, str(experiment))
                     except ExperimentError as exc:
                         raise fail(str(exc)) from None

@@ -2,16 +2,19 @@
 phase of a harness file, each as a run of its own."""
 
 import json
+import tomllib
 from collections import Counter
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
+from pydantic import ValidationError
 
 from app.cli.base import make_workbench
-from app.config import Settings
+from app.config import Settings, describe
 from app.domains import get_domain
+from app.llm.generation import RolloutLimits, Sampling, refused_fields
 from app.progress import phase_progress, progress_bars
 
 
@@ -24,6 +27,7 @@ async def evaluate(
     limit: Optional[int],
     quiet: bool,
     on_start=None,
+    declared: dict | None = None,
 ):
     """Run one evaluation with a progress bar; returns (run, evaluation, status counts)."""
     statuses: Counter = Counter()
@@ -45,7 +49,7 @@ async def evaluate(
             progress.update(bar, advance=1, passed=statuses["pass"])
 
         run, evaluation = await workbench.evaluate_file(
-            harness, domain, split, k, limit, on_start=started, progress=done
+            harness, domain, split, k, limit, on_start=started, progress=done, declared=declared
         )
     return run, evaluation, statuses, reasons
 
@@ -60,6 +64,18 @@ def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     )
 
 
+def settings_table(pairs: list[str], model: type, option: str) -> dict:
+    """`--sampling top_k=20 --sampling chat_template_kwargs={enable_thinking=true}`: the
+    table as an experiment's [sampling] would give it (values are TOML), checked."""
+    try:
+        table = tomllib.loads("\n".join(pairs))
+        return model.model_validate(table).model_dump(exclude_none=True)
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{option}: give KEY=VALUE, the value in TOML ({exc})") from None
+    except ValidationError as exc:
+        raise typer.BadParameter(f"{option}: {describe(exc)}") from None
+
+
 def eval_(
     harness: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="harness .py file")],
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
@@ -68,6 +84,14 @@ def eval_(
     limit: Annotated[Optional[int], typer.Option(min=1, help="first N tasks only")] = None,
     sandbox: Annotated[Optional[str], typer.Option(help="process | docker (default: auto)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    sampling: Annotated[
+        list[str],
+        typer.Option(help="a sampling default, KEY=VALUE in TOML, e.g. top_k=20 (repeatable)"),
+    ] = [],  # noqa: B006 - typer's way of a repeatable option
+    rollout: Annotated[
+        list[str],
+        typer.Option(help="a rollout budget, e.g. max_completion_tokens=8192 (repeatable)"),
+    ] = [],  # noqa: B006
 ):
     """Evaluate any harness file: progress bar, then mean@k and failures by reason."""
     try:
@@ -76,13 +100,20 @@ def eval_(
         raise typer.BadParameter(str(exc)) from exc
     if sandbox not in (None, "process", "docker"):
         raise typer.BadParameter(f"sandbox {sandbox!r} is not a backend; use process or docker")
+    declared = {
+        "sampling": settings_table(sampling, Sampling, "--sampling"),
+        "rollout": settings_table(rollout, RolloutLimits, "--rollout"),
+    }
 
     async def main():
         workbench = make_workbench(say=(lambda m: None) if as_json else None, sandbox=sandbox)
+        refused = refused_fields(declared["sampling"], workbench.backend_name)
+        if refused:
+            raise typer.BadParameter(f"--sampling: {refused}")
         try:
             await workbench.start()
             run, evaluation, statuses, reasons = await evaluate(
-                workbench, harness, domain, split, k, limit, quiet=as_json
+                workbench, harness, domain, split, k, limit, quiet=as_json, declared=declared
             )
         finally:
             await workbench.stop()

@@ -148,6 +148,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ix_rollout_checkpoint_task ON rollout(checkpoint_id, task_id, status);
         """,
     ),
+    (
+        "006_generation",
+        """
+        -- what every model call of the evaluation ran under: sampling defaults, forced fields,
+        -- the rollout budgets and the backend (app/llm/generation.py)
+        ALTER TABLE evaluation ADD COLUMN generation BLOB;
+        """,
+    ),
 ]
 
 

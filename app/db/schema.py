@@ -104,6 +104,8 @@ class Evaluation(SQLModel, table=True):
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
     phase_id: int | None = Field(default=None, foreign_key="phase.id")
+    # backend, sampling defaults, forced fields and rollout budgets (app/llm/generation.py)
+    generation: dict | None = zjson()
 
 
 class Rollout(SQLModel, table=True):

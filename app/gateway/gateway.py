@@ -24,6 +24,7 @@ from app.db.schema import Step
 from app.db.steps import compact
 from app.db.writer import Writer
 from app.llm.client import ChatEndpoint
+from app.llm.generation import Generation, refused_fields
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +34,8 @@ class Grant:
     rollout_id: int
     model: str  # the checkpoint's served model name
     tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
-    max_calls: int = 32
-    max_tokens: int = 16384  # prompt + completion over the whole rollout
-    max_tokens_per_call: int = 1024
+    # the sampling defaults, forced fields and budgets of its calls (app/llm/generation.py)
+    generation: Generation = field(default_factory=lambda: Generation("endpoint"))
     # Tools that run inside the sandbox (a code interpreter) and report each call afterwards.
     sandbox_tools: frozenset[str] = frozenset()
     max_sandbox_tool_calls: int = 16
@@ -76,7 +76,7 @@ class Gateway:
         return self.grants.pop(token)
 
     def _record(self, grant: Grant, **step) -> None:
-        if step["kind"] == "model":  # stored as what it added to the call before (requests.py)
+        if step["kind"] == "model":  # stored as what it added to the call before (app/db/steps.py)
             messages = step["request"]["messages"]
             step["request"] = compact(grant.sent, step["request"])
             grant.sent = messages
@@ -99,15 +99,22 @@ class Gateway:
             messages = body.pop("messages", None)
             if not isinstance(messages, list):
                 return _refuse(400, "bad_request", "messages must be a list")
-            if grant.calls >= grant.max_calls:
-                return _refuse(
-                    429, "budget", f"model-call budget of {grant.max_calls} calls used up"
-                )
-            if grant.prompt_tokens + grant.completion_tokens >= grant.max_tokens:
-                return _refuse(429, "budget", f"token budget of {grant.max_tokens} tokens used up")
-            body["max_tokens"] = min(
-                int(body.get("max_tokens") or grant.max_tokens_per_call), grant.max_tokens_per_call
-            )
+            gen = grant.generation
+            body.pop("model", None)  # the grant names the model: the rollout's checkpoint
+            refused = refused_fields(body, gen.backend)
+            if refused:
+                return _refuse(400, "bad_request", refused)
+            if grant.calls >= gen.max_calls:
+                return _refuse(429, "budget", f"model-call budget of {gen.max_calls} calls used up")
+            if grant.prompt_tokens + grant.completion_tokens >= gen.max_tokens:
+                return _refuse(429, "budget", f"token budget of {gen.max_tokens} tokens used up")
+            completion_left = None
+            if gen.max_completion_tokens is not None:
+                completion_left = gen.max_completion_tokens - grant.completion_tokens
+                if completion_left <= 0:
+                    detail = f"completion budget of {gen.max_completion_tokens} tokens used up"
+                    return _refuse(429, "budget", detail)
+            body = gen.apply(body, completion_left)
             # Some servers sample identically for identical unseeded requests (transformers serve
             # does), which would make k samples one sample k times. A fresh seed per call keeps
             # draws independent, and the recorded seed makes each call reproducible.
@@ -115,7 +122,8 @@ class Gateway:
                 body["seed"] = secrets.randbelow(2**31)
             grant.calls += 1
             start = time.perf_counter()
-            request_record = {"messages": messages, **body}
+            # exactly what reaches the server (the client adds only the model name)
+            request_record = {"model": grant.model, "messages": messages, **body}
             try:
                 response = await self.backend.chat(grant.model, messages, **body)
             except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only

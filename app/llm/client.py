@@ -11,20 +11,6 @@ import os
 
 import aiohttp
 
-# Sampling parameters a harness may set; anything else in a request is dropped.
-SAMPLING_KEYS = {
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "seed",
-    "stop",
-    "n",
-    "tools",
-    "tool_choice",
-    "presence_penalty",
-    "frequency_penalty",
-}
-
 
 class BackendError(RuntimeError):
     """The server answered with an error (`status` is its HTTP status) or could not be asked."""
@@ -65,8 +51,9 @@ class ChatEndpoint:
         return self._session
 
     async def chat(self, model: str, messages: list[dict], **sampling) -> dict:
-        """One completion; returns the response as the plain OpenAI JSON object."""
-        params = {k: v for k, v in sampling.items() if k in SAMPLING_KEYS and v is not None}
+        """One completion; returns the response as the plain OpenAI JSON object. Every field
+        given is sent (the gateway has checked them against the backend, app/llm/generation.py)."""
+        params = {k: v for k, v in sampling.items() if v is not None}
         body = {"model": model, "messages": messages, **params}
         try:
             async with self.session.post(

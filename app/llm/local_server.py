@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 import uvicorn
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 MAX_BATCH = 32
@@ -37,6 +37,11 @@ GATHER_S = 0.25
 
 
 class ChatRequest(BaseModel):
+    """The fields this server implements; any other is refused (422), never ignored
+    (app/llm/generation.py lists them as the local backend's)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     model: str
     messages: list[dict]
     temperature: float = 1.0

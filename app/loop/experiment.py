@@ -27,6 +27,7 @@ from app.config import (
     SearchConfig,
     describe,
 )
+from app.llm.generation import RolloutLimits, Sampling, refused_fields
 
 Strategy = Literal["whale", "weight_only", "harness_only", "stagewise"]
 HARNESS_KEYS = ("harness", "harness_id", "harness_code")  # at most one: the incoming harness
@@ -107,6 +108,8 @@ class Experiment(_Strict):
     test: TestSchedule = Field(default_factory=TestSchedule)
     budget: Budget = Field(default_factory=Budget)
     runtime: Runtime = Field(default_factory=Runtime)
+    sampling: Sampling = Field(default_factory=Sampling)
+    rollout: RolloutLimits = Field(default_factory=RolloutLimits)
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -167,6 +170,13 @@ def _harness_file(path: Path, source: str, web: bool) -> Path:
     if not path.is_file():
         raise ExperimentError(f"{source}: harness: no file {path}")
     return path.resolve()  # a resumed run may start elsewhere
+
+
+def check_generation(experiment: Experiment, backend: str, source: str = "experiment") -> None:
+    """Refuse a [sampling] field the model backend does not take, before any run exists."""
+    refused = refused_fields(experiment.sampling.defaults(), backend)
+    if refused:
+        raise ExperimentError(f"{source}: sampling: {refused}")
 
 
 def incoming_harness(

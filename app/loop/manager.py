@@ -5,7 +5,14 @@ import logging
 
 from app.db.schema import Run
 from app.loop.driver import Loop, start_run, unfinished_runs
-from app.loop.experiment import Experiment, ExperimentError, config_hash, incoming_harness, parse
+from app.loop.experiment import (
+    Experiment,
+    ExperimentError,
+    check_generation,
+    config_hash,
+    incoming_harness,
+    parse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +44,7 @@ class LoopManager:
         its run; its harness is an archive file, a stored harness or code, never a server path."""
         experiment = parse(toml_text, source, web=True)
         self.check_runtime(experiment)
+        check_generation(experiment, self.wb.backend_name, source)
         with self.wb.session() as s:
             incoming = incoming_harness(experiment, s, source)
         await self.ensure_started()

@@ -12,10 +12,11 @@ from pathlib import Path
 from sqlalchemy import bindparam, delete, func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Step, now
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, now
 from app.db.writer import Writer
 from app.domains import Domain, Task, episode
 from app.gateway import Gateway, Grant
+from app.llm.generation import Generation, generation_for
 from sandbox.pool import SandboxPool, SandboxResult
 
 PASS_THRESHOLD = 0.5  # a rollout passes (and is accepted for RFT) when its score is above this
@@ -56,10 +57,14 @@ class Evaluator:
         sandbox: SandboxPool,
         harness_dir: Path,
         concurrency: int = 32,
-        budget: dict | None = None,
+        backend: str = "endpoint",
+        limits: dict | None = None,
         gates: dict[int, Callable[[], Awaitable[None]]] | None = None,
     ):
-        self.budget = budget or {}  # per-rollout Grant limits: max_calls, max_tokens
+        # The model backend's name (which call fields it takes) and the process-wide rollout
+        # limits; a run's own [sampling] and [rollout] come on top (app/llm/generation.py).
+        self.backend = backend
+        self.limits = limits or {}
         self.writer = writer
         self.gateway = gateway
         self.sandbox = sandbox
@@ -120,6 +125,10 @@ class Evaluator:
         """Run the evaluation's pending rollouts - all of them when it is new, what is left when
         it was interrupted (recorded rollouts are kept, never run twice) - and finish it."""
         pending = await self.writer.run(lambda s: _pending(s, evaluation.id))
+        generation = await self.writer.run(
+            lambda s: _generation(s, evaluation.id, self.backend, self.limits)
+        )
+        wall_s = wall_s or generation.wall_s
         path = harness_file(harness, self.harness_dir)
         semaphore = asyncio.Semaphore(self.concurrency)
         gate = self.gates.get(evaluation.run_id)
@@ -129,7 +138,9 @@ class Evaluator:
                 if gate:
                     await gate()
                 task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
-                done = await self._rollout(rollout, task, path, checkpoint, domain, wall_s)
+                done = await self._rollout(
+                    rollout, task, path, checkpoint, domain, wall_s, generation
+                )
             if progress:
                 progress(done)
             return done
@@ -153,6 +164,7 @@ class Evaluator:
         checkpoint: Checkpoint,
         domain: Domain,
         wall_s: float | None,
+        generation: Generation,
     ) -> Rollout:
         env = episode(domain, task)  # this rollout's tools (a chess board keeps its state here)
         # Tools that run inside the sandbox (math's python) are only reported to the gateway.
@@ -163,7 +175,7 @@ class Evaluator:
                 checkpoint.name,
                 tools=env.tools,
                 sandbox_tools=frozenset(sandbox_tools),
-                **self.budget,
+                generation=generation,
             )
         )
         try:
@@ -193,6 +205,17 @@ class Evaluator:
         for key, value in values.items():  # the caller's copy, as the database now has it
             setattr(rollout, key, value)
         return rollout
+
+
+def _generation(s: Session, evaluation_id: int, backend: str, limits: dict) -> Generation:
+    """The settings the evaluation's calls run under, from its run's declared ones, recorded on
+    the evaluation (a run's config never changes, so a resumed one runs under the same)."""
+    evaluation = s.get(Evaluation, evaluation_id)
+    run = s.get(Run, evaluation.run_id)
+    generation = generation_for(run.config, evaluation.split, backend, limits)
+    if evaluation.generation is None:
+        evaluation.generation = generation.record()
+    return generation
 
 
 def _create(

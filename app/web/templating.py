@@ -117,6 +117,18 @@ def text_of(content: Any) -> str:
     return pretty(content)
 
 
+def generation(value: dict | None) -> str:
+    """An evaluation's generation settings in one line: backend, defaults, forced fields and
+    the per-call cap (its full record is the cell's tooltip)."""
+    if not value:
+        return DASH  # evaluated before the settings were recorded
+    parts = [value.get("backend", "?")]
+    parts += [f"{k}={v}" for k, v in (value.get("defaults") or {}).items()]
+    parts += [f"{k}={v} (forced)" for k, v in (value.get("forced") or {}).items()]
+    parts.append(f"≤{value.get('max_tokens_per_call', DASH)} tokens/call")
+    return ", ".join(parts)
+
+
 def with_query(path: str, params: dict[str, Any], **changes: Any) -> str:
     """`path` with the query `params` updated by `changes`; None drops a parameter.
 
@@ -147,6 +159,7 @@ templates.env.filters.update(
     python_html=python_html,
     size=size,
     when_short=when_short,
+    generation=generation,
 )
 templates.env.globals.update(
     elapsed=elapsed, with_query=with_query, DASH=DASH, budget_value=budget_value

@@ -60,6 +60,14 @@ def rows(workbench, table: str) -> int:
             "rft.samples_per_prompt: Input should be less than or equal to 1024",
         ),
         ("seed = -1", "seed: Input should be greater than or equal to 0"),
+        # generation settings the backend (here the embedded local server) cannot honour
+        ("[sampling]\ntop_k = 20", "sampling: top_k: the local backend does not support it"),
+        ("[sampling]\ntemprature = 0.5", "sampling.temprature: Extra inputs are not permitted"),
+        (
+            "[rollout]\nmax_tokens_per_call = 9000\nmax_completion_tokens = 8000",
+            "max_tokens_per_call (9000) is above max_completion_tokens (8000)",
+        ),
+        ("[rollout]\nmax_calls = 0", "rollout.max_calls: Input should be greater than or equal"),
     ],
 )
 def test_a_refused_experiment_names_the_key_and_stores_nothing(client, workbench, line, message):

@@ -54,6 +54,13 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
     assert (evaluation["split"], evaluation["k"], evaluation["n_tasks"]) == ("test", 2, 16)
     assert evaluation["status"] == "done"
     assert f"{evaluation['mean_at_k']:.3f}" == printed.group(1)
+    # what every call ran under is stored with the evaluation: the defaults of the embedded model
+    assert evaluation["generation"] == {
+        "backend": "local",
+        "max_calls": 32,
+        "max_tokens": 16384,
+        "max_tokens_per_call": 1024,
+    }
 
     rollouts = all_rollouts(client, run["id"])
     assert len(rollouts) == 32

@@ -10,6 +10,7 @@ from app.db import read_session
 from app.db.schema import Rollout, Step
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
+from app.llm.generation import Generation
 from tests.conftest import make_rollout
 
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -119,9 +120,8 @@ def test_forged_and_revoked_tokens_are_refused(with_gateway, store, model_server
 
 def test_call_and_token_budgets(with_gateway, model_server):
     async def body(gateway, client, rollout_id):
-        token = gateway.grant(
-            Grant(rollout_id, model_server.model, max_calls=1, max_tokens_per_call=4)
-        )
+        limits = Generation("local", max_calls=1, max_tokens_per_call=4)
+        token = gateway.grant(Grant(rollout_id, model_server.model, generation=limits))
         first = await client.post(
             "/v1/chat/completions", headers=auth(token), json={"messages": HELLO, "max_tokens": 500}
         )

@@ -6,7 +6,7 @@ import textwrap
 from sqlmodel import select
 
 from app.config import RFTConfig
-from app.db.schema import Checkpoint, Metric, Rollout, TrainingJob
+from app.db.schema import Checkpoint, Evaluation, Metric, Rollout, Step, TrainingJob
 from app.domains import get_domain
 from app.training.rft import rft_step
 from app.workbench import read_harness
@@ -17,7 +17,7 @@ from tests.conftest import attached_settings, started_workbench
 ORACLE = """
 def run(task, llm, tools):
     expr = task["question"].removeprefix("What is ").rstrip("?")
-    llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8, temperature=1.0)
+    llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8, temperature=0.0)
     return eval(expr)
 """
 NEVER = (
@@ -33,7 +33,7 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
     async def main():
         async with started_workbench(settings) as workbench:
             run, harness, base = await workbench.start_run(
-                "rft", "rft", "arith", read_harness(harness_path), {}
+                "rft", "rft", "arith", read_harness(harness_path), {"rft": cfg.model_dump()}
             )
             job, checkpoint = await rft_step(
                 workbench, run.id, harness, base, get_domain("arith"), cfg, step=0
@@ -52,6 +52,8 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
                     "checkpoints": s.exec(select(Checkpoint).order_by(Checkpoint.id)).all(),
                     "metrics": s.exec(select(Metric)).all(),
                     "rollouts": s.exec(select(Rollout)).all(),
+                    "evaluations": s.exec(select(Evaluation)).all(),
+                    "steps": s.exec(select(Step)).all(),
                 }
             return job, base, checkpoint, reply, stored
 
@@ -70,6 +72,10 @@ def test_accepted_rollouts_train_a_registered_servable_checkpoint(
     assert job.mean_reward == 1.0
     # the sampling went through the ordinary rollout path: traces recorded on the train split
     assert len(stored["rollouts"]) == 6 and all(r.turns == 1 for r in stored["rollouts"])
+    # the harness asks for greedy decoding; RFT samples at [rft] temperature all the same
+    (sampling,) = stored["evaluations"]
+    assert sampling.split == "train" and sampling.generation["forced"] == {"temperature": 1.0}
+    assert [st.request["temperature"] for st in stored["steps"]] == [1.0] * 6
     assert (checkpoint.kind, checkpoint.parent_id, checkpoint.training_job_id) == (
         "lora",
         base.id,

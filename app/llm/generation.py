@@ -1,0 +1,167 @@
+"""Generation settings: what reaches the model on every call of a rollout, declared by the
+experiment (or `whale eval`) and recorded, never dropped in silence.
+
+- `[sampling]`: defaults the gateway fills in where the harness's call does not set a field
+  (temperature, top_p, top_k, min_p, max_tokens, chat_template_kwargs, ...).
+- `[rollout]`: the budgets of one rollout (model calls, tokens, completion tokens as the
+  release counts them, the per-call completion cap, the wall-clock limit).
+- `[rft] temperature`: RFT samples at it whatever the harness sets, since a harness that
+  hard-codes temperature 0 would turn n samples of a prompt into one sample n times.
+
+A field the backend does not take is refused with its name and the backend's, when the
+experiment is started and again when a harness sends it.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# What a harness's call may carry besides its messages, and which backend takes which. The
+# embedded local server implements only the first five (app/llm/local_server.py); vLLM and
+# OpenAI-compatible endpoints take them all (vLLM's extra sampling parameters included).
+CALL_FIELDS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "seed",
+    "stop",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "response_format",
+    "chat_template_kwargs",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+)
+BACKEND_FIELDS = {
+    "local": frozenset(CALL_FIELDS[:5]),
+    "vllm": frozenset(CALL_FIELDS),
+    "endpoint": frozenset(CALL_FIELDS),  # WHALE_LLM_URL: the server itself refuses what it lacks
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Sampling(_Strict):
+    """[sampling]: each field set here is sent on every call whose harness leaves it unset."""
+
+    temperature: float | None = Field(default=None, ge=0, le=10)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = Field(default=None, ge=-1, le=1_000_000, description="-1: off (vLLM)")
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=10)
+    max_tokens: int | None = Field(default=None, ge=1, le=10**7, description="per call")
+    stop: list[str] | None = Field(default=None, max_length=16)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="e.g. {enable_thinking = true} for Qwen3 templates"
+    )
+
+    def defaults(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class RolloutLimits(_Strict):
+    """[rollout]: one rollout's budgets; unset ones come from the WHALE_ROLLOUT_* settings."""
+
+    max_calls: int | None = Field(default=None, ge=1, le=100_000, description="model calls")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=10**9, description="prompt + completion tokens over the rollout"
+    )
+    max_completion_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**9,
+        description="completion tokens over the rollout (the release's assistant-token budget)",
+    )
+    max_tokens_per_call: int | None = Field(
+        default=None, ge=1, le=10**7, description="completion cap of one call"
+    )
+    wall_s: float | None = Field(default=None, gt=0, le=10**6, description="wall-clock limit")
+
+    @model_validator(mode="after")
+    def _per_call_within_the_rollout(self):
+        cap = self.max_tokens_per_call
+        for budget in ("max_completion_tokens", "max_tokens"):
+            limit = getattr(self, budget)
+            if cap is not None and limit is not None and cap > limit:
+                raise ValueError(f"max_tokens_per_call ({cap}) is above {budget} ({limit})")
+        return self
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the gateway applies to one rollout's calls; stored with each evaluation."""
+
+    backend: str
+    defaults: dict[str, Any] = field(default_factory=dict)
+    forced: dict[str, Any] = field(default_factory=dict)  # over the harness's own values
+    max_calls: int = 32
+    max_tokens: int = 16384
+    max_completion_tokens: int | None = None
+    max_tokens_per_call: int = 1024
+    wall_s: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v not in (None, {})}
+
+    def apply(self, body: dict[str, Any], completion_left: int | None) -> dict[str, Any]:
+        """The call as it goes to the server: the harness's fields over the defaults, the
+        forced ones over both, max_tokens within the per-call cap and what is left of the
+        rollout's completion budget."""
+        given = {k: v for k, v in body.items() if v is not None}  # None: not set
+        sent = {**self.defaults, **given, **self.forced}
+        cap = self.max_tokens_per_call
+        if completion_left is not None:
+            cap = min(cap, completion_left)
+        sent["max_tokens"] = min(int(sent.get("max_tokens") or cap), cap)
+        return sent
+
+
+def refused_fields(fields, backend: str) -> str | None:
+    """Why a call (or an experiment's [sampling]) with these fields cannot go to `backend`."""
+    unknown = [f for f in fields if f not in CALL_FIELDS]
+    if unknown:
+        return (
+            f"{', '.join(unknown)}: not a parameter a model call may set "
+            f"(known: {', '.join(CALL_FIELDS)})"
+        )
+    taken = BACKEND_FIELDS[backend]
+    missing = [f for f in fields if f not in taken]
+    if missing:
+        return (
+            f"{', '.join(missing)}: the {backend} backend does not support "
+            f"{'it' if len(missing) == 1 else 'them'} (it takes {', '.join(sorted(taken))})"
+        )
+    return None
+
+
+def generation_for(
+    run_config: dict | None, split: str, backend: str, limits: dict[str, Any]
+) -> Generation:
+    """The settings a run's evaluation of `split` runs under: the run's [sampling] and
+    [rollout] (an experiment's, or `whale eval`'s), the process-wide limits where those are
+    unset, and [rft] temperature forced on RFT's sampling (the train split)."""
+    config = run_config or {}
+    declared = config.get("experiment") or config
+    sampling = Sampling.model_validate(declared.get("sampling") or {})
+    rollout = RolloutLimits.model_validate(declared.get("rollout") or {})
+    temperature = (declared.get("rft") or {}).get("temperature")
+    forced = {"temperature": temperature} if split == "train" and temperature is not None else {}
+    given = {k: v for k, v in rollout.model_dump().items() if v is not None}
+    return Generation(
+        backend=backend, defaults=sampling.defaults(), forced=forced, **{**limits, **given}
+    )
