@@ -92,6 +92,9 @@ class Message:
         msg = choice["message"]
         self.role = msg.get("role", "assistant")
         self.content = msg.get("content") or ""
+        # what the server's reasoning parser split off (vLLM: reasoning_content or reasoning);
+        # without a parser, thinking stays in content between <think> and </think>
+        self.reasoning = msg.get("reasoning_content") or msg.get("reasoning") or ""
         self.tool_calls = msg.get("tool_calls") or []
         self.finish_reason = choice.get("finish_reason")
         self.usage = data.get("usage") or {}

@@ -16,8 +16,9 @@ from app.llm.local import free_port
 
 
 @contextmanager
-def openai_stub(script: str | list[str | int]):
-    """Yields (base_url, seen): each request's authorization header and body, in order."""
+def openai_stub(script: str | list[str | int], message_extra: dict | None = None):
+    """Yields (base_url, seen): each request's authorization header and body, in order.
+    `message_extra` joins every answer's message (reasoning_content, tool_calls, ...)."""
     app = FastAPI()
     seen: list[dict] = []
     queue = [] if isinstance(script, str) else list(script)
@@ -39,7 +40,7 @@ def openai_stub(script: str | list[str | int]):
                 {
                     "index": 0,
                     "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": reply},
+                    "message": {"role": "assistant", "content": reply, **(message_extra or {})},
                 }
             ],
             "usage": {

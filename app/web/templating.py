@@ -15,6 +15,7 @@ from pygments.lexers import PythonLexer
 
 from app import ROOT
 from app.db.schema import utc
+from app.llm.reasoning import reasoning_field, split_thinking
 from app.web.charts import (
     best_success_chart,
     harness_success_chart,
@@ -129,6 +130,15 @@ def generation(value: dict | None) -> str:
     return ", ".join(parts)
 
 
+def thinking(message: Any) -> tuple[str | None, Any]:
+    """(reasoning, the rest) of a chat message: a multi-part content is left whole."""
+    if not isinstance(message, dict):
+        return None, message
+    if not isinstance(message.get("content"), str | None):
+        return reasoning_field(message), message.get("content")
+    return split_thinking(message)
+
+
 def with_query(path: str, params: dict[str, Any], **changes: Any) -> str:
     """`path` with the query `params` updated by `changes`; None drops a parameter.
 
@@ -160,6 +170,7 @@ templates.env.filters.update(
     size=size,
     when_short=when_short,
     generation=generation,
+    thinking=thinking,
 )
 templates.env.globals.update(
     elapsed=elapsed, with_query=with_query, DASH=DASH, budget_value=budget_value

@@ -186,3 +186,47 @@ def test_contrast_page_lists_tasks_with_a_trace_of_each_side(store, client):
     assert "<b>2</b> tasks fail under A" in page
     refused = client.get(f"/rollouts/contrast?a_harness={a.id}")
     assert refused.status_code == 422 and "b_harness or b_checkpoint" in refused.text
+
+
+def test_reasoning_is_folded_and_tool_calls_and_results_are_shown(store, client, two_harnesses):
+    from app.db.schema import Step
+
+    rollout = two_harnesses[3]
+    call = {"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    store.write(
+        Step(
+            rollout_id=rollout.id,
+            idx=0,
+            kind="model",
+            request={"messages": [{"role": "user", "content": "Who?"}]},
+            response={
+                "message": {"content": "", "reasoning_content": "look it up", "tool_calls": [call]},
+                "finish_reason": "tool_calls",
+            },
+        ),
+        Step(
+            rollout_id=rollout.id,
+            idx=1,
+            kind="model",
+            request={
+                "messages": [
+                    {"role": "user", "content": "Who?"},
+                    {"role": "assistant", "content": "", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "Ada Lovelace"},
+                ]
+            },
+            response={
+                "message": {"content": "<think>\nit was Ada\n</think>\n\nAda Lovelace"},
+                "finish_reason": "stop",
+            },
+        ),
+    )
+    page = client.get(f"/rollouts/{rollout.id}").text
+    folded = re.findall(r'<details class="reasoning"><summary>reasoning, (\d+) characters', page)
+    assert folded == ["10", "10"]  # the parser's field, and <think> left in the text
+    assert '<pre class="reasoning-text">look it up</pre>' in page
+    assert '<pre class="reasoning-text">it was Ada</pre>' in page
+    assert "&lt;think&gt;" not in page  # folded, not shown twice
+    calls = re.findall(r'<pre class="tool-calls">(.*?)</pre>', page, re.S)
+    assert calls and all("search" in c for c in calls)  # the call, where made and where resent
+    assert '<span class="role">tool</span>' in page and "Ada Lovelace" in page  # its result
