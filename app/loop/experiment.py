@@ -116,6 +116,8 @@ class Experiment(_Strict):
         given = [k for k in HARNESS_KEYS if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of {', '.join(HARNESS_KEYS)} (given: {', '.join(given)})")
+        if "seed" not in self.rft.model_fields_set:  # the run's seed orders and trains RFT
+            self.rft.seed = self.seed
         if "steps" in self.rft.model_fields_set:
             raise ValueError("rft.steps is not used here: set switching.weight_steps")
         if "iterations" in self.search.model_fields_set:

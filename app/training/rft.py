@@ -10,6 +10,7 @@
 
 import json
 import logging
+import random
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -27,11 +28,22 @@ from app.training.job import TrainingError, run_trainer, trainer_command
 log = logging.getLogger(__name__)
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The train split's order in one epoch: a fresh shuffle per epoch from the seed, so no run
+    trains on the file's order, and a resumed run draws the same prompts again."""
+    order = list(range(n))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return order
+
+
 def prompt_batch(domain: Domain, cfg: RFTConfig, step: int) -> list[Task]:
-    """The step's prompts: consecutive train-split tasks, wrapping around (epochs go by)."""
+    """The step's prompts: the next `prompts_per_step` of the shuffled train split, every task
+    once per epoch before any comes again."""
     tasks = domain.tasks("train")
     first = step * cfg.prompts_per_step
-    return [tasks[(first + i) % len(tasks)] for i in range(cfg.prompts_per_step)]
+    positions = [first + i for i in range(cfg.prompts_per_step)]
+    orders = {e: epoch_order(len(tasks), cfg.seed, e) for e in {p // len(tasks) for p in positions}}
+    return [tasks[orders[p // len(tasks)][p % len(tasks)]] for p in positions]
 
 
 async def rft_step(

@@ -8,7 +8,7 @@ from sqlmodel import select
 from app.config import RFTConfig
 from app.db.schema import Checkpoint, Evaluation, Metric, Rollout, Step, TrainingJob
 from app.domains import get_domain
-from app.training.rft import rft_step
+from app.training.rft import prompt_batch, rft_step
 from app.workbench import read_harness
 from tests.conftest import attached_settings, started_workbench
 
@@ -97,3 +97,18 @@ def test_nothing_accepted_skips_the_update(tmp_path, model_server, model_cache):
     assert (job.status, job.n_accepted, job.n_rollouts) == ("skipped", 0, 4)
     assert checkpoint.id == base.id
     assert len(stored["checkpoints"]) == 1
+
+
+def test_train_prompts_are_shuffled_per_epoch_by_the_seed_each_once_per_epoch():
+    domain = get_domain("arith")
+    n = len(domain.tasks("train"))
+    cfg = RFTConfig(prompts_per_step=7, seed=3)
+    steps = -(-2 * n // 7)  # two epochs and a bit
+    drawn = [t.id for step in range(steps) for t in prompt_batch(domain, cfg, step)]
+    first, second = drawn[:n], drawn[n : 2 * n]
+    assert sorted(first) == sorted(second) == sorted(t.id for t in domain.tasks("train"))
+    assert first != [t.id for t in domain.tasks("train")]  # not the file's order
+    assert first != second  # a new order each epoch
+    assert drawn == [t.id for s in range(steps) for t in prompt_batch(domain, cfg, s)]  # resumable
+    other = [t.id for t in prompt_batch(domain, cfg.model_copy(update={"seed": 4}), 0)]
+    assert other != drawn[:7]
