@@ -112,7 +112,12 @@ class RFTConfig(BaseModel):
         default=16, ge=1, le=1_000_000, description="examples per optimizer step"
     )
     epochs: int = Field(default=1, ge=1, le=1000)
-    max_seq_len: int = Field(default=512, ge=16, le=1 << 20)
+    max_seq_len: int | None = Field(
+        default=None,
+        ge=16,
+        le=1 << 20,
+        description="tokens per example (default: the rollout token budget, which no call exceeds)",
+    )
     lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
     lora_rank: int = Field(default=16, ge=1, le=4096)
     lora_alpha: int = Field(default=32, ge=1, le=1 << 16)

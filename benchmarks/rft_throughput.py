@@ -132,7 +132,7 @@ def trl_sft(base: Path, rows: list[dict], cfg: RFTConfig, work: Path) -> float:
 
 def main(n: int) -> None:
     base = prepare_model(Settings().models_dir)
-    cfg = RFTConfig()
+    cfg = RFTConfig(max_seq_len=512)  # the figures in docs/benchmarks.md were measured at 512
     rows = examples(n)
     tokenizer = AutoTokenizer.from_pretrained(base)
     tokens = sum(len(encode(tokenizer, r, cfg.max_seq_len)[0]) for r in rows)

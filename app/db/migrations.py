@@ -156,6 +156,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE evaluation ADD COLUMN generation BLOB;
         """,
     ),
+    (
+        "007_training_cuts",
+        """
+        -- examples cut to max_seq_len, and those with nothing left to train, per RFT step
+        ALTER TABLE training_job ADD COLUMN n_truncated INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_dropped INTEGER;
+        ALTER TABLE training_job ADD COLUMN max_seq_len INTEGER;
+        """,
+    ),
 ]
 
 

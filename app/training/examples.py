@@ -93,3 +93,19 @@ def encode(tokenizer, example: dict, max_len: int) -> tuple[list[int], list[int]
     ids = (prompt_ids + completion_ids)[:max_len]
     labels = ([-100] * len(prompt_ids) + completion_ids)[:max_len]
     return ids, labels
+
+
+def encode_all(tokenizer, examples: list[dict], max_len: int) -> tuple[list, dict[str, int]]:
+    """Every example encoded, without those that keep no trained token once cut to max_len,
+    and how many were cut and dropped: the job reports both."""
+    encoded, counts = [], {"truncated": 0, "dropped": 0}
+    for example in examples:
+        prompt, text = produced_text(tokenizer, example)
+        whole = len(tokenizer(prompt + text, add_special_tokens=False)["input_ids"])
+        ids, labels = encode(tokenizer, example, max_len)
+        counts["truncated"] += whole > max_len
+        if any(t != -100 for t in labels[1:]):
+            encoded.append((ids, labels))
+        else:  # its prompt alone fills max_len: nothing of what the model produced is left
+            counts["dropped"] += 1
+    return encoded, counts

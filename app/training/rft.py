@@ -19,8 +19,9 @@ from sqlalchemy import delete
 from sqlmodel import select
 
 from app.config import RFTConfig
-from app.db.schema import Checkpoint, Evaluation, Harness, Metric, Rollout, TrainingJob, now
+from app.db.schema import Checkpoint, Evaluation, Harness, Metric, Rollout, Run, TrainingJob, now
 from app.domains import Domain, Task
+from app.llm.generation import generation_for
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
 from app.training.job import TrainingError, run_trainer, trainer_command
@@ -101,7 +102,9 @@ async def rft_step(
         for example in examples:
             f.write(json.dumps(example) + "\n")
     out = workbench.settings.home / "checkpoints" / f"run-{run_id}" / f"job-{job.id}"
-    spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out)
+    with workbench.session() as s:
+        max_len = cfg.max_seq_len or _rollout_tokens(workbench, s.get(Run, run_id))
+    spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out, max_len)
     # A training interrupted by a crash is retried cleanly: whatever it wrote goes first.
     shutil.rmtree(out, ignore_errors=True)
     await writer.run(
@@ -157,6 +160,9 @@ async def rft_step(
             checkpoint_out_id=new.id,
             loss=result["loss"],
             tokens_trained=result["tokens"],
+            n_truncated=result["truncated"],
+            n_dropped=result["dropped"],
+            max_seq_len=result["max_seq_len"],
             finished_at=now(),
         )
         return new
@@ -250,7 +256,15 @@ def _accepted_examples(s, evaluation_id: int, threshold: float) -> list[dict]:
     return examples_from_rollouts(s, list(accepted))
 
 
-def _spec(base: str, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out: Path) -> dict:
+def _rollout_tokens(workbench, run: Run) -> int:
+    """The default max_seq_len: a rollout's token budget, which no call of it can exceed."""
+    limits = {"max_tokens": workbench.settings.rollout_max_tokens}
+    return generation_for(run.config, "train", workbench.backend_name, limits).max_tokens
+
+
+def _spec(
+    base: str, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out: Path, max_len: int
+) -> dict:
     """What the training process needs: it continues from `checkpoint`."""
     spec = {
         "base_model": base,
@@ -264,7 +278,7 @@ def _spec(base: str, checkpoint: Checkpoint, cfg: RFTConfig, examples: Path, out
         "lr": cfg.lr,
         "batch_size": cfg.batch_size,
         "epochs": cfg.epochs,
-        "max_seq_len": cfg.max_seq_len,
+        "max_seq_len": max_len,
         "seed": cfg.seed,
     }
     if checkpoint.kind == "lora":

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.children import die_with_parent
-from app.training.examples import encode
+from app.training.examples import encode_all
 from app.training.job import SUPERVISED
 
 
@@ -116,8 +116,7 @@ def train(spec: dict) -> dict | None:
     torch.manual_seed(spec["seed"])
     tokenizer = AutoTokenizer.from_pretrained(spec["base_model"])
     examples = [json.loads(line) for line in open(spec["examples"])]
-    encoded = [encode(tokenizer, e, spec["max_seq_len"]) for e in examples]
-    encoded = [(ids, labels) for ids, labels in encoded if any(t != -100 for t in labels[1:])]
+    encoded, cut = encode_all(tokenizer, examples, spec["max_seq_len"])
     random.Random(spec["seed"]).shuffle(encoded)  # the same order on every process
     model = load_model(spec, spec.get("init_adapter"))
     model.train()
@@ -171,6 +170,9 @@ def train(spec: dict) -> dict | None:
         "tokens": tokens,
         "batches": done,
         "examples": len(encoded),
+        "truncated": cut["truncated"],  # longer than max_seq_len, trained on their first part
+        "dropped": cut["dropped"],  # nothing trainable left within max_seq_len
+        "max_seq_len": spec["max_seq_len"],
         "size_bytes": size,
         "processes": processes,
         "train_seconds": train_seconds,

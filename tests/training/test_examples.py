@@ -151,3 +151,16 @@ def test_a_reasoning_only_completion_is_an_example(store):
         (example,) = examples_from_rollouts(s, [rollout])
     assert example["tools"] == TOOLS and example["reasoning"] == "hmm"
     assert example["tool_calls"] == message["tool_calls"] and example["completion"] == ""
+
+
+def test_examples_cut_to_max_seq_len_are_counted_and_those_left_empty_dropped(model_cache):
+    from app.llm.local import prepare_model
+    from app.training.examples import encode_all
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_model(model_cache))
+    short = {"messages": MESSAGES, "completion": "4", "finish_reason": "stop"}
+    long = {**short, "completion": "4 " * 200}
+    no_room = {**short, "messages": [{"role": "user", "content": "2+2? " * 200}]}
+    encoded, counts = encode_all(tokenizer, [short, long, no_room], max_len=64)
+    assert counts == {"truncated": 2, "dropped": 1}
+    assert len(encoded) == 2 and all(len(ids) <= 64 for ids, _ in encoded)

@@ -69,6 +69,8 @@ def test_accepted_rollouts_train_a_registered_servable_checkpoint(
     )
     assert (job.status, job.n_rollouts, job.n_accepted) == ("done", 6, 6)
     assert job.n_examples == 6 and job.tokens_trained > 0 and job.loss > 0
+    # max_seq_len defaults to the rollout token budget: no call of a rollout is longer
+    assert (job.max_seq_len, job.n_truncated, job.n_dropped) == (16384, 0, 0)
     assert job.mean_reward == 1.0
     # the sampling went through the ordinary rollout path: traces recorded on the train split
     assert len(stored["rollouts"]) == 6 and all(r.turns == 1 for r in stored["rollouts"])
