@@ -119,6 +119,11 @@ class RFTConfig(BaseModel):
         description="tokens per example (default: the rollout token budget, which no call exceeds)",
     )
     lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
+    optimizer_state: Literal["phase", "step"] = Field(
+        default="phase",
+        description="phase: one AdamW for the whole weight phase, its state carried from step "
+        "to step (the release's way); step: a fresh AdamW every RFT step",
+    )
     lora_rank: int = Field(default=16, ge=1, le=4096)
     lora_alpha: int = Field(default=32, ge=1, le=1 << 16)
     lora_targets: list[str] = Field(

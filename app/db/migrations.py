@@ -157,12 +157,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         """,
     ),
     (
-        "007_training_cuts",
+        "007_training_steps",
         """
         -- examples cut to max_seq_len, and those with nothing left to train, per RFT step
         ALTER TABLE training_job ADD COLUMN n_truncated INTEGER;
         ALTER TABLE training_job ADD COLUMN n_dropped INTEGER;
         ALTER TABLE training_job ADD COLUMN max_seq_len INTEGER;
+        -- whether the step continued its phase's optimizer ([rft] optimizer_state = "phase")
+        ALTER TABLE training_job ADD COLUMN optimizer_carried BOOLEAN;
         """,
     ),
 ]

@@ -170,6 +170,7 @@ class TrainingJob(SQLModel, table=True):
     n_truncated: int | None = None  # examples longer than max_seq_len (trained on their start)
     n_dropped: int | None = None  # examples with nothing trainable within max_seq_len
     max_seq_len: int | None = None
+    optimizer_carried: bool | None = None  # continued the phase's AdamW (optimizer_state "phase")
     loss: float | None = None
     error: str | None = None
     log_tail: str | None = None

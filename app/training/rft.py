@@ -24,7 +24,7 @@ from app.domains import Domain, Task
 from app.llm.generation import generation_for
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
-from app.training.job import TrainingError, run_trainer, trainer_command
+from app.training.job import OPTIMIZER_FILE, TrainingError, run_trainer, trainer_command
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,9 @@ async def rft_step(
     out = workbench.settings.home / "checkpoints" / f"run-{run_id}" / f"job-{job.id}"
     with workbench.session() as s:
         max_len = cfg.max_seq_len or _rollout_tokens(workbench, s.get(Run, run_id))
+        carried = _phase_optimizer(s, checkpoint, job) if cfg.optimizer_state == "phase" else None
     spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out, max_len)
+    spec["optimizer_in"] = str(carried) if carried else None
     # A training interrupted by a crash is retried cleanly: whatever it wrote goes first.
     shutil.rmtree(out, ignore_errors=True)
     await writer.run(
@@ -163,11 +165,14 @@ async def rft_step(
             n_truncated=result["truncated"],
             n_dropped=result["dropped"],
             max_seq_len=result["max_seq_len"],
+            optimizer_carried=result["optimizer_carried"] and bool(carried),
             finished_at=now(),
         )
         return new
 
     new_checkpoint = await writer.run(register)
+    if carried:  # the phase's optimizer now lives in the new checkpoint; a full fine-tune's
+        carried.unlink(missing_ok=True)  # is twice the weights, so one copy is kept
     job = await writer.run(lambda s: s.get(TrainingJob, job.id))
     say(
         "trained",
@@ -256,6 +261,17 @@ def _accepted_examples(s, evaluation_id: int, threshold: float) -> list[dict]:
     return examples_from_rollouts(s, list(accepted))
 
 
+def _phase_optimizer(s, checkpoint: Checkpoint, job: TrainingJob) -> Path | None:
+    """The optimizer state to continue from: the one the phase's previous step saved with the
+    checkpoint this step starts from. A phase's first step starts a fresh AdamW."""
+    if checkpoint.training_job_id is None or checkpoint.path is None:
+        return None
+    made_by = s.get(TrainingJob, checkpoint.training_job_id)
+    saved = Path(checkpoint.path) / OPTIMIZER_FILE
+    same_phase = made_by is not None and made_by.phase_id == job.phase_id
+    return saved if same_phase and saved.is_file() else None
+
+
 def _rollout_tokens(workbench, run: Run) -> int:
     """The default max_seq_len: a rollout's token budget, which no call of it can exceed."""
     limits = {"max_tokens": workbench.settings.rollout_max_tokens}
@@ -279,6 +295,7 @@ def _spec(
         "batch_size": cfg.batch_size,
         "epochs": cfg.epochs,
         "max_seq_len": max_len,
+        "optimizer_state": cfg.optimizer_state,
         "seed": cfg.seed,
     }
     if checkpoint.kind == "lora":

@@ -10,8 +10,9 @@ of several (DDP, FSDP, DeepSpeed; GPUs or machines) run the same code: each proc
 shard of every batch, and only the main process prints progress and writes the checkpoint.
 
 The checkpoint folder holds `adapter/` (LoRA, what vLLM hot-loads) and `merged/` (full weights,
-what servers without adapter support load), written to a temporary folder and renamed at the end
-so a crash or a full disk never leaves a half checkpoint.
+what servers without adapter support load), and, when the weight phase carries one optimizer
+across its steps, `optimizer.pt`; written to a temporary folder and renamed at the end so a
+crash or a full disk never leaves a half checkpoint.
 """
 
 import json
@@ -26,13 +27,13 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.children import die_with_parent
 from app.training.examples import encode_all
-from app.training.job import SUPERVISED
+from app.training.job import OPTIMIZER_FILE, SUPERVISED
 
 
 def emit(**event) -> None:
@@ -128,6 +129,9 @@ def train(spec: dict) -> dict | None:
     rows = with_fillers(encoded, per_process * accelerator.num_processes, pad)
     loader = DataLoader(rows, batch_size=per_process, collate_fn=partial(collate, pad_id=pad))
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    carried = carry_optimizer(accelerator, spec)
+    if carried and spec.get("optimizer_in"):  # the phase's optimizer, where its last step left it
+        optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
     total_batches = spec["epochs"] * len(loader)
     losses, tokens, done, start = [], 0, 0, time.monotonic()
     for _ in range(spec["epochs"]):
@@ -158,7 +162,7 @@ def train(spec: dict) -> dict | None:
                     tokens_per_s=tokens / (time.monotonic() - start),
                 )
     train_seconds = time.monotonic() - start
-    save(accelerator, model, tokenizer, spec)
+    save(accelerator, model, tokenizer, spec, optimizer if carried else None)
     is_main, processes = accelerator.is_main_process, accelerator.num_processes
     accelerator.end_training()
     if not is_main:
@@ -173,6 +177,7 @@ def train(spec: dict) -> dict | None:
         "truncated": cut["truncated"],  # longer than max_seq_len, trained on their first part
         "dropped": cut["dropped"],  # nothing trainable left within max_seq_len
         "max_seq_len": spec["max_seq_len"],
+        "optimizer_carried": carried,
         "size_bytes": size,
         "processes": processes,
         "train_seconds": train_seconds,
@@ -180,8 +185,17 @@ def train(spec: dict) -> dict | None:
     }
 
 
-def save(accelerator: Accelerator, model, tokenizer, spec: dict) -> None:
-    """Write the checkpoint from the main process, atomically (a temporary folder, renamed).
+def carry_optimizer(accelerator: Accelerator, spec: dict) -> bool:
+    """Whether this step continues the phase's optimizer (`[rft] optimizer_state = "phase"`,
+    the release's way) and saves it for the next step. Under FSDP or DeepSpeed each process
+    holds a shard of it: those start a fresh AdamW per step, and the job says so."""
+    sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
+    return spec.get("optimizer_state", "step") == "phase" and not sharded
+
+
+def save(accelerator: Accelerator, model, tokenizer, spec: dict, optimizer=None) -> None:
+    """Write the checkpoint from the main process, atomically (a temporary folder, renamed),
+    with the optimizer's state when the phase carries it (`optimizer.pt`).
 
     get_state_dict gathers FSDP- or ZeRO-sharded weights into full tensors; every process must
     take part in it. The merged weights are the base reloaded plus the saved adapter, because
@@ -199,6 +213,8 @@ def save(accelerator: Accelerator, model, tokenizer, spec: dict) -> None:
         else:
             trained.save_pretrained(tmp / "merged", state_dict=state)
         tokenizer.save_pretrained(tmp / "merged")
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         tmp.rename(out)
     accelerator.wait_for_everyone()
 

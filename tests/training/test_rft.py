@@ -114,3 +114,40 @@ def test_train_prompts_are_shuffled_per_epoch_by_the_seed_each_once_per_epoch():
     assert drawn == [t.id for s in range(steps) for t in prompt_batch(domain, cfg, s)]  # resumable
     other = [t.id for t in prompt_batch(domain, cfg.model_copy(update={"seed": 4}), 0)]
     assert other != drawn[:7]
+
+
+def test_a_step_continues_the_optimizer_its_phase_saved_and_no_other(store, tmp_path):
+    from app.db import read_session
+    from app.db.schema import Harness, Phase, Run
+    from app.training.rft import _phase_optimizer
+
+    engine, writer = store
+
+    def rows(s):
+        run = Run(name="r", kind="experiment", domain="arith")
+        s.add(run)
+        s.flush()
+        harness = Harness(run_id=run.id, name="h.py", code="", sha="x")
+        base = Checkpoint(name="base")
+        one, two = (Phase(run_id=run.id, kind="weight", round=r) for r in (1, 2))
+        s.add_all([harness, base, one, two])
+        s.flush()
+        job = dict(run_id=run.id, harness_id=harness.id, checkpoint_in_id=base.id)
+        made = TrainingJob(**job, step=0, phase_id=one.id)
+        s.add(made)
+        s.flush()
+        trained = Checkpoint(name="c1", kind="lora", path=str(tmp_path), training_job_id=made.id)
+        s.add(trained)
+        s.flush()
+        same = TrainingJob(**job, step=1, phase_id=one.id)
+        later = TrainingJob(**job, step=2, phase_id=two.id)
+        s.add_all([same, later])
+        return base, trained, same, later
+
+    base, trained, same, later = writer.submit(rows).result()
+    with read_session(engine) as s:
+        assert _phase_optimizer(s, trained, same) is None  # no optimizer.pt was saved
+        (tmp_path / "optimizer.pt").write_bytes(b"state")
+        assert _phase_optimizer(s, trained, same) == tmp_path / "optimizer.pt"
+        assert _phase_optimizer(s, trained, later) is None  # a new phase starts afresh
+        assert _phase_optimizer(s, base, same) is None  # the base has no optimizer

@@ -79,6 +79,37 @@ def test_training_lowers_the_loss_on_its_examples_and_saves_both_forms(tmp_path,
     assert nll_of_examples(tmp_path / "ckpt2" / "merged") < 0.8 * nll_of_examples(base)
 
 
+def test_a_phase_carries_one_optimizer_from_step_to_step(tmp_path, model_cache):
+    """optimizer_state "phase": each step saves AdamW's state with its checkpoint and the next
+    step continues it (its step count and moments go on); "step": a fresh AdamW, nothing kept."""
+    base = prepare_model(model_cache)
+
+    def adam_steps(folder) -> set[int]:
+        state = torch.load(folder / "optimizer.pt", weights_only=True)["state"]
+        return {int(s["step"]) for s in state.values()}
+
+    first = spec_for(tmp_path, base, optimizer_state="phase", epochs=1)  # 2 batches
+    done = asyncio.run(run_trainer(first, tmp_path / "job", lambda e: None))
+    assert done["optimizer_carried"] is True and adam_steps(tmp_path / "ckpt") == {2}
+    second = spec_for(
+        tmp_path,
+        base,
+        optimizer_state="phase",
+        epochs=1,
+        init_adapter=str(tmp_path / "ckpt" / "adapter"),
+        optimizer_in=str(tmp_path / "ckpt" / "optimizer.pt"),
+        output=str(tmp_path / "ckpt2"),
+    )
+    asyncio.run(run_trainer(second, tmp_path / "job2", lambda e: None))
+    assert adam_steps(tmp_path / "ckpt2") == {4}  # 2 + 2: one optimizer over both steps
+
+    fresh = spec_for(
+        tmp_path, base, optimizer_state="step", epochs=1, output=str(tmp_path / "ckpt3")
+    )
+    done = asyncio.run(run_trainer(fresh, tmp_path / "job3", lambda e: None))
+    assert done["optimizer_carried"] is False and not (tmp_path / "ckpt3" / "optimizer.pt").exists()
+
+
 def test_a_failing_job_says_why_and_writes_no_checkpoint(tmp_path):
     spec = spec_for(tmp_path, tmp_path / "no-such-model")
     with pytest.raises(TrainingError, match="no-such-model"):
