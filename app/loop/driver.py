@@ -131,6 +131,8 @@ class Loop:
                 why_not = self._budget_reason(0)
                 if why_not:
                     return why_not
+                if self._reserve() and self._budget_reason(self._weight_step_cost()):
+                    return "budget used up"  # not even the last weight step fits
                 phase = await self._next_phase()
                 if phase is None:
                     return "the strategy has no further phase"
@@ -142,7 +144,7 @@ class Loop:
             await self._take_command("skip", phase_id=phase.id)
             if self.exp.test.after_phase:
                 await self._test_point()
-            if phase.ended_reason == "budget":
+            if phase.ended_reason == "budget" and not self._final_weight_phase_due(phase):
                 return "budget used up"
             if phase.ended_reason == "exhausted" and self.exp.strategy == "harness_only":
                 return "the proposer has nothing left to try"
@@ -168,11 +170,37 @@ class Loop:
             return "harness" if phases else "weight"
         return "harness" if phases and phases[-1].kind == "weight" else "weight"
 
+    # -- ending on a weight phase ([switching] end_on = "weight") -----------------------------
+
+    def _weight_step_cost(self) -> int:
+        return self.exp.rft.prompts_per_step * self.exp.rft.samples_per_prompt
+
+    def _harness_iteration_cost(self) -> int:
+        cfg = self.exp.search
+        tasks = len(self.domain.tasks("harness")[: cfg.tasks])
+        return cfg.candidates * (tasks * cfg.samples + (1 if cfg.smoke else 0))
+
+    def _reserve(self) -> int:
+        """Rollouts a harness phase leaves for the run's last weight step."""
+        return self._weight_step_cost() if self.exp.switching.end_on == "weight" else 0
+
+    def _final_weight_phase_due(self, phase: Phase) -> bool:
+        """A harness phase stopped by the budget's reserve: the last weight phase comes next."""
+        return self.exp.switching.end_on == "weight" and phase.kind == "harness"
+
     async def _next_phase(self) -> Phase | None:
         phases = self._phases()
         if len(phases) >= self.exp.budget.max_phases:
             return None
         kind = self._next_kind(phases)
+        if self._reserve() and (
+            (phases and phases[-1].kind == "harness" and phases[-1].ended_reason == "budget")
+            or (
+                kind == "harness"
+                and self._budget_reason(self._harness_iteration_cost() + self._reserve())
+            )
+        ):
+            kind = "weight"  # the last phase: what is left is the reserved weight step
         forced = await self._take_command("force")
         if forced:
             kind = forced["kind"]
@@ -243,8 +271,7 @@ class Loop:
     async def _harness_phase(self, phase: Phase) -> Phase:
         harness, checkpoint = self._rows(phase)
         cfg = self.exp.search.model_copy(update={"iterations": UNLIMITED})
-        k, tasks = cfg.candidates, len(self.domain.tasks("harness")[: cfg.tasks])
-        iteration_cost = k * (tasks * cfg.samples + (1 if cfg.smoke else 0))
+        iteration_cost = self._harness_iteration_cost() + self._reserve()
 
         async def end_check(iterations: list[SearchIteration]) -> str | None:
             await self.gate()

@@ -57,6 +57,9 @@ class Switching(_Strict):
     weight_burn_in: int = Field(default=2, ge=0, le=MAX_STEPS)
     weight_patience: int = Field(default=2, ge=1, le=MAX_STEPS)
     weight_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
+    # "weight": the run ends on a weight phase, as the paper's runs do: a harness phase leaves
+    # the rollouts of one RFT step, and the run's last phase uses them
+    end_on: Literal["any", "weight"] = "any"
 
 
 class TestSchedule(_Strict):
@@ -122,6 +125,13 @@ class Experiment(_Strict):
             raise ValueError("rft.steps is not used here: set switching.weight_steps")
         if "iterations" in self.search.model_fields_set:
             raise ValueError("search.iterations is not used here: set switching.harness_iterations")
+        if self.switching.end_on == "weight" and (
+            self.strategy not in ("whale", "stagewise") or self.budget.rollouts is None
+        ):
+            raise ValueError(
+                "switching.end_on = weight needs strategy whale or stagewise and budget.rollouts "
+                "(the last weight step is kept out of the rollout budget)"
+            )
         if self.strategy == "stagewise" and self.budget.rollouts is None:
             raise ValueError("strategy stagewise needs budget.rollouts (it splits the rollouts)")
         return self

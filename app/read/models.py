@@ -102,6 +102,7 @@ class RunPage(Open):
     recent_failures: list[Row]
     weight_phase: Row | None = Field(description="jobs, checkpoint chain, curves; None: no RFT")
     harness_phases: list[Row]
+    final: Row | None = Field(description="harness and checkpoint it ended with, and their phase")
     dashboard: Dashboard
     choices: list[Row] = Field(description="runs offered as a baseline")
     view: Row = Field(description="the x axis and baseline shown")

@@ -93,6 +93,26 @@ def _progress(s: Session, run: Run) -> dict[str, Any]:
     }
 
 
+def final_pair(s: Session, run_id: int) -> dict[str, Any] | None:
+    """The harness and checkpoint the run ended with, and the phase each came from (None for
+    the incoming ones): what a paper would report as the run's result."""
+    phases = s.exec(
+        select(Phase).where(Phase.run_id == run_id, Phase.status == "done").order_by(Phase.id)
+    ).all()
+    if not phases:
+        return None
+    final = {"harness_id": phases[0].harness_in_id, "harness_from": None}
+    final |= {"checkpoint_id": phases[0].checkpoint_in_id, "checkpoint_from": None}
+    for phase in phases:
+        came = {"id": phase.id, "kind": phase.kind, "round": phase.round}
+        if phase.harness_out_id and phase.harness_out_id != final["harness_id"]:
+            final |= {"harness_id": phase.harness_out_id, "harness_from": came}
+        if phase.checkpoint_out_id and phase.checkpoint_out_id != final["checkpoint_id"]:
+            final |= {"checkpoint_id": phase.checkpoint_out_id, "checkpoint_from": came}
+    last = phases[-1]
+    return {**final, "last_phase": {"id": last.id, "kind": last.kind, "round": last.round}}
+
+
 def get_run(s: Session, run_id: int) -> dict[str, Any]:
     run = s.get(Run, run_id)
     if run is None:
@@ -104,4 +124,5 @@ def get_run(s: Session, run_id: int) -> dict[str, Any]:
         "recent_failures": recent_failures(s, run_id),
         "weight_phase": get_weight_phase(s, run_id),  # None for a run without training
         "harness_phases": get_harness_phases(s, run_id),
+        "final": final_pair(s, run_id),  # None before a phase has ended
     }

@@ -12,7 +12,7 @@ from tests.loop.conftest import quick_toml, store_invariants
 
 def test_whale_run_alternates_phases_within_the_budget(tmp_path, whale_env):
     path = tmp_path / "quick.toml"
-    path.write_text(quick_toml(rollouts=44))
+    path.write_text(quick_toml(rollouts=44, switching={"end_on": '"weight"'}))
     proc = whale("run", str(path), "--json", env=whale_env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -28,6 +28,19 @@ def test_whale_run_alternates_phases_within_the_budget(tmp_path, whale_env):
         assert after["checkpoint_in"] == before["checkpoint_out"]
     counts = store_invariants(tmp_path / "home" / "whale.db")
     assert counts["phase"] == len(kinds)
+    # end_on = "weight": the harness phases left one RFT step, and the last phase used it
+    assert kinds[-1] == "weight" and "harness" in kinds
+    final = final_of(tmp_path / "home" / "whale.db", result["run_id"])
+    assert final["last_phase"]["kind"] == "weight"
+
+
+def final_of(db, run_id: int) -> dict:
+    """The run's final pair as its page reports it, read from the store directly."""
+    from app.db import open_engine, read_session
+    from app.read.runs import final_pair
+
+    with read_session(open_engine(db)) as s:
+        return final_pair(s, run_id)
 
 
 def test_single_side_and_stagewise_strategies(tmp_path, model_server, model_cache):
