@@ -160,6 +160,17 @@ def curves(s: Session, run: Run, x: XAxis, baseline: Run | None) -> dict[str, An
     }
 
 
+def warnings(run: Run) -> list[str]:
+    """Settings of the run that make its numbers mean less than they seem."""
+    rft = ((run.config or {}).get("experiment") or {}).get("rft") or {}
+    if rft.get("temperature") == 0 and (rft.get("samples_per_prompt") or 0) > 1:
+        return [
+            f"RFT samples at temperature 0: the {rft['samples_per_prompt']} samples of a prompt "
+            "are one greedy sample repeated, so accepting among them selects nothing"
+        ]
+    return []
+
+
 def get_dashboard(
     s: Session, run_id: int, x: XAxis = "rollouts", baseline_id: int | None = None
 ) -> dict[str, Any]:
@@ -189,6 +200,7 @@ def get_dashboard(
         "events": events(s, run_id),
         "curves": curves(s, run, x, baseline),
         "baseline": {"id": baseline.id, "name": baseline.name} if baseline else None,
+        "warnings": warnings(run),
     }
 
 

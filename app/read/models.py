@@ -93,6 +93,7 @@ class Dashboard(Open):
     events: list[Row] = Field(description="newest entries of the run's log, each with `text`")
     curves: dict[str, Any] = Field(description="test, harness_success and training series")
     baseline: Row | None
+    warnings: list[str] = Field(description="settings that make the run's numbers mean less")
 
 
 class RunPage(Open):

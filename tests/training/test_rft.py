@@ -93,6 +93,32 @@ def test_accepted_rollouts_train_a_registered_servable_checkpoint(
     assert reply["choices"][0]["message"]["content"]
 
 
+def test_a_full_fine_tune_step_trains_every_weight_and_the_new_weights_answer(
+    tmp_path, model_server, model_cache
+):
+    """lora = false, the paper's setting: all parameters train, the checkpoint is whole weights
+    only, and the server answers under them (the local backend loads the folder by path)."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from app.llm.local import prepare_model
+
+    cfg = RFTConfig(
+        prompts_per_step=2, samples_per_prompt=2, lora=False, lr=1e-5, optimizer_state="step"
+    )
+    job, base, checkpoint, reply, _ = run_step(tmp_path, model_server, model_cache, ORACLE, cfg)
+    assert (job.status, checkpoint.kind, checkpoint.parent_id) == ("done", "full", base.id)
+    folder = Path(checkpoint.path)
+    assert not (folder / "adapter").exists() and not (folder / "optimizer.pt").exists()
+    before = load_file(prepare_model(model_cache) / "model.safetensors")
+    after = load_file(folder / "merged" / "model.safetensors")
+    assert set(after) == set(before)
+    unchanged = [name for name in before if before[name].equal(after[name])]
+    assert unchanged == [], f"weights a full fine-tune left untouched: {unchanged[:5]}"
+    assert reply["model"] == checkpoint.name and reply["choices"][0]["message"]["content"]
+
+
 def test_nothing_accepted_skips_the_update(tmp_path, model_server, model_cache):
     cfg = RFTConfig(prompts_per_step=2, samples_per_prompt=2)
     job, base, checkpoint, _, stored = run_step(tmp_path, model_server, model_cache, NEVER, cfg)

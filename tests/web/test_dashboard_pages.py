@@ -167,3 +167,24 @@ def test_a_refused_experiment_comes_back_with_its_text_and_error(client):
     assert "budget.rollout: Extra inputs are not permitted" in response.text
     assert "rollout = 5" in response.text  # the text is kept for fixing
     assert client.get("/api/runs").json()["runs"] == []  # nothing started
+
+
+def test_rft_at_temperature_zero_is_flagged_on_the_run_page(store, client):
+    rft = {"temperature": 0.0, "samples_per_prompt": 8}
+    greedy, fine = (
+        store.write(
+            Run(
+                name=name,
+                kind="experiment",
+                domain="arith",
+                status="running",
+                strategy="whale",
+                config={"experiment": {**BUDGET["experiment"], "rft": rft}},
+            )
+        )
+        for name, rft in (("greedy", rft), ("fine", {**rft, "temperature": 1.0}))
+    )
+    (warning,) = client.get(f"/api/runs/{greedy.id}").json()["dashboard"]["warnings"]
+    assert "temperature 0" in warning and "8 samples" in warning
+    assert warning in client.get(f"/runs/{greedy.id}").text
+    assert client.get(f"/api/runs/{fine.id}").json()["dashboard"]["warnings"] == []
