@@ -17,9 +17,11 @@ def test_whale_run_alternates_phases_within_the_budget(tmp_path, whale_env):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     kinds = [p["kind"] for p in result["phases"]]
-    assert kinds[:4] == ["weight", "harness", "weight", "harness"]
+    assert kinds[:3] == ["weight", "harness", "weight"]
     assert result["status"] == "done" and result["ended"] == "budget used up"
-    assert result["phases"][-1]["ended"] == "budget"
+    # with 44 rollouts, a second harness phase and the reserved last RFT step do not both fit:
+    # what is left goes to weight phases (each 1 step here), and the run ends on one
+    assert result["phases"][-1]["ended"] in ("budget", "fixed")
     used = [p["rollouts"] for p in result["test_points"]]
     assert used == sorted(used) and used[0] == 0 and 0 < used[-1] <= 44
     # each phase starts from where the previous one ended
