@@ -84,15 +84,23 @@ def produced_text(tokenizer, example: dict[str, Any]) -> tuple[str, str]:
     return prompt, text
 
 
-def encode(tokenizer, example: dict, max_len: int) -> tuple[list[int], list[int]]:
-    """Token ids and labels (-100 on the prompt) for one example, cut to max_len tokens. The
-    two parts are tokenized apart, as the server tokenized the prompt and then generated."""
+def _token_ids(tokenizer, example: dict) -> tuple[list[int], list[int]]:
+    """(prompt ids, completion ids), tokenized apart, as the server tokenized the prompt and
+    then generated."""
     prompt, text = produced_text(tokenizer, example)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return prompt_ids, tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _cut(prompt_ids: list[int], completion_ids: list[int], max_len: int):
     ids = (prompt_ids + completion_ids)[:max_len]
     labels = ([-100] * len(prompt_ids) + completion_ids)[:max_len]
     return ids, labels
+
+
+def encode(tokenizer, example: dict, max_len: int) -> tuple[list[int], list[int]]:
+    """Token ids and labels (-100 on the prompt) for one example, cut to max_len tokens."""
+    return _cut(*_token_ids(tokenizer, example), max_len)
 
 
 def encode_all(tokenizer, examples: list[dict], max_len: int) -> tuple[list, dict[str, int]]:
@@ -100,10 +108,9 @@ def encode_all(tokenizer, examples: list[dict], max_len: int) -> tuple[list, dic
     and how many were cut and dropped: the job reports both."""
     encoded, counts = [], {"truncated": 0, "dropped": 0}
     for example in examples:
-        prompt, text = produced_text(tokenizer, example)
-        whole = len(tokenizer(prompt + text, add_special_tokens=False)["input_ids"])
-        ids, labels = encode(tokenizer, example, max_len)
-        counts["truncated"] += whole > max_len
+        prompt_ids, completion_ids = _token_ids(tokenizer, example)
+        ids, labels = _cut(prompt_ids, completion_ids, max_len)
+        counts["truncated"] += len(prompt_ids) + len(completion_ids) > max_len
         if any(t != -100 for t in labels[1:]):
             encoded.append((ids, labels))
         else:  # its prompt alone fills max_len: nothing of what the model produced is left
