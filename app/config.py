@@ -51,10 +51,15 @@ class Settings(BaseSettings):
         "answers to, comma-separated (e.g. a reverse proxy's)",
     )
     concurrency: int = 32  # rollouts in flight at once
-    rollout_timeout: float = 180.0  # wall-clock seconds one rollout may take, model calls included
+    # seconds of the harness's own time one rollout may take: the wait on its model and tool
+    # calls is not counted (that is bounded by the call and token budgets)
+    rollout_timeout: float = 180.0
     rollout_memory_mb: int = 1024
     rollout_max_calls: int = 32  # model calls one rollout may make
     rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
+    # tries more for a rollout that ended by an infrastructure failure (backend unreachable or
+    # failing, sandbox not started) before it is recorded as one
+    rollout_infra_retries: int = 2
     # Training through `accelerate launch` (several GPUs or machines); unset: one plain process.
     train_accelerate_config: Path | None = Field(
         default=None, description="accelerate config YAML, e.g. configs/accelerate/fsdp.yaml"

@@ -21,6 +21,7 @@ from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
 from app.llm.vllm import VLLMBackend
+from app.rollout.admission import Admission, ServerQueue
 from app.rollout.evaluate import Evaluator, sha_of
 from sandbox.pool import Limits, SandboxPool
 from sandbox.process import ProcessLauncher
@@ -41,6 +42,8 @@ class Workbench:
         self.gateway: Gateway | None = None
         self.sandbox: SandboxPool | None = None
         self._runtime: Path | None = None
+        self._server_queue: ServerQueue | None = None
+        self.admission: Admission | None = None
         self.base_model_path: Path | None = None  # the weights RFT starts from
         self.gates: dict = {}  # run id -> its loop's gate (pause/stop), see app/loop/driver.py
 
@@ -79,6 +82,12 @@ class Workbench:
         self._runtime = Path(tempfile.mkdtemp(prefix="whale-", dir=s.runtime_dir))
         self._runtime.chmod(0o755)
         self.gateway = Gateway(self.writer, self.endpoint)
+        # One admission for every evaluation: they share the model server (vLLM and the local
+        # server report their queue; a hosted endpoint does not, and is then not held back).
+        self._server_queue = ServerQueue(
+            getattr(self.endpoint, "base_urls", [self.endpoint.base_url])
+        )
+        self.admission = Admission(s.concurrency, self._server_queue)
         await self.gateway.start(self.gateway_socket)
         launcher = await asyncio.to_thread(self._launcher)
         limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
@@ -141,6 +150,8 @@ class Workbench:
             await self.sandbox.close()
         if self.gateway:
             await self.gateway.stop()
+        if self._server_queue:
+            await self._server_queue.close()
         if self.endpoint:
             await self.endpoint.close()
         if self.model_server:
@@ -160,7 +171,11 @@ class Workbench:
 
     def evaluator(self) -> Evaluator:
         s = self.settings
-        limits = {"max_calls": s.rollout_max_calls, "max_tokens": s.rollout_max_tokens}
+        limits = {
+            "max_calls": s.rollout_max_calls,
+            "max_tokens": s.rollout_max_tokens,
+            "infra_retries": s.rollout_infra_retries,
+        }
         return Evaluator(
             self.writer,
             self.gateway,
@@ -170,6 +185,7 @@ class Workbench:
             self.backend_name,
             limits,
             self.gates,
+            self.admission,
         )
 
     async def serve_checkpoint(self, folder: Path) -> str:

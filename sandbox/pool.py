@@ -7,11 +7,15 @@ one connection and one fork inside the sandbox, never an interpreter or containe
 """
 
 import asyncio
+import hashlib
 import json
 import logging
+import math
+import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,11 +24,14 @@ from sandbox.runner import LIMITS_BYTES
 
 log = logging.getLogger(__name__)
 CONTROL_SOCKET = "runner.sock"
+# With a harness clock (time waited on the gateway left out) the runner's own wall-clock limit
+# is only a backstop, for a host that stopped watching: this much longer than the harness limit.
+WAIT_BACKSTOP_S = 6 * 3600
 
 
 @dataclass(frozen=True)
 class Limits:
-    wall_s: float = 60.0  # per rollout
+    wall_s: float = 60.0  # per rollout: the harness's own time (see SandboxPool.run)
     memory_mb: int = 1024  # per rollout (address space); docker also caps each container
     output_bytes: int = 1 << 20  # bytes written straight to stdout/stderr (print() is captured)
     # Concurrent rollouts in one runner server. 16 measured faster than 8 or 32 on docker at 32
@@ -95,9 +102,15 @@ class SandboxPool:
         forbidden_modules: frozenset[str] = frozenset(),
         wall_s: float | None = None,
         sandbox_tools: dict[str, dict] | None = None,
+        waited: Callable[[], float] | None = None,
     ) -> SandboxResult:
-        """One rollout; `wall_s` overrides the pool's wall-clock limit for this one;
-        `sandbox_tools` (name -> limits) are the domain's tools that run inside the sandbox."""
+        """One rollout; `wall_s` overrides the pool's time limit for this one; `sandbox_tools`
+        (name -> limits) are the domain's tools that run inside the sandbox.
+
+        `waited` (seconds the rollout has waited on the gateway so far, from its grant) turns
+        the limit into one on the harness's own time: wall clock minus the time its model and
+        tool calls took to be answered, which depends on how busy the model server is, not on
+        the harness. Without it the limit is on the wall clock."""
         start = time.monotonic()
         try:
             server = await (self._acquire(harness) if self.warm else self._start(harness))
@@ -117,6 +130,7 @@ class SandboxPool:
                 start,
                 wall_s or self.limits.wall_s,
                 sandbox_tools or {},
+                waited,
             )
         finally:
             server.in_flight -= 1
@@ -132,10 +146,17 @@ class SandboxPool:
         start: float,
         wall_s: float,
         sandbox_tools: dict[str, dict],
+        waited: Callable[[], float] | None,
     ) -> SandboxResult:
         # Two lines: the limits, read by the runner server, then what only the rollout's own
         # worker reads (its token never enters the server, see sandbox/runner.py).
-        limits = {"wall_s": wall_s, "output_bytes": self.limits.output_bytes}
+        stop_key = secrets.token_hex(16)
+        limits = {
+            "wall_s": wall_s + WAIT_BACKSTOP_S if waited else wall_s,
+            "cpu_s": math.ceil(wall_s) + 5,
+            "output_bytes": self.limits.output_bytes,
+            "stop": hashlib.sha256(stop_key.encode()).hexdigest()[:32],
+        }
         request = {
             "task": task,
             "token": token,
@@ -151,12 +172,21 @@ class SandboxPool:
             header = json.dumps(limits).ljust(LIMITS_BYTES - 1).encode() + b"\n"
             writer.write(header + json.dumps(request).encode() + b"\n")
             await writer.drain()
-            # The runner enforces the wall-clock limit itself; this is the backstop for a runner
-            # that is itself wedged or killed.
-            line = await asyncio.wait_for(reader.readline(), wall_s + 15)
+            if waited:
+                harness_s, line = await self._watch(server, reader, wall_s, waited, stop_key)
+            else:
+                # The runner enforces the wall-clock limit itself; this is the backstop for a
+                # runner that is itself wedged or killed.
+                harness_s, line = None, await asyncio.wait_for(reader.readline(), wall_s + 15)
             if not line:
                 raise ConnectionError("the runner closed the connection")
             result = json.loads(line)
+            if result.get("reason") == "stopped" and harness_s is not None:
+                result["reason"] = "timeout"
+                result["error"] = (
+                    f"harness time limit of {wall_s:g}s exceeded ({harness_s:.1f}s of the "
+                    f"harness's own time, {waited():.1f}s more waiting on model and tool calls)"
+                )
         except (TimeoutError, OSError, ConnectionError, ValueError) as exc:
             why = self.launcher.exited(server.handle) if server.handle is not None else None
             if why is not None or isinstance(exc, asyncio.TimeoutError):
@@ -179,6 +209,42 @@ class SandboxPool:
             result.get("stderr_tail", ""),
             result.get("wall_s", time.monotonic() - start),
         )
+
+    async def _watch(
+        self,
+        server: _Server,
+        reader: asyncio.StreamReader,
+        wall_s: float,
+        waited: Callable[[], float],
+        stop_key: str,
+    ) -> tuple[float | None, bytes]:
+        """The runner's answer, stopping the rollout once its harness time is up: (the harness
+        time at the stop or None, the answer line)."""
+        started = time.monotonic()
+        answer = asyncio.ensure_future(reader.readline())
+        try:
+            while True:
+                harness_s = time.monotonic() - started - waited()
+                done, _ = await asyncio.wait({answer}, timeout=max(0.05, wall_s - harness_s))
+                if done:
+                    return None, answer.result()
+                harness_s = time.monotonic() - started - waited()
+                if harness_s >= wall_s:
+                    break
+            await self._send_stop(server, stop_key)
+            # the backstop for a runner that is wedged or killed
+            return harness_s, await asyncio.wait_for(answer, 15)
+        finally:
+            answer.cancel()
+
+    async def _send_stop(self, server: _Server, stop_key: str) -> None:
+        line = json.dumps({"stop_key": stop_key}).ljust(LIMITS_BYTES - 1).encode() + b"\n"
+        _, writer = await asyncio.open_unix_connection(str(server.control_dir / CONTROL_SOCKET))
+        try:
+            writer.write(line)
+            await writer.drain()
+        finally:
+            writer.close()
 
     async def prestart(self, harness: Path, rollouts: int) -> None:
         """Start, all at once, the servers `rollouts` concurrent rollouts of `harness` will need

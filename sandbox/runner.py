@@ -2,9 +2,12 @@
 
 `python -I -S runner.py serve CONTROL_SOCKET HARNESS_PATH` starts a small server that waits on
 CONTROL_SOCKET. Each connection is one rollout and carries two JSON lines from the host: the
-limits {"wall_s", "output_bytes"} (padded to LIMITS_BYTES), which the server reads, then
-{"task", "token", "memory_mb", ...}, which only the worker reads - so no rollout's token is ever in the server, where every
-worker forked after it would find a copy. The server forks a worker that runs
+limits {"wall_s", "cpu_s", "output_bytes", "stop"} (padded to LIMITS_BYTES), which the server
+reads, then {"task", "token", "memory_mb", ...}, which only the worker reads - so no rollout's
+token is ever in the server, where every worker forked after it would find a copy. A connection
+whose limits line is {"stop_key"} stops the rollout whose "stop" is that key's hash: the host
+does so when the rollout's harness time is up (the host's clock leaves out the time waited on
+the gateway; this server's own wall-clock limit is then only a backstop). The server forks a worker that runs
 `run(task, llm, tools)` from the harness (compiled once, by the server), watches the worker's
 wall-clock and output limits from its event loop (the memory limit is the worker's own rlimit)
 and answers one JSON line with the result. One fork from a warm server per rollout is what makes
@@ -21,6 +24,7 @@ the gateway so that it is counted and shows in the trace.
 """
 
 import gc
+import hashlib
 import http.client
 import io
 import json
@@ -373,7 +377,7 @@ def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
         mem = int(request.get("memory_mb") or 0) << 20
         if mem:
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        cpu = int(float(request.get("wall_s") or 60)) + 5
+        cpu = int(request.get("cpu_s") or float(request.get("wall_s") or 60) + 5)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         _token = request["token"]
         _sandbox_tools = request.get("sandbox_tools") or {}
@@ -411,9 +415,10 @@ class _Rollout:
         self.wall_s = limits["wall_s"]
         self.deadline = self.start + self.wall_s
         self.output_bytes = limits["output_bytes"]
+        self.stop_hash = limits["stop"]  # the host stops the rollout with the key hashed here
         self.budget = self.output_bytes
         self.status = None  # the worker's wait status once it has exited
-        self.why = None  # "timeout" or "output_limit": the rollout is stopped
+        self.why = None  # "timeout", "output_limit" or "stopped": the rollout is stopped
 
     def read(self, fd):
         data = os.read(fd, 65536)
@@ -447,6 +452,8 @@ class _Rollout:
                 "reason": "timeout",
                 "error": f"wall-clock limit of {self.wall_s:g}s exceeded",
             }
+        if self.why == "stopped":
+            return {**base, "reason": "stopped", "error": "stopped by the host"}
         if self.why == "output_limit":
             return {
                 **base,
@@ -559,9 +566,15 @@ class _Server:
         self.selector.unregister(conn)
         try:
             limits = json.loads(bytes(buffer))
+            if "stop_key" in limits:
+                self._stop(str(limits["stop_key"]))
+                conn.close()
+                return
             limits = {
                 "wall_s": float(limits.get("wall_s") or 60),
+                "cpu_s": int(limits.get("cpu_s") or 0),
                 "output_bytes": int(limits.get("output_bytes") or (1 << 20)),
+                "stop": str(limits.get("stop") or ""),
             }
         except (ValueError, TypeError, AttributeError):
             conn.close()  # not the host's pool: nothing to run
@@ -574,6 +587,15 @@ class _Server:
         self.rollouts.add(rollout)
         self.workers[pid] = rollout
         self._reap()  # a worker that exited before it was registered
+
+    def _stop(self, key):
+        """The host stops a rollout (its harness time is up): it sends the key whose hash came
+        with the rollout's limits. Only the hash is in this process, and so in the workers
+        forked from it: no rollout can stop another."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        for rollout in self.rollouts:
+            if rollout.stop_hash and rollout.stop_hash == digest and rollout.why is None:
+                rollout.why = "stopped"
 
     def _finish(self, rollout):
         self.rollouts.discard(rollout)

@@ -56,8 +56,9 @@ async def evaluate(
 
 def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     failures = ", ".join(f"{r}: {n}" for r, n in reasons.most_common()) or "none"
+    infra = f", {evaluation.n_infra} infrastructure failures left out" if evaluation.n_infra else ""
     return (
-        f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f} on {evaluation.split} "
+        f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f} on {evaluation.split}{infra} "
         f"({evaluation.n_tasks} tasks x k={evaluation.k}; "
         + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()))
         + f"; failures by reason: {failures})"
@@ -128,6 +129,7 @@ def eval_(
                         "split": split,
                         "n_tasks": evaluation.n_tasks,
                         "n_rollouts": sum(statuses.values()),
+                        "n_infra": evaluation.n_infra,
                         "statuses": dict(statuses),
                         "reasons": dict(reasons),
                         "mean_turns": evaluation.mean_turns,

@@ -167,6 +167,19 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE training_job ADD COLUMN optimizer_carried BOOLEAN;
         """,
     ),
+    (
+        "008_rollout_clock",
+        """
+        -- a rollout's wall time split into the harness's own time and the wait on its model and
+        -- tool calls; when it was admitted; how many tries infrastructure failures took
+        ALTER TABLE rollout ADD COLUMN harness_s FLOAT;
+        ALTER TABLE rollout ADD COLUMN model_wait_s FLOAT;
+        ALTER TABLE rollout ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE rollout ADD COLUMN started_at DATETIME;
+        -- rollouts left out of mean@k as infrastructure failures
+        ALTER TABLE evaluation ADD COLUMN n_infra INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
 

@@ -101,6 +101,9 @@ class Evaluation(SQLModel, table=True):
     mean_turns: float | None = None
     total_tokens: int | None = None
     n_done: int = 0
+    # rollouts that ended by an infrastructure failure after their retries: left out of
+    # mean@k, mean_turns and RFT (app/rollout/evaluate.py)
+    n_infra: int = 0
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
     phase_id: int | None = Field(default=None, foreign_key="phase.id")
@@ -118,7 +121,7 @@ class Rollout(SQLModel, table=True):
     sample: int
     task: dict | None = zjson()  # the public fields the harness saw
     gold: str | None = None
-    status: str = "pending"  # pending | pass | fail | error | timeout
+    status: str = "pending"  # pending | pass | fail | error | timeout | infra
     reason: str | None = None  # short failure category, e.g. syntax_error, timeout, output_limit
     error: str | None = None  # the full message / traceback tail
     answer: str | None = None
@@ -126,10 +129,16 @@ class Rollout(SQLModel, table=True):
     turns: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    wall_s: float | None = None
+    wall_s: float | None = None  # from the worker's start to its answer
+    # wall_s split: the harness's own time (what its time limit counts) and the time its model
+    # and tool calls took to be answered (which depends on how busy the model server is)
+    harness_s: float | None = None
+    model_wait_s: float | None = None
+    attempts: int = 0  # 1, or more when infrastructure failures were retried
     stdout_tail: str | None = None
     stderr_tail: str | None = None
     created_at: datetime = Field(default_factory=now)
+    started_at: datetime | None = None  # when it was admitted (created_at: when it was queued)
     finished_at: datetime | None = None
 
 

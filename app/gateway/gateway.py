@@ -12,6 +12,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from fastapi.responses import JSONResponse
 from app.db.schema import Step
 from app.db.steps import compact
 from app.db.writer import Writer
-from app.llm.client import ChatEndpoint
+from app.llm.client import BackendError, ChatEndpoint
 from app.llm.generation import Generation, refused_fields
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,40 @@ class Grant:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     sent: list = field(default_factory=list)  # the previous model call's messages
+    # Time the rollout spent waiting on the gateway (model and host-side tool calls, from sent
+    # to answered, counted once while several are in flight): not the harness's time, so its
+    # wall-clock limit does not count it (sandbox/pool.py).
+    waited_s: float = 0.0
+    in_flight: int = 0
+    waiting_since: float = 0.0
+    # Model calls the backend failed (unreachable, no answer in time, 429 or 5xx): the
+    # rollout's outcome says nothing about its harness (app/rollout/evaluate.py retries it).
+    infra_errors: list[str] = field(default_factory=list)
+
+    def waited(self) -> float:
+        """Seconds waited on the gateway so far, the call in flight included."""
+        open_s = time.monotonic() - self.waiting_since if self.in_flight else 0.0
+        return self.waited_s + open_s
+
+    @contextmanager
+    def waiting(self):
+        if self.in_flight == 0:
+            self.waiting_since = time.monotonic()
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.waited_s += time.monotonic() - self.waiting_since
+
+
+def is_infrastructure(exc: Exception) -> bool:
+    """A backend failure that is not the call's fault: no connection, no answer, rate limit or
+    a server error. A 4xx (a prompt over the context, a bad field) is the harness's own."""
+    if not isinstance(exc, BackendError):
+        return True
+    return exc.status is None or exc.status == 429 or exc.status >= 500
 
 
 def _refuse(status: int, reason: str, detail: str) -> JSONResponse:
@@ -125,9 +160,12 @@ class Gateway:
             # exactly what reaches the server (the client adds only the model name)
             request_record = {"model": grant.model, "messages": messages, **body}
             try:
-                response = await self.backend.chat(grant.model, messages, **body)
+                with grant.waiting():
+                    response = await self.backend.chat(grant.model, messages, **body)
             except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
                 latency = (time.perf_counter() - start) * 1000
+                if is_infrastructure(exc):
+                    grant.infra_errors.append(str(exc))
                 self._record(
                     grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
                 )
@@ -168,10 +206,11 @@ class Gateway:
                 return _refuse(404, "unknown_tool", detail)
             start = time.perf_counter()
             try:
-                if inspect.iscoroutinefunction(fn):
-                    result = await fn(*args, **kwargs)
-                else:  # a blocking tool (e.g. a retriever) must not stall other rollouts
-                    result = await asyncio.to_thread(fn, *args, **kwargs)
+                with grant.waiting():
+                    if inspect.iscoroutinefunction(fn):
+                        result = await fn(*args, **kwargs)
+                    else:  # a blocking tool (e.g. a retriever) must not stall other rollouts
+                        result = await asyncio.to_thread(fn, *args, **kwargs)
             except Exception as exc:  # noqa: BLE001 - reported to the harness as a failed call
                 detail = f"tool {name} failed: {type(exc).__name__}: {exc}"
                 self._record(

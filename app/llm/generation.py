@@ -90,7 +90,15 @@ class RolloutLimits(_Strict):
     max_tokens_per_call: int | None = Field(
         default=None, ge=1, le=10**7, description="completion cap of one call"
     )
-    wall_s: float | None = Field(default=None, gt=0, le=10**6, description="wall-clock limit")
+    wall_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=10**6,
+        description="limit on the harness's own time (waits on model and tool calls not counted)",
+    )
+    infra_retries: int | None = Field(
+        default=None, ge=0, le=10, description="tries more after an infrastructure failure"
+    )
 
     @model_validator(mode="after")
     def _per_call_within_the_rollout(self):
@@ -114,6 +122,7 @@ class Generation:
     max_completion_tokens: int | None = None
     max_tokens_per_call: int = 1024
     wall_s: float | None = None
+    infra_retries: int = 2
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {})}

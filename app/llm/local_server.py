@@ -14,6 +14,7 @@ weights); folders are loaded on first use and the least recently used is dropped
 
 import argparse
 import asyncio
+import os
 import queue
 import secrets
 import threading
@@ -25,10 +26,11 @@ from dataclasses import dataclass, field
 import torch
 import uvicorn
 from fastapi import FastAPI, HTTPException
+from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-MAX_BATCH = 32
+MAX_BATCH = int(os.environ.get("WHALE_LOCAL_MAX_BATCH", "32"))  # requests decoded together
 MAX_MODELS = 3
 # Requests of concurrent rollouts trickle in over tens of milliseconds: gather batch-mates until
 # none arrived for QUIET_S, at most GATHER_S, since a request that misses a batch waits for it.
@@ -63,12 +65,24 @@ class Engine:
     def __init__(self):
         self.models: OrderedDict[str, tuple] = OrderedDict()
         self.jobs: queue.Queue[_Job] = queue.Queue()
+        self.submitted = self.answered = self.decoding = 0  # for /metrics
         threading.Thread(target=self._loop, daemon=True, name="decode").start()
 
     def submit(self, request: ChatRequest) -> Future:
         job = _Job(request)
+        self.submitted += 1
+        job.future.add_done_callback(self._answered)
         self.jobs.put(job)
         return job.future
+
+    def _answered(self, _future: Future) -> None:
+        self.answered += 1
+
+    @property
+    def waiting(self) -> int:
+        """Requests that will not fit the next batch either: vLLM's meaning of waiting (not
+        scheduled at its next step), for a server whose step is a whole batch."""
+        return max(0, self.submitted - self.answered - self.decoding - MAX_BATCH)
 
     def _load(self, path: str):
         if path not in self.models:
@@ -96,6 +110,7 @@ class Engine:
             model_name = waiting[0].request.model
             batch = [j for j in waiting if j.request.model == model_name][:MAX_BATCH]
             waiting = [j for j in waiting if j not in batch]
+            self.decoding = len(batch)
             try:
                 results = self._generate(model_name, [j.request for j in batch])
                 for job, result in zip(batch, results):
@@ -103,6 +118,8 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - reported to each request of the batch
                 for job in batch:
                     job.future.set_exception(exc)
+            finally:
+                self.decoding = 0
 
     @torch.no_grad()
     def _generate(self, model_name: str, requests: list[ChatRequest]) -> list[dict]:
@@ -198,6 +215,16 @@ def create_app() -> FastAPI:
     @app.get("/health")
     def health():
         return {"status": "ok"}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics():
+        """The queue, as Prometheus text under the name admission reads (app/rollout/admission.py)."""
+        return (
+            "# TYPE whale:num_requests_waiting gauge\n"
+            f"whale:num_requests_waiting {engine.waiting}\n"
+            "# TYPE whale:num_requests_running gauge\n"
+            f"whale:num_requests_running {engine.decoding}\n"
+        )
 
     @app.post("/v1/chat/completions")
     async def chat(request: ChatRequest):

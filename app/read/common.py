@@ -14,7 +14,7 @@ from sqlmodel import Session, SQLModel
 from app.db.schema import utc
 
 # Every value Rollout.status can take.
-RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout"]
+RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout", "infra"]
 ROLLOUT_STATUSES: tuple[str, ...] = get_args(RolloutStatus)
 FAILED_STATUSES = ("fail", "error", "timeout")
 

@@ -16,7 +16,7 @@ from app.read.common import FAILED_STATUSES, NotFound
 
 MAX_ID = 2**63 - 1  # SQLite ids are signed 64-bit: a larger number is malformed, not unknown
 # A status, or "failed": fail, error and timeout together (in the order the chips show them).
-StatusChoice = Literal["pending", "pass", "failed", "fail", "error", "timeout"]
+StatusChoice = Literal["pending", "pass", "failed", "fail", "error", "timeout", "infra"]
 STATUS_CHOICES: tuple[str, ...] = get_args(StatusChoice)
 
 

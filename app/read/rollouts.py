@@ -57,6 +57,8 @@ LIST_COLUMNS = [
     Rollout.prompt_tokens,
     Rollout.completion_tokens,
     Rollout.wall_s,
+    Rollout.harness_s,
+    Rollout.model_wait_s,
     Rollout.created_at,
     Rollout.finished_at,
 ]

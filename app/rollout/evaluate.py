@@ -2,6 +2,12 @@
 
 Rollout rows are created up front (status "pending"), then filled in as sandboxes finish, so a
 rollout's steps always have a row to point to and an interrupted evaluation shows what is left.
+
+A rollout's score must not depend on how busy the machine is: its time limit counts the
+harness's own time, not the wait on its model calls (sandbox/pool.py); rollouts are admitted as
+the model server keeps up (app/rollout/admission.py); and a rollout that the infrastructure
+failed (the backend unreachable or erring, its sandbox not started) is tried again, and after
+its last try recorded as `infra`: left out of mean@k and RFT, counted on the evaluation.
 """
 
 import asyncio
@@ -9,7 +15,7 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from sqlalchemy import bindparam, delete, func
+from sqlalchemy import bindparam, delete
 from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, now
@@ -17,12 +23,15 @@ from app.db.writer import Writer
 from app.domains import Domain, Task, episode
 from app.gateway import Gateway, Grant
 from app.llm.generation import Generation, generation_for
+from app.rollout.admission import Admission
 from sandbox.pool import SandboxPool, SandboxResult
 
 PASS_THRESHOLD = 0.5  # a rollout passes (and is accepted for RFT) when its score is above this
 
 
-def status_of(result: SandboxResult, reward: float) -> str:
+def status_of(result: SandboxResult, reward: float, infra: bool = False) -> str:
+    if infra:
+        return "infra"
     if result.reason == "timeout":
         return "timeout"
     if result.reason is not None:
@@ -60,6 +69,7 @@ class Evaluator:
         backend: str = "endpoint",
         limits: dict | None = None,
         gates: dict[int, Callable[[], Awaitable[None]]] | None = None,
+        admission: Admission | None = None,
     ):
         # The model backend's name (which call fields it takes) and the process-wide rollout
         # limits; a run's own [sampling] and [rollout] come on top (app/llm/generation.py).
@@ -70,6 +80,7 @@ class Evaluator:
         self.sandbox = sandbox
         self.harness_dir = harness_dir
         self.concurrency = concurrency
+        self.admission = admission or Admission(concurrency)
         # A run's gate is awaited before each of its rollouts starts: it waits while the run is
         # paused and raises RunStopped when it stops. Rollouts already running always finish.
         self.gates = gates if gates is not None else {}
@@ -137,10 +148,11 @@ class Evaluator:
             async with semaphore:
                 if gate:
                     await gate()
-                task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
-                done = await self._rollout(
-                    rollout, task, path, checkpoint, domain, wall_s, generation
-                )
+                async with self.admission.slot():
+                    task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
+                    done = await self._rollout(
+                        rollout, task, path, checkpoint, domain, wall_s, generation
+                    )
             if progress:
                 progress(done)
             return done
@@ -166,45 +178,89 @@ class Evaluator:
         wall_s: float | None,
         generation: Generation,
     ) -> Rollout:
-        env = episode(domain, task)  # this rollout's tools (a chess board keeps its state here)
-        # Tools that run inside the sandbox (math's python) are only reported to the gateway.
-        sandbox_tools = getattr(domain, "sandbox_tools", {})
-        token = self.gateway.grant(
-            Grant(
-                rollout.id,
-                checkpoint.name,
-                tools=env.tools,
-                sandbox_tools=frozenset(sandbox_tools),
-                generation=generation,
+        started_at = now()
+        for attempt in range(1, generation.infra_retries + 2):
+            if attempt > 1:  # the failed try's steps go: the rollout runs again from the start
+                await self.writer.run(lambda s: _drop_steps(s, [rollout.id]))
+            env = episode(domain, task)  # this try's tools (a chess board keeps its state here)
+            result, grant = await self._attempt(
+                rollout, task, env, harness_path, checkpoint, domain, wall_s, generation
             )
-        )
-        try:
-            result = await self.sandbox.run(
-                harness_path, task.public, token, domain.forbidden_modules, wall_s, sandbox_tools
-            )
-        finally:
-            grant = self.gateway.revoke(token)
+            infra = _infrastructure_failure(result, grant)
+            if infra is None:
+                break
         # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.
         # in a thread: a verifier may take its time (an LLM judge, sympy) without stalling rollouts
-        reward = await asyncio.to_thread(env.score, result.answer) if result.reason is None else 0.0
+        ok = result.reason is None and infra is None
+        reward = await asyncio.to_thread(env.score, result.answer) if ok else 0.0
+        waited = grant.waited()
         values = dict(
-            status=status_of(result, reward),
-            reason=result.reason,
-            error=result.error,
+            status=status_of(result, reward, infra is not None),
+            reason="infrastructure" if infra else result.reason,
+            error=f"{infra} (after {attempt} tries)" if infra else result.error,
             answer=result.answer,
             reward=reward,
             turns=grant.calls,
             prompt_tokens=grant.prompt_tokens,
             completion_tokens=grant.completion_tokens,
             wall_s=result.wall_s,
+            harness_s=max(0.0, result.wall_s - waited),
+            model_wait_s=waited,
+            attempts=attempt,
             stdout_tail=result.stdout_tail or None,
             stderr_tail=result.stderr_tail or None,
+            started_at=started_at,
             finished_at=now(),
         )
         await self.writer.run(lambda s: _record_result(s, rollout, values))
         for key, value in values.items():  # the caller's copy, as the database now has it
             setattr(rollout, key, value)
         return rollout
+
+    async def _attempt(
+        self,
+        rollout: Rollout,
+        task: Task,
+        env,
+        harness_path: Path,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        wall_s: float | None,
+        generation: Generation,
+    ) -> tuple[SandboxResult, Grant]:
+        """One try of a rollout in a sandbox, under a grant of its own."""
+        # Tools that run inside the sandbox (math's python) are only reported to the gateway.
+        sandbox_tools = getattr(domain, "sandbox_tools", {})
+        grant = Grant(
+            rollout.id,
+            checkpoint.name,
+            tools=env.tools,
+            sandbox_tools=frozenset(sandbox_tools),
+            generation=generation,
+        )
+        token = self.gateway.grant(grant)
+        try:
+            result = await self.sandbox.run(
+                harness_path,
+                task.public,
+                token,
+                domain.forbidden_modules,
+                wall_s,
+                sandbox_tools,
+                waited=grant.waited,
+            )
+        finally:
+            self.gateway.revoke(token)
+        return result, grant
+
+
+def _infrastructure_failure(result: SandboxResult, grant: Grant) -> str | None:
+    """Why a try's outcome says nothing about its harness, or None when it does."""
+    if result.reason == "sandbox_start":
+        return result.error
+    if grant.infra_errors:
+        return f"model backend failed: {grant.infra_errors[-1]}"
+    return None
 
 
 def _generation(s: Session, evaluation_id: int, backend: str, limits: dict) -> Generation:
@@ -282,27 +338,43 @@ def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
         .where(Rollout.evaluation_id == evaluation_id, Rollout.status == "pending")
         .order_by(Rollout.id)
     ).all()
-    ids = [r.id for r in pending]
-    if ids:
-        s.exec(delete(Step).where(col(Step.rollout_id).in_(ids)))
+    _drop_steps(s, [r.id for r in pending])
     return list(pending)
+
+
+def _drop_steps(s: Session, rollout_ids: list[int]) -> None:
+    if rollout_ids:
+        s.exec(delete(Step).where(col(Step.rollout_id).in_(rollout_ids)))
+
+
+def mean_at_k(rewards) -> float:
+    """The mean over tasks of the mean reward of each task's samples, from (task, reward)
+    pairs. With every task at k samples it is the plain mean; a task that lost samples to
+    infrastructure failures counts by the ones it has, and one that lost all is left out."""
+    per_task: dict[str, list[float]] = {}
+    for task, reward in rewards:
+        per_task.setdefault(task, []).append(reward or 0.0)
+    if not per_task:
+        return 0.0
+    return sum(sum(r) / len(r) for r in per_task.values()) / len(per_task)
 
 
 def _finish(s: Session, evaluation_id: int) -> Evaluation:
     evaluation = s.get(Evaluation, evaluation_id)
-    n, reward, turns, tokens = s.exec(
+    rows = s.exec(
         select(
-            func.count(),
-            func.sum(Rollout.reward),
-            func.sum(Rollout.turns),
-            func.sum(Rollout.prompt_tokens + Rollout.completion_tokens),
+            Rollout.task_id,
+            Rollout.status,
+            Rollout.reward,
+            Rollout.turns,
+            Rollout.prompt_tokens + Rollout.completion_tokens,
         ).where(Rollout.evaluation_id == evaluation_id)
-    ).one()
-    # Every task has k samples, so mean@k (mean over tasks of the mean over samples) is the
-    # plain mean of all rewards.
-    evaluation.mean_at_k = (reward or 0.0) / n if n else 0.0
-    evaluation.mean_turns = (turns or 0) / n if n else 0.0
-    evaluation.total_tokens = tokens or 0
+    ).all()
+    counted = [r for r in rows if r[1] != "infra"]
+    evaluation.mean_at_k = mean_at_k((task, reward) for task, _, reward, _, _ in counted)
+    evaluation.mean_turns = sum(r[3] for r in counted) / len(counted) if counted else 0.0
+    evaluation.total_tokens = sum(r[4] or 0 for r in rows)
+    evaluation.n_infra = len(rows) - len(counted)
     evaluation.status = "done"
     evaluation.finished_at = now()
     return evaluation

@@ -213,11 +213,16 @@ async def _accept(
 ) -> TrainingJob:
     """2. accept: count what the sampling accepted; the job moves on to training, or is skipped."""
     with workbench.session() as s:
-        rewards = s.exec(select(Rollout.reward).where(Rollout.evaluation_id == evaluation_id)).all()
+        # rollouts the infrastructure failed say nothing of the policy: not in the rates
+        rewards = s.exec(
+            select(Rollout.reward).where(
+                Rollout.evaluation_id == evaluation_id, Rollout.status != "infra"
+            )
+        ).all()
         accepted = sum((r or 0.0) > cfg.threshold for r in rewards)
         n_examples = len(_accepted_examples(s, evaluation_id, cfg.threshold))
         rollouts_used = usage(s, job.run_id).rollouts
-    mean_reward = sum(r or 0.0 for r in rewards) / len(rewards)
+    mean_reward = sum(r or 0.0 for r in rewards) / len(rewards) if rewards else 0.0
 
     def record(s):
         s.add_all(
@@ -228,7 +233,7 @@ async def _accept(
                     series="train/accept_rate",
                     x=step,
                     rollouts=rollouts_used,
-                    y=accepted / len(rewards),
+                    y=accepted / len(rewards) if rewards else 0.0,
                 ),
                 Metric(
                     run_id=job.run_id,

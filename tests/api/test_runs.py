@@ -37,7 +37,7 @@ def test_run_status_counts_match_the_rollout_rows(store, client):
     assert data["run"]["id"] == run.id
     expected = Counter(STATUSES)
     assert data["status_counts"] == {
-        s: expected[s] for s in ("pending", "pass", "fail", "error", "timeout")
+        s: expected[s] for s in ("pending", "pass", "fail", "error", "timeout", "infra")
     }
     # and each count is what the rollout list filtered by that status returns
     for status, n in data["status_counts"].items():

@@ -230,3 +230,22 @@ def test_reasoning_is_folded_and_tool_calls_and_results_are_shown(store, client,
     calls = re.findall(r'<pre class="tool-calls">(.*?)</pre>', page, re.S)
     assert calls and all("search" in c for c in calls)  # the call, where made and where resent
     assert '<span class="role">tool</span>' in page and "Ada Lovelace" in page  # its result
+
+
+def test_an_infrastructure_failure_is_shown_as_such_and_left_out_of_the_score(store, client):
+    run, checkpoint = store.run(), store.checkpoint()
+    harness = store.harness(run, name="h.py")
+    evaluation = store.evaluation(run, harness, checkpoint, 2, mean_at_k=1.0, n_infra=1)
+    passed, lost = store.rollouts(evaluation, ["pass", "infra"])
+    store.write_values(passed, harness_s=0.12, model_wait_s=41.5, attempts=1)
+    store.write_values(lost, harness_s=0.0, model_wait_s=600.0, attempts=3)
+
+    page = client.get(f"/rollouts/{passed.id}").text
+    assert "0.12 s harness + 41.50 s waiting on model and tools" in page
+    assert "tries" not in page
+    lost_page = client.get(f"/rollouts/{lost.id}").text
+    assert "status-infra" in lost_page and "earlier tries failed on the infrastructure" in lost_page
+    listing = client.get(f"/rollouts?evaluation={evaluation.id}").text
+    assert "status=infra" in listing  # its chip, shown since there is one
+    run_page = client.get(f"/runs/{run.id}").text
+    assert "1 infra left out" in run_page
