@@ -27,6 +27,7 @@ from app.rollout.admission import Admission
 from sandbox.pool import SandboxPool, SandboxResult
 
 PASS_THRESHOLD = 0.5  # a rollout passes (and is accepted for RFT) when its score is above this
+INFRA_BACKOFF_S = 1.0  # before the first retry after an infrastructure failure; doubles after
 
 
 def status_of(result: SandboxResult, reward: float, infra: bool = False) -> str:
@@ -182,6 +183,7 @@ class Evaluator:
         for attempt in range(1, generation.infra_retries + 2):
             if attempt > 1:  # the failed try's steps go: the rollout runs again from the start
                 await self.writer.run(lambda s: _drop_steps(s, [rollout.id]))
+                await asyncio.sleep(INFRA_BACKOFF_S * 2 ** (attempt - 2))
             env = episode(domain, task)  # this try's tools (a chess board keeps its state here)
             result, grant = await self._attempt(
                 rollout, task, env, harness_path, checkpoint, domain, wall_s, generation

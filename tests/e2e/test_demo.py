@@ -60,6 +60,7 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
         "max_calls": 32,
         "max_tokens": 16384,
         "max_tokens_per_call": 1024,
+        "infra_retries": 2,
     }
 
     rollouts = all_rollouts(client, run["id"])

@@ -381,6 +381,39 @@ def test_a_rollout_finds_no_sibling_token_in_its_own_memory(attack):
     ), [r["error"] for r in rows]
 
 
+def test_a_rollout_cannot_stop_a_sibling(attack):
+    """The host stops a rollout whose harness time is up by sending the runner a key; the
+    runner keeps only the key's hash, so a later fork finds the hashes of its siblings in its
+    copy of the runner's memory, and sends them as keys, to no effect."""
+    _, rows = attack(
+        RENDEZVOUS
+        + textwrap.dedent("""
+        import json, socket, sys, time
+        def run(task, llm, tools):
+            siblings = all_up(4)
+            frame, server = sys._getframe(), None
+            while frame is not None and server is None:
+                candidate = frame.f_locals.get("self")
+                if hasattr(candidate, "rollouts"):
+                    server = candidate
+                frame = frame.f_back
+            hashes = [r.stop_hash for r in server.rollouts] if server else []
+            for key in hashes:
+                conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn.connect("/control/runner.sock")
+                conn.sendall(json.dumps({"stop_key": key}).ljust(127).encode() + b"\\n")
+                conn.close()
+            time.sleep(1.0)  # long enough for a stop to land, were one to work
+            all_done(siblings)
+            return f"{len(hashes)} sent"
+    """),
+        limit=4,
+    )
+    assert all(r["reason"] is None for r in rows), [r["error"] for r in rows]
+    sent = [int(r["answer"].split()[0]) for r in rows]
+    assert sum(sent) > 0, sent  # later forks did find their siblings' hashes
+
+
 def test_model_call_budget(attack):
     _, (row,) = attack("""
         def run(task, llm, tools):
