@@ -22,6 +22,7 @@ import pytest
 from app.llm.client import BackendError
 from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
+from app.rollout.admission import ServerQueue
 from app.workbench import read_harness
 from tests.conftest import MISSING, REPO, free_port, whale_eval_json
 
@@ -245,6 +246,17 @@ def test_seed_harness_rollouts_run_through_sandbox_gateway_and_vllm(vllm, tmp_pa
     assert len(steps) == 12  # one model call per rollout, each answered by vLLM
     assert all(kind == "model" and error is None and tokens > 0 for kind, error, tokens in steps)
     assert _checkpoint_name(home, out["run_id"]) == str(vllm.model_path)
+
+
+@needs_vllm
+def test_admission_reads_the_vllm_queue(vllm, loop):
+    """What admission holds rollouts back on (app/rollout/admission.py) is vLLM's own gauge."""
+    queue = ServerQueue(vllm.urls)
+    try:
+        waiting = loop.run_until_complete(queue())
+    finally:
+        loop.run_until_complete(queue.close())
+    assert waiting == 0 and queue.available
 
 
 @needs_vllm
