@@ -13,7 +13,7 @@ from rich.table import Table
 from app.cli.base import BAD_INPUT
 from app.config import Settings
 from app.progress import err
-from app.read.compare import compare_runs
+from app.read.compare import compare_runs, mixed_scales
 from app.read.curves import X_LABELS
 from app.read.runs import UnknownRuns
 from app.report.export import export_run
@@ -93,6 +93,8 @@ def compare(
         print(json.dumps(rows))
     else:
         Console().print(compare_table(rows))
+    for note in mixed_scales(rows):
+        err.print(f"[yellow]note:[/yellow] {note}")
     err.print(f"figure: {plot}")
 
 

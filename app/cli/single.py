@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from app.cli.base import make_workbench
 from app.config import Settings, describe
-from app.domains import get_domain
+from app.domains import get_domain, scoring_of
 from app.llm.generation import RolloutLimits, Sampling, refused_fields
 from app.progress import phase_progress, progress_bars
 
@@ -59,7 +59,7 @@ def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     infra = f", {evaluation.n_infra} infrastructure failures left out" if evaluation.n_infra else ""
     return (
         f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f} on {evaluation.split}{infra} "
-        f"({evaluation.n_tasks} tasks x k={evaluation.k}; "
+        f"({evaluation.n_tasks} tasks x k={evaluation.k}, {evaluation.scoring} scoring; "
         + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()))
         + f"; failures by reason: {failures})"
     )
@@ -93,10 +93,15 @@ def eval_(
         list[str],
         typer.Option(help="a rollout budget, e.g. max_completion_tokens=8192 (repeatable)"),
     ] = [],  # noqa: B006
+    scoring: Annotated[
+        Optional[str],
+        typer.Option(help="the verifier's mode, e.g. paper or lenient (default: the domain's)"),
+    ] = None,
 ):
     """Evaluate any harness file: progress bar, then mean@k and failures by reason."""
     try:
         get_domain(domain).tasks(split)
+        scoring = scoring_of(get_domain(domain), scoring)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     if sandbox not in (None, "process", "docker"):
@@ -104,6 +109,7 @@ def eval_(
     declared = {
         "sampling": settings_table(sampling, Sampling, "--sampling"),
         "rollout": settings_table(rollout, RolloutLimits, "--rollout"),
+        "scoring": scoring,
     }
 
     async def main():
@@ -125,6 +131,7 @@ def eval_(
                         "run_id": run.id,
                         "evaluation_id": evaluation.id,
                         "mean_at_k": evaluation.mean_at_k,
+                        "scoring": evaluation.scoring,
                         "k": k,
                         "split": split,
                         "n_tasks": evaluation.n_tasks,

@@ -180,6 +180,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE evaluation ADD COLUMN n_infra INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        "009_scoring",
+        """
+        -- the verifier's mode each evaluation was scored by (lenient, paper, ...)
+        ALTER TABLE evaluation ADD COLUMN scoring TEXT;
+        """,
+    ),
 ]
 
 

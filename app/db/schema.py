@@ -109,6 +109,7 @@ class Evaluation(SQLModel, table=True):
     phase_id: int | None = Field(default=None, foreign_key="phase.id")
     # backend, sampling defaults, forced fields and rollout budgets (app/llm/generation.py)
     generation: dict | None = zjson()
+    scoring: str | None = None  # the verifier's mode: lenient, paper, ... (app/domains)
 
 
 class Rollout(SQLModel, table=True):

@@ -13,6 +13,10 @@ A domain is a class with
   chess board), the tools and the scorer of one rollout
 - optionally `sandbox_tools`: name -> limits of tools that run inside the sandbox instead of
   through the gateway (math's `python`: {"timeout_s", "memory_mb"}; see sandbox/runner.py)
+- optionally `scorings`: the names of its scoring modes, the default first; `score` and
+  `episode` then take `scoring=` one of them. The paper's domains have `lenient` (the
+  workbench's verifier) and `paper` (the release's rules, app/domains/paper_scoring.py). A
+  domain without them has one mode, "default".
 
 Domains are found through the Python entry point group `whale.domains` (name = "module:Class"),
 so a package of the user's adds one by declaring it in its own pyproject.toml; the built-in
@@ -56,24 +60,50 @@ class Domain(Protocol):
     def score(self, answer: str | None, task: Task) -> float: ...
 
 
+DEFAULT_SCORING = "default"
+
+
+def scorings(domain: Domain) -> tuple[str, ...]:
+    """The domain's scoring modes, its default first."""
+    return tuple(getattr(domain, "scorings", (DEFAULT_SCORING,)))
+
+
+def scoring_of(domain: Domain, asked: str | None) -> str:
+    """The mode to score by: the one asked (checked), else the domain's default."""
+    modes = scorings(domain)
+    if asked is None:
+        return modes[0]
+    if asked not in modes:
+        raise ValueError(
+            f"scoring {asked!r}: the {domain.name} domain scores by {', '.join(modes)}"
+        )
+    return asked
+
+
+def _mode(domain: Domain, scoring: str | None) -> dict[str, str]:
+    """The keyword a domain's score and episode take, for domains that have modes."""
+    return {"scoring": scoring_of(domain, scoring)} if hasattr(domain, "scorings") else {}
+
+
 @dataclass
 class _Shared:
     """The episode of a domain without per-rollout state: its tools and its scorer."""
 
     domain: Domain
     task: Task
+    scoring: str | None = None
 
     @property
     def tools(self) -> dict[str, Callable[..., Any]]:
         return self.domain.tools
 
     def score(self, answer: str | None) -> float:
-        return self.domain.score(answer, self.task)
+        return self.domain.score(answer, self.task, **_mode(self.domain, self.scoring))
 
 
-def episode(domain: Domain, task: Task) -> Episode:
+def episode(domain: Domain, task: Task, scoring: str | None = None) -> Episode:
     make = getattr(domain, "episode", None)
-    return make(task) if make else _Shared(domain, task)
+    return make(task, **_mode(domain, scoring)) if make else _Shared(domain, task, scoring)
 
 
 class UnknownDomain(ValueError):

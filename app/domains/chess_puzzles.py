@@ -45,6 +45,33 @@ SPLIT_SIZES = {"train": 16384, "harness": 256, "test": 256}  # the paper's, on t
 MAX_SOLUTION_PLIES = 9  # the paper keeps puzzles with 1-9 ply solutions
 MAX_ILLEGAL_MOVES = 3  # illegal attempts a rollout may make before the puzzle counts as failed
 _MOVE_TAG = re.compile(r"<move>\s*([^<\s]+)\s*</move>", re.IGNORECASE)
+# The release's rules (scoring "paper"): domains/chess_puzzles/autoharness_chess_puzzle/runner.py
+# (normalize_uci, verify_and_step) at krafton-ai/WHALE 7d5a422a.
+PAPER_UCI = re.compile(r"\b([a-h][1-8][a-h][1-8][qrbn]?)\b", re.IGNORECASE)
+PAPER_FORMAT_RETRIES = 1  # per puzzle: a move that is not one UCI move
+PAPER_ILLEGAL_RETRIES = 1  # per puzzle: a UCI move that is not legal here
+PAPER_MAX_TURNS = 9  # move attempts, retries included
+
+
+_PAPER_PATTERNS = (  # runner.parse_model_action, tried in order
+    re.compile(r"<move>\s*([a-h][1-8][a-h][1-8][qrbn]?)\s*</move>", re.IGNORECASE),
+    re.compile(r"\[\s*([a-h][1-8][a-h][1-8][qrbn]?)\s*\]", re.IGNORECASE),
+    PAPER_UCI,
+)
+
+
+def paper_uci(response: Any) -> str:
+    """The move the release reads from a reply: parse_model_action (the first pattern that
+    matches decides; two different moves there are no move), then normalize_uci."""
+    text = str(response or "")
+    parsed = "__no_move__"
+    for pattern in _PAPER_PATTERNS:
+        moves = list(dict.fromkeys(m.group(1).lower() for m in pattern.finditer(text)))
+        if moves:
+            parsed = moves[0] if len(moves) == 1 else "__ambiguous_multiple_moves__"
+            break
+    found = PAPER_UCI.search(parsed.strip().lower())
+    return found.group(1).lower() if found else parsed.strip().lower()
 
 
 class PuzzleFileError(ValueError):
@@ -205,9 +232,12 @@ def _task(path: Path, puzzle: Puzzle) -> Task:
 @dataclass
 class PuzzleEpisode:
     """One rollout's board: the solver plays the line's moves, the episode answers with the
-    opponent's replies. A legal move off the line ends the puzzle as failed, except a move that
-    checkmates, which solves it (Lichess's rule: a mate cannot be improved on). An illegal move
-    is reported with the legal ones and changes nothing, up to MAX_ILLEGAL_MOVES of them."""
+    opponent's replies. Under `lenient` rules a legal move off the line ends the puzzle as
+    failed, except a move that checkmates, which solves it (Lichess's rule: a mate cannot be
+    improved on), and an illegal move is reported with the legal ones and changes nothing, up to
+    MAX_ILLEGAL_MOVES of them. Under `paper` rules (the release's) only the line's move counts,
+    one malformed and one illegal move are forgiven per puzzle, and at most PAPER_MAX_TURNS
+    moves are tried."""
 
     board: chess.Board  # after the trigger
     line: list[chess.Move]
@@ -215,19 +245,22 @@ class PuzzleEpisode:
     played: int = 0  # plies of the line on the board
     state: str = "continue"  # continue | solved | wrong
     illegal: int = 0
+    rules: str = "lenient"  # or "paper"
+    malformed: int = 0  # paper: moves that were not one UCI move
+    attempts: int = 0  # paper: move calls
     tools: dict[str, Callable[..., Any]] = field(init=False)
 
     def __post_init__(self):
         self.tools = {"observation": self.observation, "move": self.move}
 
     @classmethod
-    def of(cls, task: Task) -> "PuzzleEpisode":
+    def of(cls, task: Task, rules: str = "lenient") -> "PuzzleEpisode":
         board = chess.Board(task.public["fen"])
         line = []
         for uci in task.gold.split():  # parsed on a scratch board: castling notations agree
             line.append(board.parse_uci(uci))
             board.push(line[-1])
-        return cls(chess.Board(task.public["fen"]), line, task.public["trigger"])
+        return cls(chess.Board(task.public["fen"]), line, task.public["trigger"], rules=rules)
 
     def observation(self) -> dict[str, Any]:
         """The position: FEN, an ASCII board (White in capitals, rank 8 on top), the side to
@@ -247,6 +280,8 @@ class PuzzleEpisode:
         "over" (the puzzle had already ended)."""
         if self.state != "continue":
             return {"result": "over", "message": f"the puzzle is over ({self.state})"}
+        if self.rules == "paper":
+            return self._paper_move(uci)
         try:
             played = self.board.parse_uci(str(uci).strip())
         except ValueError:
@@ -254,12 +289,60 @@ class PuzzleEpisode:
         if not played:  # "0000", the null move: passing is not a chess move
             return self._illegal(uci)
         if played != self.line[self.played] and not self._mates(played):
-            self.board.push(played)
+            return self._wrong(played)
+        return self._advance(played)
+
+    def _paper_move(self, action: Any) -> dict[str, Any]:
+        """verify_and_step, in its order: format, legality, then the line's move only."""
+        self.attempts += 1
+        if self.attempts > PAPER_MAX_TURNS:
             self.state = "wrong"
+            return {"result": "wrong", "message": f"more than {PAPER_MAX_TURNS} moves tried"}
+        parsed = paper_uci(action)
+        move = None
+        if re.fullmatch(r"[a-h][1-8][a-h][1-8][qrbn]?", parsed):
+            try:
+                move = chess.Move.from_uci(parsed)
+            except ValueError:
+                move = None
+        if move is None:
+            self.malformed += 1
+            if self.malformed > PAPER_FORMAT_RETRIES:
+                self.state = "wrong"
+                return {"result": "wrong", "message": f"{parsed!r} is not a UCI move: malformed"}
             return {
-                "result": "wrong",
-                "message": f"{played.uci()} is not the solution; the puzzle is over",
+                "result": "illegal",
+                "message": f'The verifier could not parse exactly one UCI move from "{parsed}". '
+                "Reply with exactly one move, e.g. <move>e2e4</move>, and no explanation.",
             }
+        # the board's legal moves as UCI strings, as the release's harness lists them: king
+        # takes rook (e1h1) is not castling here
+        if parsed not in {m.uci() for m in self.board.legal_moves}:
+            self.illegal += 1
+            if self.illegal > PAPER_ILLEGAL_RETRIES:
+                self.state = "wrong"
+                return {"result": "wrong", "message": f"{parsed} is not legal here: illegal"}
+            legal = sorted(m.uci() for m in self.board.legal_moves)
+            return {
+                "result": "illegal",
+                "legal_moves": legal,
+                "message": f'The parsed move "{parsed}" is not legal in the current board. '
+                "Choose one move from the visible legal moves and reply only as <move>uci</move>.",
+            }
+        if parsed != self.line[self.played].uci():
+            return self._wrong(move)
+        return self._advance(move)
+
+    def _wrong(self, played: chess.Move) -> dict[str, Any]:
+        self.board.push(played)
+        self.state = "wrong"
+        return {
+            "result": "wrong",
+            "message": f"{played.uci()} is not the solution; the puzzle is over",
+        }
+
+    def _advance(self, played: chess.Move) -> dict[str, Any]:
+        """Play the line's move (or a mate) and the opponent's reply."""
         self.board.push(played)
         self.played += 1
         if self.played == len(self.line) or self.board.is_checkmate():
@@ -308,6 +391,7 @@ class ChessPuzzles:
     }
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})  # no engines
     seed_harness = ROOT / "harness_archive" / "seeds" / "chess" / "seed.py"
+    scorings = ("lenient", "paper")
 
     def __init__(self, path: str | Path | None = None, sizes: dict[str, int] | None = None):
         self.path = Path(path or os.environ.get(PUZZLES_ENV) or SAMPLE)
@@ -333,13 +417,13 @@ class ChessPuzzles:
             raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         return self._splits[split]
 
-    def episode(self, task: Task) -> PuzzleEpisode:
-        return PuzzleEpisode.of(task)
+    def episode(self, task: Task, scoring: str = "lenient") -> PuzzleEpisode:
+        return PuzzleEpisode.of(task, scoring)
 
-    def score(self, answer: str | None, task: Task) -> float:
+    def score(self, answer: str | None, task: Task, scoring: str = "lenient") -> float:
         """The moves of the answer's <move>uci</move> tags, replayed in order on a fresh board
         by the episode's rules."""
-        episode = self.episode(task)
+        episode = self.episode(task, scoring)
         for uci in _MOVE_TAG.findall(answer or ""):
             if episode.move(uci)["result"] in ("solved", "wrong", "over"):
                 break

@@ -36,14 +36,20 @@ def extract_boxed(text: str | None) -> str | None:
     starts = [m.end() for m in _BOX.finditer(text)]
     if not starts:
         return None
-    start, depth = starts[-1], 1
+    end = group_end(text, starts[-1])
+    return text[starts[-1] : end].strip() if end is not None else None
+
+
+def group_end(text: str, start: int) -> int | None:
+    """The index of the `}` closing the `{` just before `start`, or None if it never closes."""
+    depth = 1
     for i in range(start, len(text)):
         if text[i] == "{":
             depth += 1
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start:i].strip()
+                return i
     return None
 
 

@@ -12,7 +12,8 @@ order of a hash of their question, so it does not depend on the order of the fil
 
 The `python` tool runs inside the sandbox, in a child process of its own, limited to
 WHALE_MATH_PYTHON_TIMEOUT_S seconds (default 10; the paper: 30) and WHALE_MATH_PYTHON_MEMORY_MB
-of address space (default 512; the paper: 1024). The verifier is app/domains/math_answers.py.
+of address space (default 512; the paper: 1024). The verifier is app/domains/math_answers.py
+(`lenient`, the default) or the release's strict box check (`paper`, app/domains/paper_scoring.py).
 """
 
 import hashlib
@@ -23,6 +24,7 @@ from app import ROOT
 from app.domains import SPLITS, Task
 from app.domains.math_answers import score as score_reply
 from app.domains.math_data import Problem, load_problems
+from app.domains.paper_scoring import math_score
 
 DATA = ROOT / "data" / "math"
 DEFAULT_HARNESS_SIZE = 256
@@ -63,6 +65,8 @@ class MathProblems:
     # Code runs through tools.python, in its own limited process: not in the harness process.
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
     seed_harness = ROOT / "harness_archive" / "seeds" / "math" / "seed.py"
+    # lenient: app/domains/math_answers.py; paper: the release's strict box (paper_scoring.py)
+    scorings = ("lenient", "paper")
 
     def __init__(self):
         self.sandbox_tools = {
@@ -90,6 +94,9 @@ class MathProblems:
             raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         return self._splits[split]
 
-    def score(self, answer: str | None, task: Task) -> float:
-        """1.0 when the last \\boxed{} of the answer is equivalent to the gold answer."""
+    def score(self, answer: str | None, task: Task, scoring: str = "lenient") -> float:
+        """1.0 when the last \\boxed{} of the answer is equivalent to the gold answer (lenient)
+        or holds exactly it, within the reply's last 100 characters (paper)."""
+        if scoring == "paper":
+            return math_score(answer, task.gold)
         return score_reply(answer, task.gold)

@@ -17,15 +17,17 @@ Environment:
 - WHALE_SEARCHQA_JUDGE_URL, WHALE_SEARCHQA_JUDGE_MODEL, WHALE_SEARCHQA_JUDGE_KEY_ENV: an LLM judge
   over an OpenAI-compatible endpoint, asked when exact match fails (off unless the URL is set)
 
-Score: 1 when the answer (the text of its last <answer>...</answer>, else all of it) equals a
-golden answer after SQuAD normalisation; `f1` is the secondary token-F1 metric.
+Score (`lenient`, the default): 1 when the answer (the text of its last <answer>...</answer>,
+any tag case, else all of it) equals a golden answer after SQuAD normalisation, with the LLM
+judge asked where exact match fails; `f1` is the secondary token-F1 metric. `paper`: the
+release's exact match (app/domains/paper_scoring.py): only a closed, lower-case tag counts, 0
+without one, no judge.
 """
 
 import hashlib
 import json
 import os
 import re
-import string
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -35,6 +37,8 @@ import httpx
 from app import ROOT
 from app.config import Settings
 from app.domains import SPLITS, Task
+from app.domains.paper_scoring import search_qa_normalize as normalize
+from app.domains.paper_scoring import search_qa_score
 from app.domains.retrieval import BM25Index, DenseIndex, jsonl_rows, open_text
 
 SAMPLE = ROOT / "data" / "searchqa"
@@ -181,7 +185,6 @@ def make_splits(train: list, test: list, harness_size: int) -> dict[str, list[Ta
 # ---- verifying answers ----------------------------------------------------------------------
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
 
 
 def extract_answer(text: str | None) -> str:
@@ -190,12 +193,6 @@ def extract_answer(text: str | None) -> str:
         return ""
     found = _ANSWER.findall(text)
     return found[-1] if found else text
-
-
-def normalize(text: str) -> str:
-    """SQuAD normalisation: lowercase, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def exact_match(answer: str | None, golds: list[str]) -> float:
@@ -273,6 +270,7 @@ class SearchQA:
     # Retrieval runs server-side through the search tool; a harness needs no processes of its own.
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
     seed_harness = ROOT / "harness_archive" / "seeds" / "searchqa" / "seed.py"
+    scorings = ("lenient", "paper")
 
     def __init__(self):
         env = os.environ.get
@@ -309,8 +307,10 @@ class SearchQA:
             raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
         return self._splits[split]
 
-    def score(self, answer: str | None, task: Task) -> float:
+    def score(self, answer: str | None, task: Task, scoring: str = "lenient") -> float:
         golds = json.loads(task.gold)
+        if scoring == "paper":
+            return search_qa_score(answer, golds)
         matched = exact_match(answer, golds)
         if matched or self.judge is None or not normalize(extract_answer(answer)):
             return matched

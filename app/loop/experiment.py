@@ -113,6 +113,11 @@ class Experiment(_Strict):
     runtime: Runtime = Field(default_factory=Runtime)
     sampling: Sampling = Field(default_factory=Sampling)
     rollout: RolloutLimits = Field(default_factory=RolloutLimits)
+    scoring: str | None = Field(
+        default=None,
+        max_length=40,
+        description="the verifier's mode, e.g. paper (the release's rules); default: the domain's",
+    )
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -152,12 +157,16 @@ def parse(text: str, source: str = "experiment", web: bool = False) -> Experimen
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
         raise ExperimentError(f"{source}: {describe(exc)}") from None
-    from app.domains import get_domain
+    from app.domains import get_domain, scoring_of
 
     try:
-        get_domain(experiment.domain)
+        domain = get_domain(experiment.domain)
     except ValueError as exc:
         raise ExperimentError(f"{source}: domain: {exc}") from None
+    try:
+        scoring_of(domain, experiment.scoring)
+    except ValueError as exc:
+        raise ExperimentError(f"{source}: {exc}") from None
     if experiment.harness is not None:
         experiment.harness = _harness_file(experiment.harness, source, web)
     return experiment

@@ -5,9 +5,9 @@ these summaries."""
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
-from sqlmodel import Session
+from sqlmodel import Session, select
 
-from app.db.schema import Run
+from app.db.schema import Evaluation, Run
 from app.read.curves import X_LABELS, curve, label, test_points
 from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
@@ -25,6 +25,30 @@ def test_k(run: Run) -> int | None:
     return test.get("k") or config.get("test_k")
 
 
+def test_scoring(session: Session, run: Run) -> str | None:
+    """The verifier mode of the run's test evaluations (one per run: it comes from its config)."""
+    found = session.exec(
+        select(Evaluation.scoring)
+        .where(Evaluation.run_id == run.id, Evaluation.split == "test")
+        .distinct()
+    ).all()
+    return ", ".join(sorted(f for f in found if f is not None)) or None  # None: not recorded
+
+
+def mixed_scales(summaries: list[dict]) -> list[str]:
+    """What makes the runs' mean@k not one scale: different k, or different scoring modes."""
+    notes = []
+    for key, what in (("k", "k"), ("scoring", "scoring modes")):
+        groups: dict[str, list[str]] = {}
+        for r in summaries:
+            if r[key] is not None:
+                groups.setdefault(str(r[key]), []).append(str(r["id"]))
+        if len(groups) > 1:
+            named = "; ".join(f"{v}: runs {', '.join(ids)}" for v, ids in sorted(groups.items()))
+            notes.append(f"these runs differ in {what} ({named}): their mean@k are not one scale")
+    return notes
+
+
 def summarize(session: Session, run: Run) -> dict:
     points = test_points(session, run.id)
     best = max(points, key=lambda p: p.y, default=None)  # max keeps the first of equals
@@ -34,6 +58,7 @@ def summarize(session: Session, run: Run) -> dict:
         "strategy": run.strategy or run.kind,
         "status": run.status,
         "k": test_k(run),
+        "scoring": test_scoring(session, run),
         "best": best.y if best else None,
         "rollouts_to_best": best.rollouts if best else None,
         "final": points[-1].y if points else None,
@@ -56,10 +81,12 @@ def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dic
         runs = get_runs(s, run_ids)
     except UnknownRuns as exc:
         raise HTTPException(404, str(exc)) from None
+    summaries = [summarize(s, run) for run in runs]
     return {
         "x": x,
         "x_label": X_LABELS[x],
-        "runs": [summarize(s, run) for run in runs],
+        "runs": summaries,
+        "notes": mixed_scales(summaries),
         "curves": {
             label(run): [{"x": px, "y": py} for px, py in curve(s, run, x)[0]] for run in runs
         },

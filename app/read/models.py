@@ -54,6 +54,7 @@ class ComparedRun(Open):
     strategy: str
     status: str
     k: int | None = Field(description="the k of its test mean@k")
+    scoring: str | None = Field(description="the verifier mode its test evaluations used")
     best: float | None
     rollouts_to_best: int | None
     final: float | None
@@ -67,6 +68,7 @@ class ComparePage(Open):
     x_label: str
     runs: list[ComparedRun]
     curves: dict[str, list[Point]] = Field(description="test mean@k per run label")
+    notes: list[str] = Field(description="why the runs' mean@k are not one scale, if they are not")
 
 
 class Budget(Open):

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, now
 from app.db.writer import Writer
-from app.domains import Domain, Task, episode
+from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
 from app.llm.generation import Generation, generation_for
 from app.rollout.admission import Admission
@@ -141,6 +141,7 @@ class Evaluator:
             lambda s: _generation(s, evaluation.id, self.backend, self.limits)
         )
         wall_s = wall_s or generation.wall_s
+        scoring = await self.writer.run(lambda s: _scoring(s, evaluation.id, domain))
         path = harness_file(harness, self.harness_dir)
         semaphore = asyncio.Semaphore(self.concurrency)
         gate = self.gates.get(evaluation.run_id)
@@ -152,7 +153,7 @@ class Evaluator:
                 async with self.admission.slot():
                     task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
                     done = await self._rollout(
-                        rollout, task, path, checkpoint, domain, wall_s, generation
+                        rollout, task, path, checkpoint, domain, wall_s, generation, scoring
                     )
             if progress:
                 progress(done)
@@ -178,13 +179,15 @@ class Evaluator:
         domain: Domain,
         wall_s: float | None,
         generation: Generation,
+        scoring: str,
     ) -> Rollout:
         started_at = now()
         for attempt in range(1, generation.infra_retries + 2):
             if attempt > 1:  # the failed try's steps go: the rollout runs again from the start
                 await self.writer.run(lambda s: _drop_steps(s, [rollout.id]))
                 await asyncio.sleep(INFRA_BACKOFF_S * 2 ** (attempt - 2))
-            env = episode(domain, task)  # this try's tools (a chess board keeps its state here)
+            # this try's tools (a chess board keeps its state here) and its scorer
+            env = episode(domain, task, scoring)
             result, grant = await self._attempt(
                 rollout, task, env, harness_path, checkpoint, domain, wall_s, generation
             )
@@ -263,6 +266,17 @@ def _infrastructure_failure(result: SandboxResult, grant: Grant) -> str | None:
     if grant.infra_errors:
         return f"model backend failed: {grant.infra_errors[-1]}"
     return None
+
+
+def _scoring(s: Session, evaluation_id: int, domain: Domain) -> str:
+    """The scoring mode of the evaluation: its run's `scoring`, else the domain's default;
+    recorded on the evaluation, like its generation settings."""
+    evaluation = s.get(Evaluation, evaluation_id)
+    if evaluation.scoring is None:
+        config = s.get(Run, evaluation.run_id).config or {}
+        declared = config.get("experiment") or config
+        evaluation.scoring = scoring_of(domain, declared.get("scoring"))
+    return evaluation.scoring
 
 
 def _generation(s: Session, evaluation_id: int, backend: str, limits: dict) -> Generation:

@@ -18,6 +18,7 @@ def test_summaries_in_the_order_asked(session, filled):
         "strategy": "whale",
         "status": "done",
         "k": 4,
+        "scoring": None,  # its store holds metrics, not evaluations
         "best": 0.75,
         "rollouts_to_best": 1024,
         "final": 0.7,

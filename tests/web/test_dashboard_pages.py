@@ -188,3 +188,22 @@ def test_rft_at_temperature_zero_is_flagged_on_the_run_page(store, client):
     assert "temperature 0" in warning and "8 samples" in warning
     assert warning in client.get(f"/runs/{greedy.id}").text
     assert client.get(f"/api/runs/{fine.id}").json()["dashboard"]["warnings"] == []
+
+
+def test_compare_says_when_runs_were_scored_by_different_modes(store, client):
+    checkpoint = store.checkpoint()
+    runs = []
+    for name, scoring in (("strict", "paper"), ("loose", "lenient"), ("loose-too", "lenient")):
+        run = loop_run(store, name, status="done")
+        harness = store.harness(run)
+        store.evaluation(run, harness, checkpoint, 4, k=2, scoring=scoring, status="done")
+        runs.append(run)
+    same = client.get(f"/api/runs/compare?ids={runs[1].id}&ids={runs[2].id}").json()
+    assert same["notes"] == [] and [r["scoring"] for r in same["runs"]] == ["lenient"] * 2
+    ids = "&".join(f"ids={r.id}" for r in runs)
+    mixed = client.get(f"/api/runs/compare?{ids}").json()
+    (note,) = mixed["notes"]
+    assert "differ in scoring modes" in note and f"paper: runs {runs[0].id}" in note
+    assert f"lenient: runs {runs[1].id}, {runs[2].id}" in note
+    page = client.get(f"/runs/compare?{ids}").text
+    assert 'class="warning"' in page and "not one scale" in page
