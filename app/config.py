@@ -85,6 +85,11 @@ class Settings(BaseSettings):
         """Where runs are materialized as plain files for the `agent` proposer."""
         return self.home / "harness_archive"
 
+    @property
+    def backend_name(self) -> str:
+        """Which backend serves the model, as app/llm/generation.py names them."""
+        return "vllm" if self.backend == "vllm" else "endpoint" if self.llm_url else "local"
+
     def ensure_dirs(self) -> None:
         for d in (self.home, self.models_dir, self.logs_dir):
             d.mkdir(parents=True, exist_ok=True)

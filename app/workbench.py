@@ -165,9 +165,7 @@ class Workbench:
 
     @property
     def backend_name(self) -> str:
-        """Which backend serves the model, as app/llm/generation.py names them."""
-        s = self.settings
-        return "vllm" if s.backend == "vllm" else "endpoint" if s.llm_url else "local"
+        return self.settings.backend_name
 
     def evaluator(self) -> Evaluator:
         s = self.settings

@@ -24,12 +24,19 @@ from app.loop.experiment import (
     incoming_harness,
     load,
 )
+from app.loop.experiment import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
 
 
 def run(
     experiment: Annotated[Path, typer.Argument(help="experiment TOML (see experiments/)")],
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON summary")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="check everything that can be checked and print what would run"
+        ),
+    ] = False,
 ):
     """Run an experiment headless: progress per phase, a summary table at the end.
 
@@ -43,6 +50,13 @@ def run(
     except ExperimentError as exc:
         raise fail(str(exc)) from None
     settings = Settings(**exp.runtime.model_dump(exclude_none=True))
+    if dry_run:  # no store, no model, no sandbox
+        try:
+            plan = describe_run(exp, settings, str(experiment))
+        except ExperimentError as exc:
+            raise fail(str(exc)) from None
+        print(json.dumps(plan) if as_json else format_plan(plan))
+        return
     try:
         lock = StoreLock(settings.home).acquire()
     except StoreBusy as exc:
@@ -89,6 +103,22 @@ def run(
         print(json.dumps(result))
     else:
         print_summary(result)
+
+
+def format_plan(plan: dict) -> str:
+    """The dry run's plan, one setting group per line."""
+    sizes = ", ".join(f"{split} {n:,}" for split, n in plan["split_sizes"].items())
+    lines = [
+        f"{plan['name']}: {plan['strategy']} on {plan['domain']} ({sizes} tasks), "
+        f"harness {plan['harness']}, scoring {plan['scoring']}",
+        f"model: {plan['model']} ({plan['backend']} backend)",
+    ]
+    for group in ("switching", "rft", "search", "test", "budget", "sampling", "rollout"):
+        values = ", ".join(f"{k} {v}" for k, v in plan[group].items()) or "defaults"
+        lines.append(f"{group}: {values}")
+    lines += [f"warning: {w}" for w in plan["warnings"]]
+    lines.append("checked: the settings, the harness and the data; nothing was started")
+    return "\n".join(lines)
 
 
 def summary(s, run_id: int) -> dict:

@@ -246,3 +246,47 @@ def load(path: Path) -> tuple[Experiment, str]:
 
 def config_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dict:
+    """What `whale run` would start, checked as far as it can be without a store or a model:
+    the settings against the backend, the harness, the data each split finds. Raises
+    ExperimentError naming what would fail."""
+    from app.domains import get_domain, scoring_of
+
+    check_generation(experiment, settings.backend_name, source)
+    if experiment.harness_id is None:  # a stored harness is checked when the run starts
+        name, _ = incoming_harness(experiment, None, source)
+    else:
+        name = f"harness {experiment.harness_id} of the store"
+    domain = get_domain(experiment.domain)
+    sizes = {split: len(domain.tasks(split)) for split in ("train", "harness", "test")}
+    wanted = {"test": experiment.test.tasks, "harness": experiment.search.tasks}
+    warnings = [
+        f"asks for {n} {split} tasks; the {split} split found has {sizes[split]}, all of them used"
+        for split, n in wanted.items()
+        if n is not None and n > sizes[split]
+    ]
+    model = settings.llm_model or (
+        f"the vLLM servers at {settings.vllm_urls}"
+        if settings.vllm_urls
+        else "the default model (SmolLM2-135M-Instruct)"
+    )
+    return {
+        "name": experiment.name,
+        "strategy": experiment.strategy,
+        "domain": experiment.domain,
+        "split_sizes": sizes,
+        "harness": name,
+        "scoring": scoring_of(domain, experiment.scoring),
+        "backend": settings.backend_name,
+        "model": model,
+        "switching": experiment.switching.model_dump(exclude_none=True),
+        "rft": experiment.rft.model_dump(exclude_none=True),
+        "search": experiment.search.model_dump(exclude_none=True),
+        "test": experiment.test.model_dump(exclude_none=True),
+        "budget": experiment.budget.model_dump(exclude_none=True),
+        "sampling": experiment.sampling.defaults(),
+        "rollout": experiment.rollout.model_dump(exclude_none=True),
+        "warnings": warnings,
+    }

@@ -1,12 +1,14 @@
 """Experiment files: every shipped example parses; a bad one fails before anything starts,
 naming the file and the offending key."""
 
+import json
+import os
 from pathlib import Path
 
 import pytest
 
 from app.loop.experiment import ExperimentError, load, parse
-from tests.conftest import REPO
+from tests.conftest import REPO, whale
 
 EXAMPLES = sorted((REPO / "experiments").glob("*.toml"))
 
@@ -51,3 +53,33 @@ def test_bad_experiments_name_the_key(text, message):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(ExperimentError, match="nope.toml: No such file"):
         load(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_every_shipped_experiment_dry_runs_without_a_store(path: Path, tmp_path):
+    """`whale run --dry-run` checks the experiment on the shipped sample data and prints what
+    would run; it creates no store and starts no model."""
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
+    proc = whale("run", str(path), "--dry-run", "--json", env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plan = json.loads(proc.stdout)
+    experiment, _ = load(path)
+    assert (plan["name"], plan["domain"], plan["strategy"]) == (
+        experiment.name,
+        experiment.domain,
+        experiment.strategy,
+    )
+    assert all(n > 0 for n in plan["split_sizes"].values())
+    assert plan["test"]["k"] == experiment.test.k
+    assert not (tmp_path / "home" / "whale.db").exists()
+    if path.name == "chess-whale.toml":  # the paper's 256 harness puzzles; the sample has fewer
+        assert plan["scoring"] == "paper" and plan["backend"] == "vllm"
+        assert any("256 harness tasks" in w for w in plan["warnings"])
+
+
+def test_a_dry_run_names_what_would_fail(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\n[sampling]\ntop_k = 20\n')  # the local backend has no top_k
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
+    proc = whale("run", str(bad), "--dry-run", env=env, timeout=120)
+    assert proc.returncode == 2 and "top_k: the local backend does not support it" in proc.stderr
