@@ -175,11 +175,19 @@ class AgentProposerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # a known agent (app/search/agent_presets.py), or a command of one's own
+    preset: Literal["claude-code", "codex"] | None = None
     # argv; {workspace}, {k} and {iteration} are substituted. The agent reads SKILL.md there.
     command: list[str] = Field(default_factory=list)
     isolation: Literal["bwrap", "none"] = "bwrap"  # bwrap: only the workspace is writable
     network: bool = True  # a coding agent needs its model API; false cuts all network
     env: list[str] = Field(default_factory=list, description="variables passed to the agent")
+
+    @model_validator(mode="after")
+    def _one_way(self):
+        if self.preset and self.command:
+            raise ValueError("give a preset or a command, not both")
+        return self
 
 
 class SearchConfig(BaseModel):

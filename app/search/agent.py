@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 from app.config import AgentProposerConfig
+from app.search.agent_presets import PRESETS, AgentOutput
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.workspace import clear_candidates, materialize
@@ -39,19 +40,26 @@ class AgentProposer:
         self.hidden = list(hidden)  # directories the agent must not see (the store)
 
     async def propose(self, ctx: SearchContext) -> Proposal:
-        if not self.cfg.command:
-            raise ValueError("no agent command configured (search.agent.command)")
+        preset = PRESETS[self.cfg.preset] if self.cfg.preset else None
+        command = preset.argv(self.cfg.isolation) if preset else self.cfg.command
+        if not command:
+            raise ValueError("no agent configured (search.agent.preset or command)")
         root = self.archive_dir / "runs" / str(ctx.run_id)
         await asyncio.to_thread(materialize, ctx, root)
         out = clear_candidates(root)
         before = {p for p in root.rglob("*.py")}
-        argv = [
-            a.format(workspace=root, k=ctx.k, iteration=ctx.iteration) for a in self.cfg.command
-        ]
+        argv = [a.format(workspace=root, k=ctx.k, iteration=ctx.iteration) for a in command]
         if shutil.which(argv[0]) is None:
-            raise FileNotFoundError(f"agent command not found: {argv[0]}")
+            raise FileNotFoundError(
+                f"agent command not found: {argv[0]}"
+                + (f" (the {preset.name} preset runs it; install it on the PATH)" if preset else "")
+            )
         log = root / "agent-logs" / f"iteration-{ctx.phase_id}-{ctx.iteration}.log"
-        rc, tail = await self._run(self._wrap(argv, root), root, log)
+        passed = [*self.cfg.env, *(preset.env if preset else ())]
+        # A known agent keeps its state in a home of the workspace: it sees no secret of the
+        # host's but the API key variable it is given (and a login stored at ~ is not used).
+        home = root / ".home" if preset else None
+        rc, tail = await self._run(self._wrap(argv, root), root, log, passed, home)
         candidates, notes = collect(out, ctx.k, self.max_code_bytes, ctx.accepted.id)
         strays = sorted(
             str(p.relative_to(root))
@@ -63,17 +71,24 @@ class AgentProposer:
         report_file = root / "reports" / f"iteration-{ctx.phase_id}-{ctx.iteration}.md"
         report = report_file.read_text(errors="replace")[:20000] if report_file.is_file() else ""
         report = "\n".join([report, *(f"- {n}" for n in notes)]).strip()
-        usage = _usage(out / "usage.json")
+        if preset:  # the agent's own account: tokens, dollars, its error
+            said = preset.read(log.read_text(errors="replace"))
+        else:  # a command of one's own may leave candidates/usage.json
+            usage = _usage(out / "usage.json")
+            said = AgentOutput(
+                usage.get("prompt_tokens", 0),
+                usage.get("completion_tokens", 0),
+                usage.get("cost_usd"),
+            )
         error = None
-        if rc != 0 and not candidates:
+        if said.error and not candidates:
+            error = f"{preset.name}: {said.error}"
+        elif said.error:
+            report += f"\n- the agent reported an error: {said.error}"
+        elif rc != 0 and not candidates:
             error = f"the agent command exited with {rc}: {tail[-1000:]}"
         return Proposal(
-            candidates,
-            usage.get("prompt_tokens", 0),
-            usage.get("completion_tokens", 0),
-            usage.get("cost_usd"),
-            report,
-            error,
+            candidates, said.prompt_tokens, said.completion_tokens, said.cost_usd, report, error
         )
 
     def _wrap(self, argv: list[str], root: Path) -> list[str]:
@@ -97,8 +112,13 @@ class AgentProposer:
             wrapped.append("--share-net")
         return wrapped + ["--", *argv]
 
-    async def _run(self, argv: list[str], root: Path, log_path: Path) -> tuple[int, str]:
-        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", *self.cfg.env) if k in os.environ}
+    async def _run(
+        self, argv: list[str], root: Path, log_path: Path, passed: list[str], home: Path | None
+    ) -> tuple[int, str]:
+        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", *passed) if k in os.environ}
+        if home is not None:
+            home.mkdir(exist_ok=True)
+            env["HOME"] = str(home)
         if self.cfg.isolation == "bwrap":
             (root / ".tmp").mkdir(exist_ok=True)
             env["TMPDIR"] = str(root / ".tmp")

@@ -1,12 +1,16 @@
 """The agent proposer with a scripted command standing in for the coding agent."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app.config import SearchConfig
 from app.search.agent import LOG_CAP
+from app.search.agent_presets import PRESETS
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 
@@ -64,3 +68,77 @@ def test_a_missing_agent_command_fails_its_iteration_with_a_clear_error(search):
     assert failed.status == "failed"
     assert failed.error == "FileNotFoundError: agent command not found: /nonexistent/agent-cli"
     assert phase.status == "done" and len(stored["rollouts"]) == 2
+
+
+FAKE_CLI = Path(__file__).with_name("fake_agent_cli.py")
+
+
+@pytest.fixture
+def agent_clis(tmp_path, monkeypatch):
+    """`claude` and `codex` on the PATH, both the stand-in; the API keys the presets pass."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("claude", "codex"):
+        (bin_dir / name).write_text(f"#!{sys.executable}\n" + FAKE_CLI.read_text())
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("WHALE_TEST_SECRET", "not for the agent")
+    return bin_dir
+
+
+@pytest.mark.parametrize("preset", ["claude-code", "codex"])
+def test_a_preset_runs_its_agent_and_reads_its_output(preset, agent_clis, search):
+    cfg = SearchConfig(
+        proposer="agent", iterations=2, candidates=2, tasks=2, agent={"preset": preset}
+    )
+    phase, stored, settings = search(cfg)
+    first, second = stored["iterations"][1:]
+    workspace = settings.archive_dir / "runs" / str(phase.run_id)
+    cli = "claude" if preset == "claude-code" else "codex"
+    seen = json.loads((workspace / f"seen-{cli}-1.json").read_text())
+    expected = PRESETS[preset].argv("bwrap")
+    assert seen["argv"] == [a.format(workspace=workspace, k=2, iteration=1) for a in expected[1:]]
+    # the host's other variables stay out; its home is the workspace's
+    assert "WHALE_TEST_SECRET" not in seen["env"] and seen["home"] == str(workspace / ".home")
+    assert set(seen["env"]) <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TMPDIR",
+        *PRESETS[preset].env,
+        "PWD",
+        "SHLVL",
+        "_",
+    }
+
+    program = next(h for h in stored["harnesses"] if h.name == "program")
+    assert program.valid and program.iteration == 1
+    if preset == "claude-code":
+        assert (first.prompt_tokens, first.completion_tokens, first.cost_usd) == (
+            12120,
+            850,
+            0.0421,
+        )
+        assert second.status == "failed"
+        assert second.error == "claude-code: error_max_budget_usd: Reached maximum budget ($0.50)"
+    else:
+        assert (first.prompt_tokens, first.completion_tokens, first.cost_usd) == (10000, 500, None)
+        assert second.status == "failed"
+        assert second.error == "codex: unexpected status 401 Unauthorized: Missing bearer"
+    assert first.status == "done"
+
+
+def test_a_preset_whose_cli_is_missing_says_which(search, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    cfg = SearchConfig(proposer="agent", iterations=1, tasks=2, agent={"preset": "codex"})
+    _, stored, _ = search(cfg)
+    failed = stored["iterations"][1]
+    assert failed.status == "failed" and "agent command not found: codex" in failed.error
+    assert "the codex preset runs it" in failed.error
+
+
+def test_a_preset_and_a_command_are_not_both_given():
+    with pytest.raises(ValueError, match="a preset or a command, not both"):
+        SearchConfig(proposer="agent", agent={"preset": "codex", "command": ["x"]})
