@@ -158,14 +158,19 @@ def refused_fields(fields, backend: str) -> str | None:
     return None
 
 
+def declared_by(run_config: dict | None) -> dict[str, Any]:
+    """What a run declared: an experiment's parsed file, or `whale eval`'s own keys."""
+    config = run_config or {}
+    return config.get("experiment") or config
+
+
 def generation_for(
     run_config: dict | None, split: str, backend: str, limits: dict[str, Any]
 ) -> Generation:
     """The settings a run's evaluation of `split` runs under: the run's [sampling] and
     [rollout] (an experiment's, or `whale eval`'s), the process-wide limits where those are
     unset, and [rft] temperature forced on RFT's sampling (the train split)."""
-    config = run_config or {}
-    declared = config.get("experiment") or config
+    declared = declared_by(run_config)
     sampling = Sampling.model_validate(declared.get("sampling") or {})
     rollout = RolloutLimits.model_validate(declared.get("rollout") or {})
     temperature = (declared.get("rft") or {}).get("temperature")

@@ -22,7 +22,7 @@ from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, n
 from app.db.writer import Writer
 from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
-from app.llm.generation import Generation, generation_for
+from app.llm.generation import Generation, declared_by, generation_for
 from app.rollout.admission import Admission
 from sandbox.pool import SandboxPool, SandboxResult
 
@@ -137,11 +137,10 @@ class Evaluator:
         """Run the evaluation's pending rollouts - all of them when it is new, what is left when
         it was interrupted (recorded rollouts are kept, never run twice) - and finish it."""
         pending = await self.writer.run(lambda s: _pending(s, evaluation.id))
-        generation = await self.writer.run(
-            lambda s: _generation(s, evaluation.id, self.backend, self.limits)
+        generation, scoring = await self.writer.run(
+            lambda s: _settings(s, evaluation.id, self.backend, self.limits, domain)
         )
         wall_s = wall_s or generation.wall_s
-        scoring = await self.writer.run(lambda s: _scoring(s, evaluation.id, domain))
         path = harness_file(harness, self.harness_dir)
         semaphore = asyncio.Semaphore(self.concurrency)
         gate = self.gates.get(evaluation.run_id)
@@ -268,26 +267,20 @@ def _infrastructure_failure(result: SandboxResult, grant: Grant) -> str | None:
     return None
 
 
-def _scoring(s: Session, evaluation_id: int, domain: Domain) -> str:
-    """The scoring mode of the evaluation: its run's `scoring`, else the domain's default;
-    recorded on the evaluation, like its generation settings."""
+def _settings(
+    s: Session, evaluation_id: int, backend: str, limits: dict, domain: Domain
+) -> tuple[Generation, str]:
+    """What the evaluation's calls run under and the verifier mode that scores them (its run's
+    `scoring`, else the domain's default), from its run's declared settings and recorded on the
+    evaluation (a run's config never changes, so a resumed one runs under the same)."""
     evaluation = s.get(Evaluation, evaluation_id)
-    if evaluation.scoring is None:
-        config = s.get(Run, evaluation.run_id).config or {}
-        declared = config.get("experiment") or config
-        evaluation.scoring = scoring_of(domain, declared.get("scoring"))
-    return evaluation.scoring
-
-
-def _generation(s: Session, evaluation_id: int, backend: str, limits: dict) -> Generation:
-    """The settings the evaluation's calls run under, from its run's declared ones, recorded on
-    the evaluation (a run's config never changes, so a resumed one runs under the same)."""
-    evaluation = s.get(Evaluation, evaluation_id)
-    run = s.get(Run, evaluation.run_id)
-    generation = generation_for(run.config, evaluation.split, backend, limits)
+    config = s.get(Run, evaluation.run_id).config
+    generation = generation_for(config, evaluation.split, backend, limits)
     if evaluation.generation is None:
         evaluation.generation = generation.record()
-    return generation
+    if evaluation.scoring is None:
+        evaluation.scoring = scoring_of(domain, declared_by(config).get("scoring"))
+    return generation, evaluation.scoring
 
 
 def _create(
