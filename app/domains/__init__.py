@@ -13,6 +13,10 @@ A domain is a class with
   chess board), the tools and the scorer of one rollout
 - optionally `sandbox_tools`: name -> limits of tools that run inside the sandbox instead of
   through the gateway (math's `python`: {"timeout_s", "memory_mb"}; see sandbox/runner.py)
+- optionally `skill`: the path of a markdown file for the proposers (the coding agent's
+  SKILL.md and the LLM proposer's prompt): the domain's tasks, tools and scoring, what a good
+  harness change looks like there and what is off limits. The built-in ones are in
+  app/domains/skills/.
 - optionally `scorings`: the names of its scoring modes, the default first; `score` and
   `episode` then take `scoring=` one of them. The paper's domains have `lenient` (the
   workbench's verifier) and `paper` (the release's rules, app/domains/paper_scoring.py). A
@@ -61,6 +65,13 @@ class Domain(Protocol):
 
 
 DEFAULT_SCORING = "default"
+SKILLS = Path(__file__).parent / "skills"
+
+
+def skill_of(domain: Domain) -> str:
+    """The domain's guide for proposers (its `skill` file), or "" when it has none."""
+    path = getattr(domain, "skill", None)
+    return Path(path).read_text().strip() if path else ""
 
 
 def scorings(domain: Domain) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import random
 import re
 
 from app import ROOT
-from app.domains import SPLITS, Task
+from app.domains import SKILLS, SPLITS, Task
 
 SPLIT_SIZES = {"train": 512, "harness": 64, "test": 64}
 _SEED = 20260
@@ -50,6 +50,7 @@ class Arith:
     # Pure arithmetic: no child processes or native code.
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
     seed_harness = ROOT / "harness_archive" / "seeds" / "arith" / "seed.py"
+    skill = SKILLS / "arith.md"
 
     def __init__(self):
         self._splits = _generate()

@@ -24,7 +24,7 @@ from typing import Any
 import chess
 
 from app import ROOT
-from app.domains import SPLITS, Task
+from app.domains import SKILLS, SPLITS, Task
 
 SAMPLE = ROOT / "data" / "chess" / "puzzles.csv"
 PUZZLES_ENV = "WHALE_CHESS_PUZZLES"
@@ -391,6 +391,7 @@ class ChessPuzzles:
     }
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})  # no engines
     seed_harness = ROOT / "harness_archive" / "seeds" / "chess" / "seed.py"
+    skill = SKILLS / "chess.md"
     scorings = ("lenient", "paper")
 
     def __init__(self, path: str | Path | None = None, sizes: dict[str, int] | None = None):

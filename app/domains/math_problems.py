@@ -21,7 +21,7 @@ import os
 import re
 
 from app import ROOT
-from app.domains import SPLITS, Task
+from app.domains import SKILLS, SPLITS, Task
 from app.domains.math_answers import score as score_reply
 from app.domains.math_data import Problem, load_problems
 from app.domains.paper_scoring import math_score
@@ -65,6 +65,7 @@ class MathProblems:
     # Code runs through tools.python, in its own limited process: not in the harness process.
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
     seed_harness = ROOT / "harness_archive" / "seeds" / "math" / "seed.py"
+    skill = SKILLS / "math.md"
     # lenient: app/domains/math_answers.py; paper: the release's strict box (paper_scoring.py)
     scorings = ("lenient", "paper")
 

@@ -36,7 +36,7 @@ import httpx
 
 from app import ROOT
 from app.config import Settings
-from app.domains import SPLITS, Task
+from app.domains import SKILLS, SPLITS, Task
 from app.domains.paper_scoring import search_qa_normalize as normalize
 from app.domains.paper_scoring import search_qa_score
 from app.domains.retrieval import BM25Index, DenseIndex, jsonl_rows, open_text
@@ -270,6 +270,7 @@ class SearchQA:
     # Retrieval runs server-side through the search tool; a harness needs no processes of its own.
     forbidden_modules = frozenset({"subprocess", "multiprocessing", "ctypes"})
     seed_harness = ROOT / "harness_archive" / "seeds" / "searchqa" / "seed.py"
+    skill = SKILLS / "searchqa.md"
     scorings = ("lenient", "paper")
 
     def __init__(self):

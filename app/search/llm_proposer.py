@@ -12,6 +12,7 @@ from sqlmodel import or_, select
 
 from app.config import LLMProposerConfig
 from app.db.schema import Checkpoint, Harness
+from app.domains import skill_of
 from app.llm.client import BackendError, ChatEndpoint
 from app.search import traces
 from app.search.candidate import Candidate, Proposal
@@ -90,7 +91,7 @@ class LLMProposer:
             {
                 "role": "system",
                 "content": "You improve agent harnesses by reading their "
-                f"traces.\n\n{CONTRACT}\n\nRules:\n{RULES}",
+                f"traces.\n\n{CONTRACT}\n\n{skill_of(ctx.domain)}\n\nRules:\n{RULES}",
             },
             {"role": "user", "content": self.prompt(ctx)},
         ]

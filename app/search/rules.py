@@ -16,4 +16,9 @@ RULES = """\
 - Name the axis each candidate touches (prompt, context, tools, sampling, voting, parsing,
   control flow, stopping) and say what changed.
 - Keep `run(task, llm, tools)` and the tool calls intact; invalid candidates are recorded as
-  failures and cost an iteration."""
+  failures and cost an iteration.
+- The harness sees `task`, `llm` and `tools`, nothing else: do not try to reach the test split,
+  the gold answers, the network or the workbench's files (the sandbox refuses them, and a
+  candidate that tries is a failure).
+- Do not game the verifier: an output shaped to exploit a scoring rule rather than to answer the
+  task is a defect even when it scores."""

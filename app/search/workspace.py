@@ -24,6 +24,7 @@ from sqlmodel import Session, func, select
 
 from app.db.schema import Evaluation, Harness, Rollout, SearchIteration
 from app.db.steps import load_steps
+from app.domains import skill_of
 from app.search import traces
 from app.search.context import SearchContext
 from app.search.rules import CONTRACT, RULES
@@ -36,6 +37,9 @@ rollouts fail, and write {k} new candidate harnesses.
 
 ## The harness contract
 {contract}
+
+## The {domain} domain
+{skill}
 
 ## Rules
 {rules}
@@ -92,6 +96,7 @@ def materialize(ctx: SearchContext, root: Path) -> Path:
             domain=ctx.domain.name,
             k=ctx.k,
             contract=CONTRACT,
+            skill=skill_of(ctx.domain) or "(this domain ships no guide: read its seed harness)",
             rules=RULES,
             accepted_id=ctx.accepted.id,
         )

@@ -9,6 +9,9 @@ import pytest
 
 from app.domains import get_domain, known_domains
 
+# the module's tests share one install of the toy package: under xdist they run on one worker
+pytestmark = pytest.mark.xdist_group("plugins")
+
 TOY = """
 from pathlib import Path
 from app.domains import Task

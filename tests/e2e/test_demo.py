@@ -13,6 +13,9 @@ from app.server import create_app
 from app.workbench import Workbench
 from tests.conftest import WHALE, free_port
 
+# the module's tests share one `whale demo` for the module: under xdist they run on one worker
+pytestmark = pytest.mark.xdist_group("demo")
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, model_cache):

@@ -12,6 +12,9 @@ import pytest
 from tests.conftest import whale_eval_json
 from tests.openai_stub import openai_stub
 
+# the module's tests share one stand-in API for the module: under xdist they run on one worker
+pytestmark = pytest.mark.xdist_group("hosted-api")
+
 KEY = "sk-test-key-never-stored-0123456789"
 
 

@@ -26,6 +26,9 @@ from app.rollout.admission import ServerQueue
 from app.workbench import read_harness
 from tests.conftest import MISSING, REPO, free_port, whale_eval_json
 
+# the module's tests share one vLLM server for the module: under xdist they run on one worker
+pytestmark = [pytest.mark.xdist_group("vllm"), pytest.mark.slow]
+
 VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
 needs_vllm = pytest.mark.skipif(
     not VLLM_PYTHON,

@@ -60,6 +60,7 @@ MID_HARNESS = """SELECT count(*) FROM phase p WHERE p.kind = 'harness' AND p.sta
 MID_TRAINING = "SELECT count(*) FROM training_job WHERE status = 'training'"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", ["harness", "weight"])
 def test_kill_9_and_resume(moment, tmp_path, whale_env):
     db = tmp_path / "home" / "whale.db"
@@ -67,7 +68,7 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     # every weight step trains (and there is a training to interrupt).
     # (over HTTP a harness comes as code, not as a path on the server)
     harness = json.dumps(seed_with(SOLVER="program", EXAMPLES=3))
-    text = quick_toml("crash", rollouts=70, rft={"samples_per_prompt": 4}, search={"tasks": 6})
+    text = quick_toml("crash", rollouts=50, rft={"samples_per_prompt": 4}, search={"tasks": 6})
     text = text.replace('domain = "arith"', f'domain = "arith"\nharness_code = {harness}')
     proc, url = serve(whale_env)
     try:
@@ -102,7 +103,7 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
 
     # the experiment cannot be changed under the unfinished run
     changed = tmp_path / "changed.toml"
-    changed.write_text(text.replace("rollouts = 70", "rollouts = 80"))
+    changed.write_text(text.replace("rollouts = 50", "rollouts = 60"))
     refused = whale("run", str(changed), env=whale_env, timeout=120)
     assert (
         refused.returncode == 2

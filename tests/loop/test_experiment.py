@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from app.loop.experiment import ExperimentError, load, parse
+from app.config import Settings
+from app.loop.experiment import ExperimentError, dry_run, load, parse
 from tests.conftest import REPO, whale
 
-EXAMPLES = sorted((REPO / "experiments").glob("*.toml"))
+EXAMPLES = sorted((REPO / "experiments").rglob("*.toml"))
+# the twelve paper files differ only in their table's values: dry-run in-process, below
+COMMAND_LINE_EXAMPLES = [p for p in EXAMPLES if p.parent.name != "paper"]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(REPO / "experiments")))
 def test_shipped_examples_parse(path: Path):
     experiment, text = load(path)
     assert experiment.name and text
@@ -55,7 +58,7 @@ def test_a_missing_file_is_named(tmp_path):
         load(tmp_path / "nope.toml")
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", COMMAND_LINE_EXAMPLES, ids=lambda p: p.name)
 def test_every_shipped_experiment_dry_runs_without_a_store(path: Path, tmp_path):
     """`whale run --dry-run` checks the experiment on the shipped sample data and prints what
     would run; it creates no store and starts no model."""
@@ -72,9 +75,28 @@ def test_every_shipped_experiment_dry_runs_without_a_store(path: Path, tmp_path)
     assert all(n > 0 for n in plan["split_sizes"].values())
     assert plan["test"]["k"] == experiment.test.k
     assert not (tmp_path / "home" / "whale.db").exists()
-    if path.name == "chess-whale.toml":  # the paper's 256 harness puzzles; the sample has fewer
-        assert plan["scoring"] == "paper" and plan["backend"] == "vllm"
-        assert any("256 harness tasks" in w for w in plan["warnings"])
+
+
+def test_the_paper_experiments_are_the_generator_s_output():
+    """experiments/paper/ is written by scripts/make_paper_experiments.py from one table: the
+    shipped files are exactly its output, one per domain and strategy."""
+    import runpy
+
+    generator = runpy.run_path(str(REPO / "scripts" / "make_paper_experiments.py"))
+    written = generator["files"]()
+    shipped = {p.name: p.read_text() for p in (REPO / "experiments" / "paper").glob("*.toml")}
+    assert shipped == written
+    assert len(written) == 3 * 4
+    for name, text in written.items():
+        experiment = parse(text, name)
+        assert experiment.scoring == "paper" and experiment.test.k == 8
+        assert experiment.rft.prompts_per_step == 256 and not experiment.rft.lora
+        settings = Settings(**experiment.runtime.model_dump(exclude_none=True))
+        plan = dry_run(experiment, settings, name)  # what `whale run FILE --dry-run` prints
+        assert plan["backend"] == "vllm" and plan["scoring"] == "paper"
+        assert all(n > 0 for n in plan["split_sizes"].values())
+        # the paper's 256 harness tasks; the shipped samples have fewer, and the plan says so
+        assert any("256 harness tasks" in w for w in plan["warnings"]), plan["warnings"]
 
 
 def test_a_dry_run_names_what_would_fail(tmp_path):

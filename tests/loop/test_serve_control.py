@@ -6,6 +6,7 @@ import sqlite3
 import time
 
 import httpx
+import pytest
 
 from tests.conftest import REPO, csrf_headers, whale_serve
 from tests.loop.conftest import quick_toml
@@ -32,6 +33,7 @@ def settled(db, quiet_s: float = 8, timeout: float = 180) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
     db = tmp_path / "home" / "whale.db"
     # At most 8 rollouts in flight: when the pause comes, those still finish (queued behind each

@@ -4,12 +4,15 @@ import asyncio
 import json
 import sqlite3
 
+import pytest
+
 from app.loop.driver import Loop, start_run
 from app.loop.experiment import config_hash, incoming_harness, parse
 from tests.conftest import attached_settings, started_workbench, whale
 from tests.loop.conftest import quick_toml, store_invariants
 
 
+@pytest.mark.slow
 def test_whale_run_alternates_phases_within_the_budget(tmp_path, whale_env):
     path = tmp_path / "quick.toml"
     path.write_text(quick_toml(rollouts=44, switching={"end_on": '"weight"'}))
@@ -45,40 +48,36 @@ def final_of(db, run_id: int) -> dict:
         return final_pair(s, run_id)
 
 
-def test_single_side_and_stagewise_strategies(tmp_path, model_server, model_cache):
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["weight_only", "harness_only", "stagewise"])
+def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, model_cache):
     settings = attached_settings(tmp_path / "home", model_server, model_cache)
 
     async def main():
         async with started_workbench(settings) as workbench:
-            kinds = {}
-            for strategy in ("weight_only", "harness_only", "stagewise"):
-                text = quick_toml(strategy, strategy, rollouts=26, test={"at_start": "false"})
-                experiment = parse(text)
-                with workbench.session() as s:
-                    incoming = incoming_harness(experiment, s)
-                run = await start_run(workbench, experiment, text, config_hash(text), incoming)
-                await Loop(workbench, run.id).run()
-                kinds[strategy] = run.id
-            return kinds
+            text = quick_toml(strategy, strategy, rollouts=26, test={"at_start": "false"})
+            experiment = parse(text)
+            with workbench.session() as s:
+                incoming = incoming_harness(experiment, s)
+            run = await start_run(workbench, experiment, text, config_hash(text), incoming)
+            await Loop(workbench, run.id).run()
+            return run.id
 
-    runs = asyncio.run(main())
+    run_id = asyncio.run(main())
     con = sqlite3.connect(tmp_path / "home" / "whale.db")
-
-    def phases(run_id):
-        return con.execute(
-            "SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id", (run_id,)
-        ).fetchall()
-
-    assert {k for k, _ in phases(runs["weight_only"])} == {"weight"}
-    assert {k for k, _ in phases(runs["harness_only"])} == {"harness"}
-    stagewise = phases(runs["stagewise"])
-    # one weight stage, until its share of the rollouts (half) is used, then harness phases
-    assert stagewise[0] == ("weight", "stage") and {k for k, _ in stagewise[1:]} == {"harness"}
-    for run_id in runs.values():
-        used = con.execute(
-            """SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
-                              WHERE r.run_id = ? AND e.split != 'test'""",
-            (run_id,),
-        ).fetchone()[0]
-        assert used <= 26
+    phases = con.execute(
+        "SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id", (run_id,)
+    ).fetchall()
+    if strategy == "weight_only":
+        assert {k for k, _ in phases} == {"weight"}
+    elif strategy == "harness_only":
+        assert {k for k, _ in phases} == {"harness"}
+    else:  # one weight stage, until its share of the rollouts (half) is used, then harness phases
+        assert phases[0] == ("weight", "stage") and {k for k, _ in phases[1:]} == {"harness"}
+    used = con.execute(
+        """SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+                          WHERE r.run_id = ? AND e.split != 'test'""",
+        (run_id,),
+    ).fetchone()[0]
+    assert used <= 26
     store_invariants(tmp_path / "home" / "whale.db")

@@ -12,6 +12,9 @@ import pytest
 
 from tests.conftest import WHALE, whale_eval_json, whale_serve
 
+# the module's tests share one `whale serve` for the module: under xdist they run on one worker
+pytestmark = pytest.mark.xdist_group("bad-input")
+
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, model_server, model_cache):

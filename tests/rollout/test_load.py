@@ -166,6 +166,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_scores_do_not_move_when_the_machine_is_busy(whale_env, tmp_path):
     """The arith seed at temperature 0 (so that both runs draw the same answers), 6 tasks x
     k=2 with a 4 s harness-time limit, alone and then beside two processes spinning on the two

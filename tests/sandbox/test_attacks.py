@@ -14,6 +14,9 @@ import pytest
 
 from tests.conftest import whale_eval_json, whale_serve
 
+# the module's tests share one warm pool per backend: under xdist they run on one worker
+pytestmark = pytest.mark.xdist_group("attacks")
+
 SECRET = "s3cret-in-the-server-env"
 # Put before a harness whose rollouts must overlap: all_up(n) waits until n - 1 siblings (the
 # other workers of the same runner server) are running and returns their pids, or [] after 6 s;

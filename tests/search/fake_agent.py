@@ -23,6 +23,7 @@ records = [
 every_file = "".join(p.read_text(errors="replace") for p in workspace.rglob("*") if p.is_file())
 seen = {
     "skill_asks_for_k": f"at most {k} complete harness files" in skill,
+    "skill_guides_the_domain": "## The arith domain" in skill and "SOLVER" in skill,
     "trace_records": len(records),
     "model_steps": sum(s["kind"] == "model" for r in records for s in r["steps"]),
     "test_task_ids": len(re.findall(r'"test-\d+"', every_file)),

@@ -13,6 +13,8 @@ from app.search.agent import LOG_CAP
 from app.search.agent_presets import PRESETS
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
+# one worker under xdist: a test here checks that no fake agent is left running, anywhere
+pytestmark = pytest.mark.xdist_group("agent")
 
 
 def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
@@ -36,6 +38,7 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
 
     seen = json.loads(first.report.splitlines()[0].removeprefix("saw "))
     assert seen["skill_asks_for_k"] and seen["summary_rows"] == 1
+    assert seen["skill_guides_the_domain"]  # app/domains/skills/arith.md
     assert seen["trace_records"] == 4 and seen["model_steps"] == 4  # iteration 0's rollouts
     assert seen["test_task_ids"] == 0, "the test split must never reach the workspace"
     assert seen["store_visible"] is False, "bubblewrap hides the store from the agent"

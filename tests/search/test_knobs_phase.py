@@ -1,8 +1,11 @@
 """The knobs proposer on the real demo model improves the arith seed harness."""
 
+import pytest
+
 from app.config import SearchConfig
 
 
+@pytest.mark.slow
 def test_knobs_search_accepts_a_harness_that_beats_the_seed(search):
     cfg = SearchConfig(proposer="knobs", iterations=2, candidates=3, tasks=16, samples=1)
     phase, stored, _ = search(cfg)

@@ -68,6 +68,10 @@ def test_scripted_candidates_land_with_their_status(search):
     assert "PROMPT_STYLE = 'plain'" in prompt or 'PROMPT_STYLE = "plain"' in prompt
     assert "# rollout" in prompt and "gold:" in prompt and "[assistant -> step" in prompt
     assert "Reply with exactly 7 candidates" in prompt
+    # ...given the domain's guide and the rules, with what is off limits
+    system = seen[0]["body"]["messages"][0]["content"]
+    assert 'SOLVER = "program"' in system  # app/domains/skills/arith.md
+    assert "Do not game the verifier" in system and "test split" in system
 
 
 def test_a_dead_endpoint_ends_the_phase_cleanly_when_configured(search):

@@ -79,6 +79,7 @@ def test_training_lowers_the_loss_on_its_examples_and_saves_both_forms(tmp_path,
     assert nll_of_examples(tmp_path / "ckpt2" / "merged") < 0.8 * nll_of_examples(base)
 
 
+@pytest.mark.slow
 def test_a_phase_carries_one_optimizer_from_step_to_step(tmp_path, model_cache):
     """optimizer_state "phase": each step saves AdamW's state with its checkpoint and the next
     step continues it (its step count and moments go on); "step": a fresh AdamW, nothing kept."""

@@ -21,6 +21,7 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"ui-{name}.png"), full_page=True)
 
 
+@pytest.mark.slow
 def test_a_researcher_drives_a_run_from_the_browser(whale_env, page):
     from playwright.sync_api import expect
 
@@ -29,7 +30,7 @@ def test_a_researcher_drives_a_run_from_the_browser(whale_env, page):
     with whale_serve(whale_env) as url:
         # start a run from the runs page
         page.goto(url + "/runs")
-        page.fill("#experiment", quick_toml("ui-run", rollouts=80))
+        page.fill("#experiment", quick_toml("ui-run", rollouts=44))
         page.click("#start-run button[type=submit]")
         expect(page).to_have_url(re.compile(r"/runs/\d+$"), timeout=120_000)
         run_id = int(page.url.rsplit("/", 1)[1])
