@@ -1,9 +1,16 @@
 """Settings from environment variables (WHALE_*). Experiment configs (TOML) come with the loop."""
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Upper bounds of experiment keys: a value past them is a typo or an attack (a 20-digit rollout
@@ -195,7 +202,10 @@ class SearchConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    proposer: Literal["knobs", "llm", "agent"] = "knobs"
+    proposer: str = Field(
+        default="knobs",
+        description="knobs | llm | agent, or a plugin's name (app/search/proposers.py)",
+    )
     iterations: int = Field(
         default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0"
     )
@@ -214,3 +224,14 @@ class SearchConfig(BaseModel):
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     llm: LLMProposerConfig = Field(default_factory=LLMProposerConfig)
     agent: AgentProposerConfig = Field(default_factory=AgentProposerConfig)
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="a plugin proposer's own settings"
+    )
+
+    @field_validator("proposer")
+    @classmethod
+    def _known_proposer(cls, name: str) -> str:
+        from app.search.proposers import check_proposer
+
+        check_proposer(name)
+        return name

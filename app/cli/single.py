@@ -11,11 +11,12 @@ import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 from pydantic import ValidationError
 
-from app.cli.base import make_workbench
+from app.cli.base import fail, make_workbench
 from app.config import Settings, describe
 from app.domains import get_domain, scoring_of
 from app.llm.generation import RolloutLimits, Sampling, refused_fields
 from app.progress import phase_progress, progress_bars
+from app.search.proposers import UnknownProposer
 
 
 async def evaluate(
@@ -236,7 +237,9 @@ def search(
         ),
     ] = None,
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
-    proposer: Annotated[str, typer.Option(help="knobs | llm | agent")] = "knobs",
+    proposer: Annotated[
+        str, typer.Option(help="knobs | llm | agent, or an installed plugin's name")
+    ] = "knobs",
     iterations: Annotated[int, typer.Option(min=0, help="proposing iterations")] = 3,
     candidates: Annotated[int, typer.Option(min=1, help="K candidates per iteration")] = 3,
     tasks: Annotated[Optional[int], typer.Option(min=1, help="first N harness-split tasks")] = None,
@@ -299,7 +302,10 @@ def search(
                 f"({summary['rollouts']} rollouts, ended: {phase.ended_reason}); run {phase.run_id}"
             )
 
-    uvloop.run(main())
+    try:
+        uvloop.run(main())
+    except UnknownProposer as exc:  # a plugin that does not load
+        raise fail(str(exc)) from None
 
 
 def _search_summary(s, phase) -> dict:

@@ -1,17 +1,64 @@
-"""The proposer a search config asks for. Every proposer has `name` and
-`async propose(ctx: SearchContext) -> Proposal`."""
+"""Proposers are plugins: a package of the user's adds one by declaring, in its own
+pyproject.toml, an entry point in the group `whale.proposers` (name = "module:factory"); the
+built-in three are declared the same way in this project's.
 
-from app.config import SearchConfig
-from app.search.agent import AgentProposer
-from app.search.knobs import KnobsProposer
-from app.search.llm_proposer import LLMProposer
+A factory takes (cfg: SearchConfig, workbench) and returns a proposer: an object with `name` and
+`async propose(ctx: SearchContext) -> Proposal` (app/search/context.py, candidate.py). Its own
+settings come from the experiment's `[search.options]` table, `cfg.options`.
+"""
+
+from importlib.metadata import entry_points
+
+ENTRY_POINTS = "whale.proposers"
 
 
-def make_proposer(cfg: SearchConfig, workbench):
-    if cfg.proposer == "knobs":
-        return KnobsProposer()
-    if cfg.proposer == "llm":
-        return LLMProposer(cfg.llm)
+class UnknownProposer(ValueError):
+    pass
+
+
+def known_proposers() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=ENTRY_POINTS))
+
+
+def check_proposer(name: str) -> None:
+    """Refuse a name no installed package declares, listing the known ones."""
+    if name not in known_proposers():
+        raise UnknownProposer(
+            f"unknown proposer {name!r}; known: {', '.join(known_proposers()) or 'none'}"
+            f" (proposers register under the entry point group {ENTRY_POINTS!r})"
+        )
+
+
+def make_proposer(cfg, workbench):
+    """The proposer `cfg.proposer` names, built by its factory."""
+    check_proposer(cfg.proposer)
+    (found,) = [ep for ep in entry_points(group=ENTRY_POINTS) if ep.name == cfg.proposer]
+    try:
+        return found.load()(cfg, workbench)
+    except Exception as exc:  # a broken plugin names itself, not a traceback from importlib
+        raise UnknownProposer(
+            f"proposer {cfg.proposer!r} ({found.value}) failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+# --- the built-in factories (pyproject.toml declares them) ---------------------------------
+
+
+def knobs(cfg, workbench):
+    from app.search.knobs import KnobsProposer
+
+    return KnobsProposer()
+
+
+def llm(cfg, workbench):
+    from app.search.llm_proposer import LLMProposer
+
+    return LLMProposer(cfg.llm)
+
+
+def agent(cfg, workbench):
+    from app.search.agent import AgentProposer
+
     s = workbench.settings
     # hidden from the agent: the store (test-split rollouts live there) and the sandboxes'
     # runtime folder (the gateway socket, harness copies)

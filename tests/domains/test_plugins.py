@@ -1,13 +1,18 @@
-"""Domains are plugins: a package of the user's that declares an entry point in the group
-`whale.domains` is found by name with no change to the workbench; a broken one is named."""
+"""Domains and proposers are plugins: a package of the user's that declares an entry point in
+the group `whale.domains` or `whale.proposers` is found by name with no change to the
+workbench; a broken one is named."""
 
+import json
 import os
+import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from app.domains import get_domain, known_domains
+from tests.conftest import whale
 
 # the module's tests share one install of the toy package: under xdist they run on one worker
 pytestmark = pytest.mark.xdist_group("plugins")
@@ -28,6 +33,27 @@ class Toy:
 
     def score(self, answer, task):
         return float(answer == task.gold)
+
+
+class StyleProposer:
+    # proposes the accepted harness with PROMPT_STYLE set to [search.options] style
+
+    name = "style"
+
+    def __init__(self, style):
+        self.style = style
+
+    async def propose(self, ctx):
+        from app.search.candidate import Candidate, Proposal
+        from app.search.knobs import with_knob
+
+        code = with_knob(ctx.accepted.code, "PROMPT_STYLE", self.style)
+        return Proposal([Candidate(f"style-{self.style}.py", code, hypothesis="terser")],
+                        report=f"asked for {self.style}")
+
+
+def style_proposer(cfg, workbench):
+    return StyleProposer(cfg.options.get("style", "answer_only"))
 """
 PYPROJECT = """
 [project]
@@ -40,6 +66,10 @@ packages = ["toydomain"]
 [project.entry-points."whale.domains"]
 toy = "toydomain:Toy"
 broken = "toydomain:Missing"
+
+[project.entry-points."whale.proposers"]
+style = "toydomain:style_proposer"
+broken = "toydomain:missing_proposer"
 """
 
 
@@ -94,3 +124,40 @@ def test_an_unknown_domain_lists_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown domain 'nope'; known: .*arith"):
         get_domain("nope")
     assert "arith" in known_domains()
+
+
+def test_an_installed_package_adds_a_proposer(installed, whale_env):
+    env = {**whale_env, "PYTHONPATH": installed["PYTHONPATH"]}
+    parsed = in_python(
+        "from app.loop.experiment import parse\n"
+        'e = parse(\'name = "x"\\n[search]\\nproposer = "style"\\n'
+        '[search.options]\\nstyle = "step_by_step"\\n\')\n'
+        "print(e.search.proposer, e.search.options)",
+        env,
+    )
+    assert parsed.returncode == 0, parsed.stderr
+    assert "style {'style': 'step_by_step'}" in parsed.stdout
+    args = ["--proposer", "style", "--iterations", "1", "--candidates", "1", "--tasks", "2"]
+    done = whale("search", *args, "--json", env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    proposers = {h["name"]: h["proposer"] for h in summary["harnesses"]}
+    assert proposers["style-answer_only.py"] == "style", proposers
+    assert [it["status"] for it in summary["iterations"]] == ["done", "done"]
+    with sqlite3.connect(Path(whale_env["WHALE_HOME"]) / "whale.db") as db:
+        (code,) = db.execute(
+            "SELECT code FROM harness WHERE name = 'style-answer_only.py'"
+        ).fetchone()
+    assert "PROMPT_STYLE = 'answer_only'" in code or 'PROMPT_STYLE = "answer_only"' in code
+
+
+def test_a_broken_or_unknown_proposer_is_named(installed, whale_env):
+    env = {**whale_env, "PYTHONPATH": installed["PYTHONPATH"]}
+    broken = whale("search", "--proposer", "broken", "--iterations", "1", env=env)
+    assert broken.returncode != 0
+    assert "proposer 'broken' (toydomain:missing_proposer) failed to load: AttributeError" in (
+        broken.stderr
+    )
+    unknown = whale("search", "--proposer", "gpt", env=env)
+    assert unknown.returncode != 0 and "unknown proposer 'gpt'; known: " in unknown.stderr
+    assert "style" in unknown.stderr  # the plugin's proposer is among the known ones

@@ -191,11 +191,9 @@ def test_scores_do_not_move_when_the_machine_is_busy(whale_env, tmp_path):
         assert out["n_rollouts"] == 12
     busy_rows = rollouts(tmp_path / "busy", busy["run_id"])
     quiet_rows = rollouts(tmp_path / "quiet", quiet["run_id"])
-    # the load was real: rollouts took longer on the wall clock than their limit allows
+    # the load was real: rollouts took longer on the wall clock than their limit allows (the
+    # quiet run is not compared: beside another xdist worker it is not quiet either)
     assert max(r["wall_s"] for r in busy_rows) > 4.0
-    assert statistics.mean(r["model_wait_s"] for r in busy_rows) > statistics.mean(
-        r["model_wait_s"] for r in quiet_rows
-    )
     # greedy answers do not depend on the load (a batch's padding may, rarely, flip one)
     same = sum(q["answer"] == b["answer"] for q, b in zip(quiet_rows, busy_rows))
     assert same >= 11, [(q["answer"], b["answer"]) for q, b in zip(quiet_rows, busy_rows)]

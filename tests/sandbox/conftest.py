@@ -1,8 +1,11 @@
 """Sandbox fixtures: every test here runs against each backend that exists on the machine."""
 
 import asyncio
+import shutil
 import socket
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -58,7 +61,16 @@ def backend(request) -> str:
 
 
 @pytest.fixture
-def run_harness(tmp_path, backend, make_launcher, gateway_socket):
+def short_dir():
+    """A folder with a short path, as the workbench's runtime folder is: a Unix socket's path
+    must fit in 107 bytes, which tmp_path under xdist (.../popen-gw1/test_...) may not."""
+    path = Path(tempfile.mkdtemp(prefix="whale-sbx-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run_harness(tmp_path, short_dir, backend, make_launcher, gateway_socket):
     """run_harness(code, task=None, **limits) -> SandboxResult on the current backend."""
     launcher = make_launcher(backend)
 
@@ -69,7 +81,10 @@ def run_harness(tmp_path, backend, make_launcher, gateway_socket):
 
         async def main():
             pool = SandboxPool(
-                launcher, gateway_socket, tmp_path / "sandboxes", Limits(**{"wall_s": 20, **limits})
+                launcher,
+                gateway_socket,
+                short_dir / "sandboxes",
+                Limits(**{"wall_s": 20, **limits}),
             )
             try:
                 return await pool.run(harness, task or {"question": "q"}, "token")
