@@ -16,7 +16,7 @@ from app.config import Settings, describe
 from app.domains import get_domain, scoring_of
 from app.llm.generation import RolloutLimits, Sampling, refused_fields
 from app.progress import phase_progress, progress_bars
-from app.search.proposers import UnknownProposer
+from app.search.proposers import ProposerError
 
 
 async def evaluate(
@@ -304,7 +304,7 @@ def search(
 
     try:
         uvloop.run(main())
-    except UnknownProposer as exc:  # a plugin that does not load
+    except ProposerError as exc:  # a plugin that does not load or start
         raise fail(str(exc)) from None
 
 

@@ -167,6 +167,13 @@ def parse(text: str, source: str = "experiment", web: bool = False) -> Experimen
         scoring_of(domain, experiment.scoring)
     except ValueError as exc:
         raise ExperimentError(f"{source}: {exc}") from None
+    if experiment.strategy != "weight_only":  # a plugin that does not import, before any run
+        from app.search.proposers import proposer_factory
+
+        try:
+            proposer_factory(experiment.search.proposer)
+        except ValueError as exc:
+            raise ExperimentError(f"{source}: search.proposer: {exc}") from None
     if experiment.harness is not None:
         experiment.harness = _harness_file(experiment.harness, source, web)
     return experiment

@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 ENTRY_POINTS = "whale.proposers"
 
 
-class UnknownProposer(ValueError):
+class ProposerError(ValueError):
     pass
 
 
@@ -23,21 +23,32 @@ def known_proposers() -> list[str]:
 def check_proposer(name: str) -> None:
     """Refuse a name no installed package declares, listing the known ones."""
     if name not in known_proposers():
-        raise UnknownProposer(
+        raise ProposerError(
             f"unknown proposer {name!r}; known: {', '.join(known_proposers()) or 'none'}"
             f" (proposers register under the entry point group {ENTRY_POINTS!r})"
         )
 
 
+def proposer_factory(name: str):
+    """The factory registered under `name`, imported (what `whale run --dry-run` checks)."""
+    check_proposer(name)
+    (found,) = [ep for ep in entry_points(group=ENTRY_POINTS) if ep.name == name]
+    try:
+        return found.load()
+    except Exception as exc:  # a broken plugin names itself, not a traceback from importlib
+        raise ProposerError(
+            f"proposer {name!r} ({found.value}) failed to load: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
 def make_proposer(cfg, workbench):
     """The proposer `cfg.proposer` names, built by its factory."""
-    check_proposer(cfg.proposer)
-    (found,) = [ep for ep in entry_points(group=ENTRY_POINTS) if ep.name == cfg.proposer]
+    factory = proposer_factory(cfg.proposer)
     try:
-        return found.load()(cfg, workbench)
-    except Exception as exc:  # a broken plugin names itself, not a traceback from importlib
-        raise UnknownProposer(
-            f"proposer {cfg.proposer!r} ({found.value}) failed to load: {type(exc).__name__}: {exc}"
+        return factory(cfg, workbench)
+    except Exception as exc:  # e.g. a setting of [search.options] it does not accept
+        raise ProposerError(
+            f"proposer {cfg.proposer!r} could not start: {type(exc).__name__}: {exc}"
         ) from exc
 
 

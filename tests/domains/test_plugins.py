@@ -158,6 +158,11 @@ def test_a_broken_or_unknown_proposer_is_named(installed, whale_env):
     assert "proposer 'broken' (toydomain:missing_proposer) failed to load: AttributeError" in (
         broken.stderr
     )
+    experiment = Path(whale_env["WHALE_HOME"]).parent / "broken.toml"
+    experiment.write_text('name = "x"\n[search]\nproposer = "broken"\n')
+    dry = whale("run", str(experiment), "--dry-run", env=env)
+    assert dry.returncode == 2, dry.stderr
+    assert "search.proposer: proposer 'broken' (toydomain:missing_proposer) failed" in dry.stderr
     unknown = whale("search", "--proposer", "gpt", env=env)
     assert unknown.returncode != 0 and "unknown proposer 'gpt'; known: " in unknown.stderr
     assert "style" in unknown.stderr  # the plugin's proposer is among the known ones
