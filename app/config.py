@@ -204,7 +204,7 @@ class SearchConfig(BaseModel):
 
     proposer: str = Field(
         default="knobs",
-        description="knobs | llm | agent, or a plugin's name (app/search/proposers.py)",
+        description="knobs | llm | agent | gepa, or a plugin's name (app/search/proposers.py)",
     )
     iterations: int = Field(
         default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0"
@@ -221,6 +221,7 @@ class SearchConfig(BaseModel):
     proposer_timeout_s: float = Field(default=1800.0, gt=0, le=7 * 86_400)
     max_code_bytes: int = Field(default=200_000, ge=100, le=10_000_000)
     on_proposer_error: Literal["continue", "end"] = "continue"
+    # a proposer's random choices (gepa's parents); an experiment's seed unless set here
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     llm: LLMProposerConfig = Field(default_factory=LLMProposerConfig)
     agent: AgentProposerConfig = Field(default_factory=AgentProposerConfig)

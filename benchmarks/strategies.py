@@ -1,4 +1,4 @@
-"""The four strategies at the same rollout budget on arith with the demo model.
+"""The five strategies at the same rollout budget on arith with the demo model.
 
     .venv/bin/python benchmarks/strategies.py [--home DIR] [experiments/arith-*.toml ...]
 
@@ -18,7 +18,13 @@ from pathlib import Path
 
 from benchmarks.common import REPO, report, table
 
-DEFAULT = ["arith-whale", "arith-weight-only", "arith-harness-only", "arith-stagewise"]
+DEFAULT = [
+    "arith-whale",
+    "arith-weight-only",
+    "arith-harness-only",
+    "arith-stagewise",
+    "arith-fast-slow",
+]
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Write experiments/paper/<domain>-<strategy>.toml: the paper's three domains under each
-strategy it compares (WHALE and the weight-only, harness-only and stagewise baselines), with the
-paper's settings (arXiv 2609.00196; release krafton-ai/WHALE). One table here, so the twelve
-files cannot drift apart; tests/loop/test_experiment.py checks that the shipped files are this
+strategy it compares (WHALE and the weight-only, harness-only, stagewise and Fast-Slow Training
+baselines), with the paper's settings (arXiv 2609.00196; release krafton-ai/WHALE). One table
+here, so the fifteen files cannot drift apart; tests/loop/test_experiment.py checks that the shipped files are this
 script's output. Run: python scripts/make_paper_experiments.py
 """
 
@@ -56,6 +56,29 @@ STRATEGIES = {
     "weight-only": "the weight-only baseline: RFT alone under the seed harness",
     "harness-only": "the harness-only baseline: Meta-Harness search alone under the base model",
     "stagewise": "the stagewise baseline: every weight step first, then all harness search",
+    "fast-slow": "the Fast-Slow Training baseline: RFT interleaved with GEPA-style prompt evolution",
+}
+
+
+SEARCH = {
+    False: """proposer = "agent"          # the paper's: Claude Code reading the run's archive
+candidates = 3
+tasks = 256
+samples = 1
+
+[search.agent]
+preset = "claude-code"      # needs `claude` on the PATH and ANTHROPIC_API_KEY
+""",
+    True: """proposer = "gepa"           # prompt-only: the seed's SYSTEM_PROMPT, parents from the per-task front
+candidates = 3
+tasks = 256
+samples = 1
+
+[search.llm]                # the reflection model; unset url: the policy itself on the run's vLLM
+# url = "https://..."       # an OpenAI-compatible endpoint of a stronger model, with its
+# model = "..."             # name and the api_key_env variable holding its key
+max_tokens = 4096
+""",
 }
 
 
@@ -67,11 +90,12 @@ def experiment(domain: str, strategy: str) -> str:
     budget_note = (
         f"{HARNESS_ONLY_ITERATIONS} iterations of K = 3 on 256 tasks"
         if harness_only
-        else "shared by the four strategies of this domain"
+        else "shared by the strategies of this domain"
     )
     ends = {
         "whale": 'end_on = "weight"           # the paper\'s runs end on a weight phase\n',
         "stagewise": 'end_on = "weight"\n',
+        "fast-slow": 'end_on = "weight"\n',
     }.get(strategy, "")
     extra = "stagewise_weight_share = 0.96   # the WHALE run's weight share (~606k of ~631k)\n"
     return f"""\
@@ -105,14 +129,7 @@ epochs = 1
 max_seq_len = 8192          # = --max-model-len (the default: the rollout's token budget)
 
 [search]
-proposer = "agent"          # the paper's: Claude Code reading the run's archive
-candidates = 3
-tasks = 256
-samples = 1
-
-[search.agent]
-preset = "claude-code"      # needs `claude` on the PATH and ANTHROPIC_API_KEY
-
+{SEARCH[strategy == "fast-slow"]}
 [test]
 k = 8
 

@@ -238,7 +238,7 @@ def search(
     ] = None,
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
     proposer: Annotated[
-        str, typer.Option(help="knobs | llm | agent, or an installed plugin's name")
+        str, typer.Option(help="knobs | llm | agent | gepa, or an installed plugin's name")
     ] = "knobs",
     iterations: Annotated[int, typer.Option(min=0, help="proposing iterations")] = 3,
     candidates: Annotated[int, typer.Option(min=1, help="K candidates per iteration")] = 3,

@@ -50,7 +50,9 @@ class Run(SQLModel, table=True):
     config: dict | None = zjson()
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
-    strategy: str | None = None  # experiments: whale | weight_only | harness_only | stagewise
+    strategy: str | None = (
+        None  # experiments: whale | weight_only | harness_only | stagewise | fast_slow
+    )
     desired: str | None = None  # what the user asked: running | paused | stopped
     command: dict | None = zjson()  # a one-shot action (skip, force, promote) not yet taken
 

@@ -168,6 +168,7 @@ class Loop:
             return strategy.removesuffix("_only")
         if strategy == "stagewise":  # one long weight stage, then harness phases
             return "harness" if phases else "weight"
+        # whale, fast_slow: weight and harness phases alternate, weight first
         return "harness" if phases and phases[-1].kind == "weight" else "weight"
 
     # -- ending on a weight phase ([switching] end_on = "weight") -----------------------------

@@ -29,7 +29,7 @@ from app.config import (
 )
 from app.llm.generation import RolloutLimits, Sampling, refused_fields
 
-Strategy = Literal["whale", "weight_only", "harness_only", "stagewise"]
+Strategy = Literal["whale", "weight_only", "harness_only", "stagewise", "fast_slow"]
 HARNESS_KEYS = ("harness", "harness_id", "harness_code")  # at most one: the incoming harness
 ARCHIVE = ROOT / "harness_archive"
 
@@ -126,16 +126,25 @@ class Experiment(_Strict):
             raise ValueError(f"give one of {', '.join(HARNESS_KEYS)} (given: {', '.join(given)})")
         if "seed" not in self.rft.model_fields_set:  # the run's seed orders and trains RFT
             self.rft.seed = self.seed
+        if "seed" not in self.search.model_fields_set:  # ...and draws a proposer's choices
+            self.search.seed = self.seed
         if "steps" in self.rft.model_fields_set:
             raise ValueError("rft.steps is not used here: set switching.weight_steps")
         if "iterations" in self.search.model_fields_set:
             raise ValueError("search.iterations is not used here: set switching.harness_iterations")
         if self.switching.end_on == "weight" and (
-            self.strategy not in ("whale", "stagewise") or self.budget.rollouts is None
+            self.strategy not in ("whale", "stagewise", "fast_slow") or self.budget.rollouts is None
         ):
             raise ValueError(
-                "switching.end_on = weight needs strategy whale or stagewise and budget.rollouts "
-                "(the last weight step is kept out of the rollout budget)"
+                "switching.end_on = weight needs strategy whale, stagewise or fast_slow and "
+                "budget.rollouts (the last weight step is kept out of the rollout budget)"
+            )
+        if self.strategy == "fast_slow" and (
+            self.search.proposer != "gepa" or self.switching.rule != "fixed"
+        ):  # stated in the file, not implied, so the run's config says what ran
+            raise ValueError(
+                "strategy fast_slow interleaves RFT with prompt evolution every round: set "
+                '[search] proposer = "gepa" and [switching] rule = "fixed"'
             )
         if self.strategy == "stagewise" and self.budget.rollouts is None:
             raise ValueError("strategy stagewise needs budget.rollouts (it splits the rollouts)")
@@ -171,9 +180,15 @@ def parse(text: str, source: str = "experiment", web: bool = False) -> Experimen
         from app.search.proposers import proposer_factory
 
         try:
-            proposer_factory(experiment.search.proposer)
+            factory = proposer_factory(experiment.search.proposer)
         except ValueError as exc:
             raise ExperimentError(f"{source}: search.proposer: {exc}") from None
+        options = getattr(factory, "options", None)
+        if options is not None:
+            try:
+                options.model_validate(experiment.search.options)
+            except ValidationError as exc:
+                raise ExperimentError(f"{source}: search.options: {describe(exc)}") from None
     if experiment.harness is not None:
         experiment.harness = _harness_file(experiment.harness, source, web)
     return experiment

@@ -7,6 +7,7 @@ candidates in a fixed markdown shape, which `parse_candidates` reads leniently.
 
 import os
 import re
+from dataclasses import dataclass
 
 from sqlmodel import or_, select
 
@@ -71,22 +72,48 @@ def _candidate(section: str, index: int, parent_id: int) -> Candidate:
     )
 
 
+@dataclass
+class Reply:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None  # None: no prices configured
+
+
+async def ask(cfg: LLMProposerConfig, ctx: SearchContext, messages: list[dict]) -> Reply:
+    """One chat call for a proposer: the configured endpoint, or the run's own model server
+    under its current checkpoint; priced when [search.llm] gives prices."""
+    if cfg.url:
+        key = os.environ.get(cfg.api_key_env, "none")
+        endpoint, model, owned = ChatEndpoint(cfg.url, cfg.model or "", key), cfg.model or "", True
+    else:
+        endpoint, model, owned = ctx.workbench.endpoint, cfg.model or _served_name(ctx), False
+    try:
+        reply = await endpoint.chat(
+            model, messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens
+        )
+    except BackendError as exc:
+        raise RuntimeError(f"the proposer endpoint {endpoint.base_url} failed: {exc}") from None
+    finally:
+        if owned:
+            await endpoint.close()
+    text = ((reply.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+    usage = reply.get("usage") or {}
+    p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+    cost = None
+    if cfg.price_in_per_mtok is not None or cfg.price_out_per_mtok is not None:
+        cost = (p * (cfg.price_in_per_mtok or 0) + c * (cfg.price_out_per_mtok or 0)) / 1e6
+    return Reply(text, model, p, c, cost)
+
+
 class LLMProposer:
     name = "llm"
 
     def __init__(self, cfg: LLMProposerConfig):
         self.cfg = cfg
 
-    def _endpoint(self, ctx: SearchContext) -> tuple[ChatEndpoint, str, bool]:
-        """(endpoint, model, owned): the configured one, or the run's own model server."""
-        if self.cfg.url:
-            key = os.environ.get(self.cfg.api_key_env, "none")
-            return ChatEndpoint(self.cfg.url, self.cfg.model or "", key), self.cfg.model or "", True
-        own = ctx.workbench.endpoint
-        return own, self.cfg.model or _served_name(ctx), False
-
     async def propose(self, ctx: SearchContext) -> Proposal:
-        endpoint, model, owned = self._endpoint(ctx)
         messages = [
             {
                 "role": "system",
@@ -95,29 +122,13 @@ class LLMProposer:
             },
             {"role": "user", "content": self.prompt(ctx)},
         ]
-        try:
-            reply = await endpoint.chat(
-                model, messages, temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens
-            )
-        except BackendError as exc:
-            raise RuntimeError(f"the proposer endpoint {endpoint.base_url} failed: {exc}") from None
-        finally:
-            if owned:
-                await endpoint.close()
-        text = ((reply.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
-        usage = reply.get("usage") or {}
-        p, c = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-        cost = None
-        if self.cfg.price_in_per_mtok is not None or self.cfg.price_out_per_mtok is not None:
-            cost = (
-                p * (self.cfg.price_in_per_mtok or 0) + c * (self.cfg.price_out_per_mtok or 0)
-            ) / 1e6
+        reply = await ask(self.cfg, ctx, messages)
         return Proposal(
-            parse_candidates(text, ctx.accepted.id),
-            p,
-            c,
-            cost,
-            report=f"{model}: {len(text)} characters",
+            parse_candidates(reply.text, ctx.accepted.id),
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            reply.cost_usd,
+            report=f"{reply.model}: {len(reply.text)} characters",
         )
 
     def prompt(self, ctx: SearchContext) -> str:

@@ -1,10 +1,12 @@
 """Proposers are plugins: a package of the user's adds one by declaring, in its own
 pyproject.toml, an entry point in the group `whale.proposers` (name = "module:factory"); the
-built-in three are declared the same way in this project's.
+built-in ones (knobs, llm, agent, gepa) are declared the same way in this project's.
 
 A factory takes (cfg: SearchConfig, workbench) and returns a proposer: an object with `name` and
 `async propose(ctx: SearchContext) -> Proposal` (app/search/context.py, candidate.py). Its own
-settings come from the experiment's `[search.options]` table, `cfg.options`.
+settings come from the experiment's `[search.options]` table, `cfg.options`; a factory whose
+`options` attribute is a pydantic model has that table checked against it when the experiment is
+read, before any run exists.
 """
 
 from importlib.metadata import entry_points
@@ -75,3 +77,18 @@ def agent(cfg, workbench):
     # runtime folder (the gateway socket, harness copies)
     hidden = [s.home] + ([workbench.runtime] if workbench.runtime else [])
     return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden=hidden)
+
+
+def gepa(cfg, workbench):
+    from app.search.gepa import GepaProposer
+
+    return GepaProposer(cfg.llm, gepa.options.model_validate(cfg.options), cfg.seed)
+
+
+def _gepa_options():
+    from app.search.gepa import GepaOptions
+
+    return GepaOptions
+
+
+gepa.options = _gepa_options()

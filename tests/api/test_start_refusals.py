@@ -70,9 +70,9 @@ def rows(workbench, table: str) -> int:
         ("[rollout]\nmax_calls = 0", "rollout.max_calls: Input should be greater than or equal"),
         (
             'strategy = "harness_only"\n[switching]\nend_on = "weight"\n[budget]\nrollouts = 99',
-            "switching.end_on = weight needs strategy whale or stagewise and budget.rollouts",
+            "switching.end_on = weight needs strategy whale, stagewise or fast_slow and budget.rollouts",
         ),
-        ('[switching]\nend_on = "weight"', "needs strategy whale or stagewise and budget.rollouts"),
+        ('[switching]\nend_on = "weight"', "or fast_slow and budget.rollouts"),
     ],
 )
 def test_a_refused_experiment_names_the_key_and_stores_nothing(client, workbench, line, message):

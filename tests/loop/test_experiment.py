@@ -37,11 +37,25 @@ def test_shipped_examples_parse(path: Path):
         ('name = "x"\n[rft]\nsteps = 3', "rft.steps is not used here: set switching.weight_steps"),
         ('name = "x"\n[search]\niterations = 3', "search.iterations is not used here"),
         ('name = "x"\nstrategy = "stagewise"', "strategy stagewise needs budget.rollouts"),
+        (
+            'name = "x"\nstrategy = "fast_slow"',
+            "strategy fast_slow interleaves RFT with prompt evolution every round: set "
+            '[search] proposer = "gepa"',
+        ),
+        (
+            'name = "x"\nstrategy = "fast_slow"\n[search]\nproposer = "gepa"\n'
+            '[switching]\nrule = "adaptive"',
+            '[switching] rule = "fixed"',
+        ),
+        (
+            'name = "x"\n[search]\nproposer = "gepa"\n[search.options]\nprompt = "P"',
+            "search.options: prompt: Extra inputs are not permitted",
+        ),
         ('name = "x"\ndomain = "chess960"', "domain: unknown domain 'chess960'"),
         ('name = "x"\nharness = "/nonexistent/h.py"', "harness: no file /nonexistent/h.py"),
         (
             'name = "x"\n[search]\nproposer = "gpt"',
-            "search.proposer: Value error, unknown proposer 'gpt'; known: agent, knobs, llm",
+            "search.proposer: Value error, unknown proposer 'gpt'; known: agent, gepa, knobs, llm",
         ),
         ('strategy = "whale"', "name: Field required"),
         ('name = "x"\n[budget\nrollouts = 1', "not valid TOML"),
@@ -86,9 +100,10 @@ def test_the_paper_experiments_are_the_generator_s_output():
     written = generator["files"]()
     shipped = {p.name: p.read_text() for p in (REPO / "experiments" / "paper").glob("*.toml")}
     assert shipped == written
-    assert len(written) == 3 * 4
+    assert len(written) == 3 * 5
     for name, text in written.items():
         experiment = parse(text, name)
+        assert experiment.strategy == name.split("-", 1)[1].removesuffix(".toml").replace("-", "_")
         assert experiment.scoring == "paper" and experiment.test.k == 8
         assert experiment.rft.prompts_per_step == 256 and not experiment.rft.lora
         settings = Settings(**experiment.runtime.model_dump(exclude_none=True))

@@ -48,14 +48,11 @@ def final_of(db, run_id: int) -> dict:
         return final_pair(s, run_id)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["weight_only", "harness_only", "stagewise"])
-def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, model_cache):
-    settings = attached_settings(tmp_path / "home", model_server, model_cache)
+def run_in_process(text: str, settings) -> int:
+    """Start the experiment in `text` on a workbench in this process and run it to its end."""
 
     async def main():
         async with started_workbench(settings) as workbench:
-            text = quick_toml(strategy, strategy, rollouts=26, test={"at_start": "false"})
             experiment = parse(text)
             with workbench.session() as s:
                 incoming = incoming_harness(experiment, s)
@@ -63,7 +60,14 @@ def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, 
             await Loop(workbench, run.id).run()
             return run.id
 
-    run_id = asyncio.run(main())
+    return asyncio.run(main())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["weight_only", "harness_only", "stagewise"])
+def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, model_cache):
+    text = quick_toml(strategy, strategy, rollouts=26, test={"at_start": "false"})
+    run_id = run_in_process(text, attached_settings(tmp_path / "home", model_server, model_cache))
     con = sqlite3.connect(tmp_path / "home" / "whale.db")
     phases = con.execute(
         "SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id", (run_id,)
@@ -80,4 +84,39 @@ def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, 
         (run_id,),
     ).fetchone()[0]
     assert used <= 26
+    store_invariants(tmp_path / "home" / "whale.db")
+
+
+@pytest.mark.slow
+def test_fast_slow_interleaves_rft_with_prompt_evolution(tmp_path, model_server, model_cache):
+    """Fast-Slow Training: weight and prompt phases alternate; the run's own model writes the
+    prompts, and every candidate differs from its parent in the prompt alone."""
+    from tests.search.test_gepa import module_body_without
+
+    text = quick_toml(
+        "fast-slow", "fast_slow", rollouts=26, search={"proposer": '"gepa"'}, test={"k": 1}
+    )
+    text += "\n[search.llm]\nmax_tokens = 64\nfailures = 1\nsuccesses = 1\n"
+    run_id = run_in_process(text, attached_settings(tmp_path / "home", model_server, model_cache))
+    con = sqlite3.connect(tmp_path / "home" / "whale.db")
+    kinds = [
+        k for (k,) in con.execute("SELECT kind FROM phase WHERE run_id = ? ORDER BY id", (run_id,))
+    ]
+    assert kinds == ["weight", "harness"]
+    candidates = con.execute(
+        "SELECT proposer, code, parent_id, valid, error FROM harness WHERE iteration > 0"
+    ).fetchall()
+    assert len(candidates) == 2 and {c[0] for c in candidates} == {"gepa"}
+    for _, code, parent_id, valid, error in candidates:
+        if not valid:  # what the demo model wrote was empty or a copy: said so
+            assert error in ("the reply held no prompt",) or error.startswith("duplicate"), error
+            continue
+        (parent,) = con.execute("SELECT code FROM harness WHERE id = ?", (parent_id,)).fetchone()
+        assert module_body_without(code, "SYSTEM_PROMPT") == module_body_without(
+            parent, "SYSTEM_PROMPT"
+        )
+    (tokens,) = con.execute(
+        "SELECT prompt_tokens FROM search_iteration WHERE iteration = 1"
+    ).fetchone()
+    assert tokens > 0  # the reflections are counted in the run's token budget
     store_invariants(tmp_path / "home" / "whale.db")

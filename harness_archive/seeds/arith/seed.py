@@ -23,6 +23,7 @@ EXAMPLES = 0  # worked examples shown before the question, as earlier chat turns
 TEMPERATURE = 1.0
 VOTES = 1
 
+SYSTEM_PROMPT = None  # free text that replaces PROMPTS[PROMPT_STYLE]: what the gepa proposer writes
 PROMPTS = {
     "plain": "Solve the arithmetic problem.",
     "step_by_step": "Solve the arithmetic problem. Think step by step, then give the final number.",
@@ -75,7 +76,8 @@ def _value(node):
 
 def run(task, llm, tools):
     program = SOLVER == "program"
-    messages = [{"role": "system", "content": PROGRAM_PROMPT if program else PROMPTS[PROMPT_STYLE]}]
+    prompt = PROGRAM_PROMPT if program else SYSTEM_PROMPT or PROMPTS[PROMPT_STYLE]
+    messages = [{"role": "system", "content": prompt}]
     for question, answer, expression in WORKED[:EXAMPLES]:
         messages += [{"role": "user", "content": question},
                      {"role": "assistant", "content": expression if program else answer}]  # fmt: skip

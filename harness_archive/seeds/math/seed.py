@@ -3,7 +3,8 @@
 Turn 1 may contain a ```python block; if it does (and USE_PYTHON), the harness runs it with the
 domain's sandboxed interpreter, tools.python(code), and shows the output in turn 2, which must
 give the final answer. Deliberately weak, like the paper's starting harnesses. PARAMS lists the
-choices a cheap proposer may try for the module-level knobs of the same name.
+choices a cheap proposer may try for the module-level knobs of the same name; SYSTEM_PROMPT is
+the text a prompt optimizer (the gepa proposer) rewrites.
 """
 
 import re
@@ -17,7 +18,7 @@ USE_PYTHON = True
 TEMPERATURE = 1.0
 MAX_TOKENS = 512
 
-SYSTEM = "Solve the math problem. Put the final answer in \\boxed{}."
+SYSTEM_PROMPT = "Solve the math problem. Put the final answer in \\boxed{}."
 TOOL_HINT = (
     " You may write Python code in a ```python block; it will be run and you will see "
     "its output before you answer."
@@ -27,7 +28,7 @@ CODE = re.compile(r"```python\s*\n(.*?)```", re.S)
 
 def run(task, llm, tools):
     messages = [
-        {"role": "system", "content": SYSTEM + (TOOL_HINT if USE_PYTHON else "")},
+        {"role": "system", "content": SYSTEM_PROMPT + (TOOL_HINT if USE_PYTHON else "")},
         {"role": "user", "content": task["question"]},
     ]
     reply = llm.chat(messages, temperature=TEMPERATURE, max_tokens=MAX_TOKENS).content
