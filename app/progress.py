@@ -51,8 +51,9 @@ def phase_progress(progress: Progress, quiet: bool):
             )
         elif kind == "test":
             e = data["evaluation"]
+            ci = f" [{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.ci_low is not None else ""
             progress.console.print(
-                f"test mean@{e.k} = {e.mean_at_k:.3f} (harness #{e.harness_id}, "
+                f"test mean@{e.k} = {e.mean_at_k:.3f}{ci} (harness #{e.harness_id}, "
                 f"checkpoint #{e.checkpoint_id}) after {data['rollouts']} rollouts"
             )
         elif kind == "end":

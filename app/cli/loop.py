@@ -16,7 +16,7 @@ from sqlmodel import select
 from app import control
 from app.cli.base import fail
 from app.config import Settings
-from app.db.schema import Event, Metric, Phase, Run
+from app.db.schema import Event, Phase, Run
 from app.loop.experiment import (
     ExperimentError,
     check_generation,
@@ -26,6 +26,7 @@ from app.loop.experiment import (
 )
 from app.loop.experiment import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
+from app.read.curves import intervals, test_points
 
 
 def run(
@@ -124,11 +125,8 @@ def format_plan(plan: dict) -> str:
 def summary(s, run_id: int) -> dict:
     run = s.get(Run, run_id)
     phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
-    points = s.exec(
-        select(Metric)
-        .where(Metric.run_id == run_id, Metric.series == "test/mean@k")
-        .order_by(Metric.id)
-    ).all()
+    points = test_points(s, run_id)
+    ci = intervals(s, points)
     end = s.exec(
         select(Event)
         .where(Event.run_id == run_id, Event.kind == "run_end")
@@ -142,6 +140,7 @@ def summary(s, run_id: int) -> dict:
         "status": run.status,
         "ended": end.detail["reason"] if end else None,
         "best_test": best.y if best else None,
+        "best_test_ci": list(ci[best.evaluation_id]) if best and best.evaluation_id in ci else None,
         "best_at_rollouts": best.rollouts if best else None,
         "rollouts": max((p.rollouts for p in points), default=0),
         "phases": [
@@ -165,6 +164,8 @@ def summary(s, run_id: int) -> dict:
                 "weight_steps": p.weight_steps,
                 "wall_s": p.wall_s,
                 "mean_at_k": p.y,
+                "ci": list(ci.get(p.evaluation_id, (None, None))),  # 95%, tasks resampled
+                "evaluation_id": p.evaluation_id,
             }
             for p in points
         ],
@@ -196,9 +197,12 @@ def print_summary(result: dict) -> None:
     curve = ", ".join(f"{p['mean_at_k']:.3f}@{p['rollouts']}" for p in result["test_points"])
     out.print(f"test mean@k by rollouts used: {curve or 'none'}")
     if result["best_test"] is not None:
+        ci = result["best_test_ci"]
+        interval = f" [{ci[0]:.3f}, {ci[1]:.3f}] (95%, test tasks resampled)" if ci else ""
         out.print(
-            f"best test mean@k {result['best_test']:.3f} after {result['best_at_rollouts']} "
-            f"rollouts; run {result['status']} ({result['ended']})"
+            f"best test mean@k {result['best_test']:.3f}{interval} after "
+            f"{result['best_at_rollouts']} rollouts (the maximum over test points); run "
+            f"{result['status']} ({result['ended']})"
         )
 
 

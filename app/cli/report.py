@@ -63,14 +63,36 @@ def compare_table(rows: list[dict]) -> Table:
             r["strategy"],
             r["status"],
             _count(r["k"]),
-            _score(r["best"]),
+            _score(r["best"]) + _interval(r["best_ci"]),
             _count(r["rollouts_to_best"]),
-            _score(r["final"]),
+            _score(r["final"]) + _interval(r["final_ci"]),
             _count(r["rollouts_used"]),
             str(r["test_points"]),
             r["name"],
         )
+    table.caption = "[lo, hi]: 95% interval, test tasks resampled; one run (one seed) each"
     return table
+
+
+def _interval(ci: list[float] | None) -> str:
+    return f"\n[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+
+def paired_lines(rows: list[dict]) -> list[str]:
+    """Each later run's final test score against the first run's, paired on shared tasks."""
+    lines = []
+    for r in rows[1:]:
+        p = r["paired"]
+        if p is None:
+            lines.append(f"#{r['id']} vs #{rows[0]['id']}: no shared finished test evaluation")
+            continue
+        interval = f" [{p['low']:+.3f}, {p['high']:+.3f}]" if p["low"] is not None else ""
+        lines.append(
+            f"#{r['id']} vs #{p['against']}: final {p['difference']:+.3f}{interval}, "
+            f"p = {p['p_value']:.3g} ({p['b_better']} tasks better, {p['a_better']} worse; "
+            f"{p['design']})"
+        )
+    return lines
 
 
 def compare(
@@ -93,6 +115,8 @@ def compare(
         print(json.dumps(rows))
     else:
         Console().print(compare_table(rows))
+        for line in paired_lines(rows):
+            print(line)
     for note in mixed_scales(rows):
         err.print(f"[yellow]note:[/yellow] {note}")
     err.print(f"figure: {plot}")

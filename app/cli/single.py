@@ -58,8 +58,13 @@ async def evaluate(
 def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     failures = ", ".join(f"{r}: {n}" for r, n in reasons.most_common()) or "none"
     infra = f", {evaluation.n_infra} infrastructure failures left out" if evaluation.n_infra else ""
+    ci = (
+        f" [{evaluation.ci_low:.3f}, {evaluation.ci_high:.3f}] (95%, tasks resampled)"
+        if evaluation.ci_low is not None
+        else ""
+    )
     return (
-        f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f} on {evaluation.split}{infra} "
+        f"mean@{evaluation.k} = {evaluation.mean_at_k:.3f}{ci} on {evaluation.split}{infra} "
         f"({evaluation.n_tasks} tasks x k={evaluation.k}, {evaluation.scoring} scoring; "
         + ", ".join(f"{s} {n}" for s, n in sorted(statuses.items()))
         + f"; failures by reason: {failures})"
@@ -132,6 +137,7 @@ def eval_(
                         "run_id": run.id,
                         "evaluation_id": evaluation.id,
                         "mean_at_k": evaluation.mean_at_k,
+                        "ci": [evaluation.ci_low, evaluation.ci_high],  # 95%, tasks resampled
                         "scoring": evaluation.scoring,
                         "k": k,
                         "split": split,

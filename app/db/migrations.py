@@ -187,6 +187,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE evaluation ADD COLUMN scoring TEXT;
         """,
     ),
+    (
+        "010_intervals",
+        """
+        -- the 95% interval of mean@k, resampling tasks (app/stats.py); evaluations finished
+        -- before this migration have none
+        ALTER TABLE evaluation ADD COLUMN ci_low FLOAT;
+        ALTER TABLE evaluation ADD COLUMN ci_high FLOAT;
+        """,
+    ),
 ]
 
 

@@ -38,6 +38,8 @@ def mean_at_k_by_split(evaluations: list[dict[str, Any]]) -> dict[str, dict[str,
         if e["status"] == "done" and e["split"] not in by_split:
             by_split[e["split"]] = {
                 "mean_at_k": e["mean_at_k"],
+                "ci_low": e["ci_low"],
+                "ci_high": e["ci_high"],
                 "k": e["k"],
                 "evaluation_id": e["id"],
             }

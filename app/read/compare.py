@@ -2,16 +2,19 @@
 their test curves on one x axis. The compare page, /api/runs/compare and `whale compare` show
 these summaries."""
 
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
 from sqlmodel import Session, select
 
 from app.db.schema import Evaluation, Run
-from app.read.curves import X_LABELS, curve, label, test_points
+from app.read.curves import X_LABELS, as_points, curve, intervals, label, test_points
 from app.read.dashboard import XAxis
+from app.read.evaluations import task_means
 from app.read.runs import UnknownRuns, get_runs
 from app.rollout.usage import rollouts_used
+from app.stats import paired
 
 MAX_RUNS = 10  # the chart has ten colours
 RunIds = Annotated[list[int], Query(description="the runs to compare: ids=1&ids=2...")]
@@ -52,6 +55,8 @@ def mixed_scales(summaries: list[dict]) -> list[str]:
 def summarize(session: Session, run: Run) -> dict:
     points = test_points(session, run.id)
     best = max(points, key=lambda p: p.y, default=None)  # max keeps the first of equals
+    final = points[-1] if points else None
+    ci = intervals(session, points)
     return {
         "id": run.id,
         "name": run.name,
@@ -60,16 +65,45 @@ def summarize(session: Session, run: Run) -> dict:
         "k": test_k(run),
         "scoring": test_scoring(session, run),
         "best": best.y if best else None,
+        "best_ci": list(ci[best.evaluation_id]) if best and best.evaluation_id in ci else None,
         "rollouts_to_best": best.rollouts if best else None,
-        "final": points[-1].y if points else None,
+        "final": final.y if final else None,
+        "final_ci": list(ci[final.evaluation_id]) if final and final.evaluation_id in ci else None,
+        "final_evaluation_id": final.evaluation_id if final else None,
         "rollouts_used": rollouts_used(session, run.id),
         "test_points": len(points),
     }
 
 
+def paired_with(session: Session, first: dict, other: dict) -> dict | None:
+    """`other`'s final test evaluation against `first`'s, paired on the test tasks both scored
+    (app/stats.py); None when either has none or they share no task."""
+    a, b = first["final_evaluation_id"], other["final_evaluation_id"]
+    if a is None or b is None or first["id"] == other["id"]:
+        return None
+    result = paired(task_means(session, a), task_means(session, b), seed=a * 1_000_003 + b)
+    if result is None:
+        return None
+    return {
+        "against": first["id"],
+        "design": f"paired on {result.n_tasks} shared test tasks; one run each (one seed)",
+        **asdict(result),
+    }
+
+
+def summaries(session: Session, runs: list[Run]) -> list[dict]:
+    """One summary per run, each after the first with its final test score compared paired
+    with the first run's (`paired`; None for the first)."""
+    rows = [summarize(session, run) for run in runs]
+    for i, row in enumerate(rows):
+        row["paired"] = paired_with(session, rows[0], row) if i else None
+    return rows
+
+
 def compare_runs(session: Session, run_ids: list[int]) -> list[dict]:
-    """One summary per run, in the order given; raises UnknownRuns for ids not in the store."""
-    return [summarize(session, run) for run in get_runs(session, run_ids)]
+    """The summaries of the runs, in the order given; raises UnknownRuns for ids not in the
+    store."""
+    return summaries(session, get_runs(session, run_ids))
 
 
 def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dict[str, Any]:
@@ -81,13 +115,11 @@ def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dic
         runs = get_runs(s, run_ids)
     except UnknownRuns as exc:
         raise HTTPException(404, str(exc)) from None
-    summaries = [summarize(s, run) for run in runs]
+    rows = summaries(s, runs)
     return {
         "x": x,
         "x_label": X_LABELS[x],
-        "runs": summaries,
-        "notes": mixed_scales(summaries),
-        "curves": {
-            label(run): [{"x": px, "y": py} for px, py in curve(s, run, x)[0]] for run in runs
-        },
+        "runs": rows,
+        "notes": mixed_scales(rows),
+        "curves": {label(run): as_points(curve(s, run, x)[0]) for run in runs},
     }

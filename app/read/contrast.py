@@ -10,6 +10,7 @@ task_id, status) index alone: the cost grows with the rollouts of the two sides,
 store.
 """
 
+from dataclasses import asdict
 from typing import Any, Literal
 
 from fastapi import HTTPException
@@ -19,6 +20,7 @@ from sqlmodel import Session, select
 from app.db.schema import Rollout
 from app.read.rollout_filters import FormParams, RolloutFilters, id_param, scope
 from app.read.rollouts import items_by_id
+from app.stats import paired
 
 MAX_TASKS = 500  # tasks listed; the counts cover all of them
 
@@ -121,6 +123,11 @@ def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
         for r in shown
     ]
     named = ("run", "harness", "checkpoint")
+    rate = lambda n_pass, n: n_pass / n  # noqa: E731
+    compared = paired(
+        {r.task_id: rate(r.a_pass, r.a_n) for r in both},
+        {r.task_id: rate(r.b_pass, r.b_n) for r in both},
+    )
     return {
         "query": query.model_dump(),
         "a": {k: names["a"][k] for k in named},
@@ -130,4 +137,11 @@ def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
         "n_tasks": len(found),
         "tasks": tasks,
         "truncated": len(found) > len(shown),
+        # B's pass rate minus A's over every task both sides ran, paired task by task
+        "paired": {
+            "design": f"paired on {compared.n_tasks} tasks both sides ran; pass rates per task",
+            **asdict(compared),
+        }
+        if compared
+        else None,
     }

@@ -1,9 +1,9 @@
 """A run's test curve: its test mean@k points against the x axis the reader picks (rollouts
 used, RFT steps, wall time), with the labels every rendering (page, JSON, PNG) shares."""
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
-from app.db.schema import Metric, Run
+from app.db.schema import Evaluation, Metric, Run
 from app.phases import TEST_SERIES
 
 X_LABELS = {
@@ -26,12 +26,37 @@ def x_value(point: Metric, x: str) -> float | None:
     return getattr(point, x)
 
 
-def curve(session: Session, run: Run, x: str) -> tuple[list[tuple[float, float]], str]:
-    """The run's points on this x axis, and a note for the legend when it has none."""
+def intervals(session: Session, points: list[Metric]) -> dict[int, tuple[float, float]]:
+    """{evaluation id: its 95% interval} for the points whose evaluation has one."""
+    ids = {p.evaluation_id for p in points if p.evaluation_id is not None}
+    rows = session.exec(
+        select(Evaluation.id, Evaluation.ci_low, Evaluation.ci_high).where(
+            col(Evaluation.id).in_(ids), col(Evaluation.ci_low).is_not(None)
+        )
+    )
+    return {i: (low, high) for i, low, high in rows}
+
+
+CurvePoint = tuple[float, float, float | None, float | None]  # x, mean@k, its 95% interval
+
+
+def curve(session: Session, run: Run, x: str) -> tuple[list[CurvePoint], str]:
+    """The run's points on this x axis with their intervals, and a note for the legend when it
+    has none."""
     tests = test_points(session, run.id)
-    points = [(x_value(p, x), p.y) for p in tests if x_value(p, x) is not None]
+    ci = intervals(session, tests)
+    points = [
+        (x_value(p, x), p.y, *ci.get(p.evaluation_id, (None, None)))
+        for p in tests
+        if x_value(p, x) is not None
+    ]
     note = "" if points else f" (no {x} recorded)" if tests else " (no test points)"
     return points, note
+
+
+def as_points(points: list[CurvePoint]) -> list[dict]:
+    """A curve as the JSON gives it: {x, y, low, high} per point."""
+    return [{"x": x, "y": y, "low": low, "high": high} for x, y, low, high in points]
 
 
 def label(run: Run) -> str:

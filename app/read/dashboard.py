@@ -11,7 +11,7 @@ from app import control
 from app.db.schema import Evaluation, Event, Phase, Run, SearchIteration, TrainingJob, now, utc
 from app.phases import phase_rollouts
 from app.read.common import NotFound, as_dict
-from app.read.curves import X_LABELS, curve, label
+from app.read.curves import X_LABELS, as_points, curve, label
 from app.read.metrics import series
 from app.rollout.usage import budget_lines, spending
 
@@ -154,7 +154,7 @@ def curves(s: Session, run: Run, x: XAxis, baseline: Run | None) -> dict[str, An
     return {
         "x": x,
         "x_label": X_LABELS[x],
-        "test": {name: [{"x": px, "y": py} for px, py in points] for name, points in test.items()},
+        "test": {name: as_points(points) for name, points in test.items()},
         "harness_success": harness_success(s, run.id),
         "training": series(s, run.id, ["train/accept_rate", "train/mean_reward"]),
     }

@@ -66,6 +66,8 @@ def score_matrix(evaluations: list[dict[str, Any]]) -> dict[str, Any]:
             cell = {
                 "evaluation_id": e["id"],
                 "mean_at_k": e["mean_at_k"],
+                "ci_low": e["ci_low"],
+                "ci_high": e["ci_high"],
                 "k": e["k"],
                 "n_tasks": e["n_tasks"],
                 "status": e["status"],

@@ -22,6 +22,25 @@ class Point(Open):
     y: float
 
 
+class TestPoint(Point):
+    low: float | None = Field(default=None, description="95% interval of y, tasks resampled")
+    high: float | None = None
+
+
+class PairedComparison(Open):
+    """This run's final test mean@k minus the first run's, on the test tasks both scored."""
+
+    against: int = Field(description="the run compared with (the first one asked for)")
+    design: str = Field(description="what the comparison rests on: shared tasks, runs, seeds")
+    n_tasks: int
+    difference: float
+    low: float | None = Field(description="95% interval of the difference, tasks resampled")
+    high: float | None
+    p_value: float = Field(description="two-sided sign-flip permutation test over tasks")
+    b_better: int = Field(description="tasks where this run scores higher")
+    a_better: int = Field(description="tasks where the first run scores higher")
+
+
 # -- runs ----------------------------------------------------------------------------------
 
 
@@ -56,10 +75,14 @@ class ComparedRun(Open):
     k: int | None = Field(description="the k of its test mean@k")
     scoring: str | None = Field(description="the verifier mode its test evaluations used")
     best: float | None
+    best_ci: list[float] | None = Field(description="95% interval of best, tasks resampled")
     rollouts_to_best: int | None
     final: float | None
+    final_ci: list[float] | None
+    final_evaluation_id: int | None
     rollouts_used: int
     test_points: int
+    paired: PairedComparison | None = Field(description="final test score against the first run's")
 
 
 class ComparePage(Open):
@@ -67,7 +90,7 @@ class ComparePage(Open):
     x: str = Field(description="x axis: rollouts, weight_steps or wall_s")
     x_label: str
     runs: list[ComparedRun]
-    curves: dict[str, list[Point]] = Field(description="test mean@k per run label")
+    curves: dict[str, list[TestPoint]] = Field(description="test mean@k per run label")
     notes: list[str] = Field(description="why the runs' mean@k are not one scale, if they are not")
 
 
@@ -176,6 +199,11 @@ class RolloutsPage(Open):
 class ContrastPage(Open):
     query: Row
     tasks: list[Row] | None = Field(description="tasks failing under A, passing under B")
+    paired: Row | None = Field(
+        default=None,
+        description="B's pass rate minus A's on every task both ran: difference, 95% interval "
+        "(tasks resampled), sign-flip p_value, n_tasks (app/stats.py)",
+    )
     choices: dict[str, list[Row]]
 
 

@@ -47,13 +47,15 @@ def plot_accuracy_vs_rollouts(
     legend_rows = -(-len(runs) // columns)
     fig = Figure(figsize=(7, 4 + 0.2 * legend_rows), dpi=200, layout="constrained")
     ax = fig.add_subplot()
-    scale, xlabel = x_axis(x, max((px for c, _ in curves for px, _ in c), default=0))
+    scale, xlabel = x_axis(x, max((p[0] for c, _ in curves for p in c), default=0))
     colors = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
     for i, (run, (points, note)) in enumerate(zip(runs, curves)):
+        color = colors[i % len(colors)]
+        xs, ys = [p[0] / scale for p in points], [p[1] for p in points]
         ax.plot(
-            [px / scale for px, _ in points],
-            [py for _, py in points],
-            color=colors[i % len(colors)],
+            xs,
+            ys,
+            color=color,
             marker=MARKERS[i % len(MARKERS)],
             markersize=5,
             linewidth=1.6,
@@ -61,7 +63,32 @@ def plot_accuracy_vs_rollouts(
             clip_on=False,
             label=label(run) + note,
         )
+        # each point's 95% interval (tasks resampled, app/stats.py) as an error bar
+        bars = [
+            (px, py, low, high)
+            for px, py, (_, _, low, high) in zip(xs, ys, points)
+            if low is not None
+        ]
+        if bars:
+            ax.errorbar(
+                [b[0] for b in bars],
+                [b[1] for b in bars],
+                yerr=[[b[1] - b[2] for b in bars], [b[3] - b[1] for b in bars]],
+                fmt="none",
+                ecolor=color,
+                elinewidth=0.9,
+                capsize=2.5,
+                alpha=0.6,
+                clip_on=False,
+            )
     style_axes(ax, x, xlabel, metric)
+    fig.text(
+        0.01,
+        0.005,
+        "bars: 95% interval, test tasks resampled (one run each)",
+        fontsize=7,
+        color="0.4",
+    )
     # Below the axes, not on them: ten curves leave no free corner.
     ax.legend(
         loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=columns, fontsize=8, frameon=False

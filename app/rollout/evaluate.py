@@ -24,6 +24,7 @@ from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
 from app.llm.generation import Generation, declared_by, generation_for
 from app.rollout.admission import Admission
+from app.stats import mean_interval, per_task_means
 from sandbox.pool import SandboxPool, SandboxResult
 
 PASS_THRESHOLD = 0.5  # a rollout passes (and is accepted for RFT) when its score is above this
@@ -356,18 +357,6 @@ def _drop_steps(s: Session, rollout_ids: list[int]) -> None:
         s.exec(delete(Step).where(col(Step.rollout_id).in_(rollout_ids)))
 
 
-def mean_at_k(rewards) -> float:
-    """The mean over tasks of the mean reward of each task's samples, from (task, reward)
-    pairs. With every task at k samples it is the plain mean; a task that lost samples to
-    infrastructure failures counts by the ones it has, and one that lost all is left out."""
-    per_task: dict[str, list[float]] = {}
-    for task, reward in rewards:
-        per_task.setdefault(task, []).append(reward or 0.0)
-    if not per_task:
-        return 0.0
-    return sum(sum(r) / len(r) for r in per_task.values()) / len(per_task)
-
-
 def _finish(s: Session, evaluation_id: int) -> Evaluation:
     evaluation = s.get(Evaluation, evaluation_id)
     rows = s.exec(
@@ -380,7 +369,13 @@ def _finish(s: Session, evaluation_id: int) -> Evaluation:
         ).where(Rollout.evaluation_id == evaluation_id)
     ).all()
     counted = [r for r in rows if r[1] != "infra"]
-    evaluation.mean_at_k = mean_at_k((task, reward) for task, _, reward, _, _ in counted)
+    # mean@k: the mean over tasks of each task's mean reward. With every task at k samples it
+    # is the plain mean; a task that lost samples to infrastructure failures counts by the ones
+    # it has, and one that lost all is left out.
+    task_means = per_task_means((task, reward) for task, _, reward, _, _ in counted)
+    evaluation.mean_at_k = sum(task_means.values()) / len(task_means) if task_means else 0.0
+    interval = mean_interval(task_means.values(), seed=evaluation_id)
+    evaluation.ci_low, evaluation.ci_high = interval or (None, None)
     evaluation.mean_turns = sum(r[3] for r in counted) / len(counted) if counted else 0.0
     evaluation.total_tokens = sum(r[4] or 0 for r in rows)
     evaluation.n_infra = len(rows) - len(counted)

@@ -60,7 +60,10 @@ def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k
     longest = max((p["x"] for points in curves.values() for p in points), default=0)
     scale, x_label = x_axis(x, longest)
     return line_chart(
-        {name: [(p["x"] / scale, p["y"]) for p in points] for name, points in curves.items()},
+        {
+            name: [(p["x"] / scale, p["y"], p.get("low"), p.get("high")) for p in points]
+            for name, points in curves.items()
+        },
         title,
         x_label,
         "mean@k",

@@ -29,7 +29,7 @@ MAX_MARKERS = 60  # above this many points a dot per point is clutter: the line 
 CHAR_W = 6.5  # estimated width of a legend or title character, in pixels
 LEGEND_ROW, LEGEND_COLUMNS = 16, 2
 
-Point = tuple[float, float]
+Point = tuple[float, ...]  # (x, y), or (x, y, low, high): y's interval, drawn as an error bar
 Extent = tuple[float | None, float | None]  # what an axis covers at least; None: fit the points
 
 
@@ -132,15 +132,22 @@ class _Plot:
         return parts
 
     def line(self, i: int, label: str, points: Sequence[Point]) -> list[str]:
-        coords = " ".join(f"{self.px(x):.1f},{self.py(y):.1f}" for x, y in points)
+        coords = " ".join(f"{self.px(p[0]):.1f},{self.py(p[1]):.1f}" for p in points)
         parts = [f'<polyline class="chart-line" points="{coords}" {_stroke(i)}/>']
+        color = COLORS[i % len(COLORS)]
+        for x, _, low, high in (p for p in points if len(p) == 4 and p[2] is not None):
+            parts.append(
+                f'<line class="chart-ci" x1="{self.px(x):.1f}" x2="{self.px(x):.1f}" '
+                f'y1="{self.py(low):.1f}" y2="{self.py(high):.1f}" stroke="{color}"/>'
+            )
         if len(points) <= MAX_MARKERS:  # a dot per point, its values as a hover tooltip
-            color = COLORS[i % len(COLORS)]
-            parts += [
-                f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" '
-                f'fill="{color}"><title>{escape(label)}: {y:.4g} at {x:g}</title></circle>'
-                for x, y in points
-            ]
+            for p in points:
+                x, y = p[0], p[1]
+                ci = f" [{p[2]:.3g}, {p[3]:.3g}] 95%" if len(p) == 4 and p[2] is not None else ""
+                parts.append(
+                    f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" '
+                    f'fill="{color}"><title>{escape(label)}: {y:.4g}{ci} at {x:g}</title></circle>'
+                )
         return parts
 
 
@@ -213,8 +220,8 @@ def line_chart(
             "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
         )
     plot = _Plot(
-        axis_ticks([x for x, _ in points], x_extent, min_step=1 if integer_x else 0),
-        axis_ticks([y for _, y in points], y_extent),
+        axis_ticks([p[0] for p in points], x_extent, min_step=1 if integer_x else 0),
+        axis_ticks([p[1] for p in points], y_extent),
     )
     parts += plot.axes(x_label, y_label)
     parts.append(_frame())

@@ -24,6 +24,11 @@ def test_summaries_in_the_order_asked(session, filled):
         "final": 0.7,
         "rollouts_used": 1536 + 2000,  # its phases counted more than its metrics
         "test_points": 5,
+        # synthetic test points have no rollouts: no interval, nothing to pair
+        "best_ci": None,
+        "final_ci": None,
+        "final_evaluation_id": by["whale"]["final_evaluation_id"],
+        "paired": None,
     }
     assert (by["harness_only"]["best"], by["harness_only"]["rollouts_to_best"]) == (0.6, 800)
     assert by["weight_only"]["rollouts_used"] == 2304  # a train metric after the last test

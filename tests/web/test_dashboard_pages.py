@@ -77,8 +77,8 @@ def test_compare_overlays_every_picked_run_on_one_chart(store, client):
     data = client.get(f"/api/runs/compare?{ids}&x=wall_s").json()
     assert data["x"] == "wall_s" and [r["id"] for r in data["runs"]] == [r.id for r in runs]
     assert data["curves"][f"#{runs[3].id} whale: run-3"] == [
-        {"x": 0.0, "y": 0.1},
-        {"x": 60.0, "y": 0.3},
+        {"x": 0.0, "y": 0.1, "low": None, "high": None},  # synthetic: no rollouts to resample
+        {"x": 60.0, "y": 0.3, "low": None, "high": None},
     ]
 
 
@@ -124,8 +124,14 @@ def test_the_x_switch_and_the_baseline_redraw_the_test_curve(store, client):
         "dashboard"
     ]
     assert by_steps["curves"]["test"] == {
-        f"#{run.id} whale: run": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}],
-        f"#{baseline.id} whale: base": [{"x": 0, "y": 0.1}, {"x": 1, "y": 0.5}],
+        f"#{run.id} whale: run": [
+            {"x": 0, "y": 0.1, "low": None, "high": None},
+            {"x": 1, "y": 0.5, "low": None, "high": None},
+        ],
+        f"#{baseline.id} whale: base": [
+            {"x": 0, "y": 0.1, "low": None, "high": None},
+            {"x": 1, "y": 0.5, "low": None, "high": None},
+        ],
     }
     page = client.get(f"/runs/{run.id}?x=wall_s&baseline={baseline.id}").text
     assert "test mean@k vs baseline" in page and "wall-clock time (s)" in page

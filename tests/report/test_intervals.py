@@ -1,0 +1,73 @@
+"""Intervals and paired comparisons where scores are shown: evaluations finished the way the
+evaluator finishes them (app/rollout/evaluate.py), then compared by `whale compare`, its JSON
+and its page."""
+
+import json
+
+from app.db.schema import Metric, Run
+from app.phases import plot_test_point
+from app.read.compare import compare_runs
+from app.rollout.evaluate import _finish
+from tests.api.synthetic_store import client  # noqa: F401 - fixture
+from tests.conftest import whale
+
+N_TASKS = 24
+
+
+def scored_run(store, name: str, passing: set[int], k: int = 2):
+    """A run with one finished test evaluation: the tasks in `passing` pass both samples, the
+    others fail both."""
+    run = store.write(Run(name=name, kind="experiment", domain="arith", status="done"))
+    evaluation = store.evaluation(
+        run, store.harness(run, name=f"{name}.py"), store.checkpoint(), N_TASKS, k=k
+    )
+    statuses = ["pass" if i // k in passing else "fail" for i in range(N_TASKS * k)]
+    store.rollouts(evaluation, statuses)
+    finished = store.writer.submit(lambda s: _finish(s, evaluation.id)).result()
+    store.writer.submit(lambda s: plot_test_point(s, run.id, finished, 10, 0, 1.0)).result()
+    return run, finished
+
+
+def test_compare_pairs_final_scores_on_shared_tasks(store, workbench, client):  # noqa: F811
+    base_run, base = scored_run(store, "base", passing=set(range(6)))  # 6 of 24
+    better_run, better = scored_run(store, "better", passing=set(range(6)) | set(range(10, 22)))
+    for e, score in ((base, 6 / 24), (better, 18 / 24)):
+        assert e.mean_at_k == score and e.ci_low < score < e.ci_high
+    # 24 binary tasks around 0.25: the interval spans roughly +-0.17, not the +-0.12 that
+    # 48 independent samples would claim
+    assert 0.25 < base.ci_high - base.ci_low < 0.45
+
+    with workbench.session() as s:
+        first, second = compare_runs(s, [base_run.id, better_run.id])
+    assert first["paired"] is None and first["final_ci"] == [base.ci_low, base.ci_high]
+    p = second["paired"]
+    assert (p["against"], p["n_tasks"], p["b_better"], p["a_better"]) == (base_run.id, 24, 12, 0)
+    assert p["difference"] == 0.5 and p["low"] > 0 and p["p_value"] < 0.001
+    assert "paired on 24 shared test tasks; one run each (one seed)" == p["design"]
+
+    page = client.get(f"/runs/compare?ids={base_run.id}&ids={better_run.id}").text
+    assert f"[{base.ci_low:.3f}, {base.ci_high:.3f}]" in page and "+0.500" in page
+    assert "24 tasks, paired" in page
+    api = client.get(f"/api/runs/compare?ids={base_run.id}&ids={better_run.id}").json()
+    assert api["runs"][1]["paired"]["difference"] == 0.5
+    point = api["curves"][next(iter(api["curves"]))][0]
+    assert (point["low"], point["high"]) == (base.ci_low, base.ci_high)
+
+
+def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tmp_path):
+    a, _ = scored_run(store, "a", passing=set(range(12)))
+    b, _ = scored_run(store, "b", passing=set(range(12)))  # the same tasks pass: no difference
+    env = {"WHALE_HOME": str(workbench.settings.home), "COLUMNS": "200"}
+    proc = whale("compare", str(a.id), str(b.id), "--plot", str(tmp_path / "c.png"), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "95% interval, test tasks resampled" in proc.stdout
+    assert f"#{b.id} vs #{a.id}: final +0.000" in proc.stdout and "p = 1" in proc.stdout
+    rows = json.loads(
+        whale(
+            "compare", str(a.id), str(b.id), "--json", "--plot", str(tmp_path / "d.png"), env=env
+        ).stdout
+    )
+    assert rows[1]["paired"]["p_value"] == 1.0 and rows[0]["final_ci"][0] < 0.5
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+    with workbench.session() as s:
+        assert s.get(Metric, 1).evaluation_id is not None
