@@ -221,6 +221,14 @@ class SearchConfig(BaseModel):
     proposer_timeout_s: float = Field(default=1800.0, gt=0, le=7 * 86_400)
     max_code_bytes: int = Field(default=200_000, ge=100, le=10_000_000)
     on_proposer_error: Literal["continue", "end"] = "continue"
+    # when a candidate replaces the incumbent (app/search/acceptance.py, docs/statistics.md)
+    acceptance: Literal["greedy", "paired", "sequential"] = "greedy"
+    false_commit: float = Field(
+        default=0.05, gt=0, lt=1, description="paired, sequential: the false-commit level"
+    )
+    sequential_chunk: int = Field(
+        default=8, ge=1, le=MAX_TASKS, description="sequential: tasks evaluated between looks"
+    )
     # a proposer's random choices (gepa's parents); an experiment's seed unless set here
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
     llm: LLMProposerConfig = Field(default_factory=LLMProposerConfig)

@@ -53,13 +53,16 @@ class Paired:
     difference: float  # mean over shared tasks of (B's task mean - A's)
     low: float | None  # its 95% interval (None below two tasks)
     high: float | None
-    p_value: float  # two-sided, sign-flip permutation; 1.0 when every difference is 0
+    p_value: float  # sign-flip permutation (two-sided by default); 1.0 when every difference is 0
     b_better: int  # tasks where B's mean is higher
     a_better: int
 
 
-def paired(a: dict[str, float], b: dict[str, float], seed: int = 0) -> Paired | None:
-    """Compare two evaluations' per-task means on their shared tasks; None when none shared."""
+def paired(
+    a: dict[str, float], b: dict[str, float], seed: int = 0, alternative: str = "two-sided"
+) -> Paired | None:
+    """Compare two evaluations' per-task means on their shared tasks; None when none shared.
+    `alternative="greater"`: the p-value is one-sided, for "B is better than A"."""
     shared = sorted(a.keys() & b.keys())
     if not shared:
         return None
@@ -73,7 +76,7 @@ def paired(a: dict[str, float], b: dict[str, float], seed: int = 0) -> Paired | 
             lambda x, y, axis: np.mean(y - x, axis=axis),
             permutation_type="samples",
             n_resamples=RESAMPLES,
-            alternative="two-sided",
+            alternative=alternative,
             vectorized=True,
             rng=np.random.default_rng(seed),
         )

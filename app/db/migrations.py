@@ -196,6 +196,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE evaluation ADD COLUMN ci_high FLOAT;
         """,
     ),
+    (
+        "011_commit_gate",
+        """
+        -- the commit gate's decision on each candidate of a search iteration (JSON)
+        ALTER TABLE search_iteration ADD COLUMN gate BLOB;
+        """,
+    ),
 ]
 
 

@@ -231,6 +231,9 @@ class SearchIteration(SQLModel, table=True):
     accepted_harness_id: int | None = Field(default=None, foreign_key="harness.id")
     best_success: float | None = None  # best success rate on the frontier after this iteration
     frontier: list | None = zjson()  # [{harness_id, success, turns}]
+    # the commit gate's decision on each candidate of the iteration, by harness id:
+    # {rule, commit, statistic, n_tasks, why, rollouts} (app/search/acceptance.py)
+    gate: dict | None = zjson()
     prompt_tokens: int = 0  # the proposer's own cost
     completion_tokens: int = 0
     cost_usd: float | None = None

@@ -11,8 +11,8 @@ from sqlmodel import Session, select
 from app.db.schema import Evaluation, Run
 from app.read.curves import X_LABELS, as_points, curve, intervals, label, test_points
 from app.read.dashboard import XAxis
-from app.read.evaluations import task_means
 from app.read.runs import UnknownRuns, get_runs
+from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
 from app.stats import paired
 

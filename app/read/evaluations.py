@@ -2,11 +2,10 @@
 
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run
+from app.db.schema import Checkpoint, Evaluation, Harness, Run
 from app.read.common import as_dict
-from app.stats import per_task_means
 
 
 def evaluation_rows(s: Session, *where) -> list[dict[str, Any]]:
@@ -33,14 +32,3 @@ def evaluation_rows(s: Session, *where) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def task_means(s: Session, evaluation_id: int) -> dict[str, float]:
-    """{task id: mean reward of its samples} of an evaluation, as its mean@k counts them
-    (infrastructure failures and unfinished rollouts left out)."""
-    rows = s.exec(
-        select(Rollout.task_id, Rollout.reward).where(
-            Rollout.evaluation_id == evaluation_id, col(Rollout.status).not_in(("infra", "pending"))
-        )
-    )
-    return per_task_means(rows)

@@ -60,6 +60,9 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
             )
         ).first()
 
+    # the commit gate's decision on each candidate (app/search/acceptance.py)
+    gates = {int(h): g for i in iterations for h, g in (i.gate or {}).items()}
+
     def row(h: Harness) -> dict[str, Any]:
         score = scores.get(h.id)
         return {
@@ -67,6 +70,8 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
             "success": score.mean_at_k if score else None,
             "mean_turns": score.mean_turns if score else None,
             "evaluation_id": score.id if score else None,
+            "n_tasks": score.n_tasks if score else None,  # fewer when a sequential gate stopped
+            "gate": gates.get(h.id),
             "accepted": h.id == phase.harness_out_id,
         }
 

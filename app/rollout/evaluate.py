@@ -126,6 +126,11 @@ class Evaluator:
             lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks, phase_id)
         )
 
+    async def extend(self, evaluation: Evaluation, tasks: list[Task]) -> Evaluation:
+        """More tasks for an evaluation (pending rollouts; `complete` runs them): how a
+        sequential test goes on to its next tasks (app/search/acceptance.py)."""
+        return await self.writer.run(lambda s: _extend(s, evaluation.id, tasks))
+
     async def complete(
         self,
         evaluation: Evaluation,
@@ -305,21 +310,33 @@ def _create(
     )
     s.add(evaluation)
     s.flush()
-    rollouts = [
+    _add_rollouts(s, evaluation, tasks)
+    return evaluation
+
+
+def _add_rollouts(s: Session, evaluation: Evaluation, tasks: list[Task]) -> None:
+    """The pending rollouts of `tasks`, k samples each."""
+    s.add_all(
         Rollout(
-            run_id=run_id,
+            run_id=evaluation.run_id,
             evaluation_id=evaluation.id,
-            harness_id=harness.id,
-            checkpoint_id=checkpoint.id,
+            harness_id=evaluation.harness_id,
+            checkpoint_id=evaluation.checkpoint_id,
             task_id=t.id,
             sample=i,
             task=t.public,
             gold=t.gold,
         )
         for t in tasks
-        for i in range(k)
-    ]
-    s.add_all(rollouts)
+        for i in range(evaluation.k)
+    )
+
+
+def _extend(s: Session, evaluation_id: int, tasks: list[Task]) -> Evaluation:
+    evaluation = s.get(Evaluation, evaluation_id)
+    evaluation.n_tasks += len(tasks)
+    evaluation.status, evaluation.finished_at = "running", None
+    _add_rollouts(s, evaluation, tasks)
     return evaluation
 
 
@@ -355,6 +372,17 @@ def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
 def _drop_steps(s: Session, rollout_ids: list[int]) -> None:
     if rollout_ids:
         s.exec(delete(Step).where(col(Step.rollout_id).in_(rollout_ids)))
+
+
+def task_means(s: Session, evaluation_id: int) -> dict[str, float]:
+    """{task id: mean reward of its samples} of an evaluation, as its mean@k counts them
+    (infrastructure failures and unfinished rollouts left out)."""
+    rows = s.exec(
+        select(Rollout.task_id, Rollout.reward).where(
+            Rollout.evaluation_id == evaluation_id, col(Rollout.status).not_in(("infra", "pending"))
+        )
+    )
+    return per_task_means(rows)
 
 
 def _finish(s: Session, evaluation_id: int) -> Evaluation:

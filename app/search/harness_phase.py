@@ -13,6 +13,7 @@ not proposed again, and recorded rollouts are kept (only the missing ones run).
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 
@@ -32,7 +33,8 @@ from app.db.schema import (
 )
 from app.domains import Domain
 from app.phases import end_phase, phase_rollouts
-from app.rollout.evaluate import sha_of
+from app.rollout.evaluate import sha_of, task_means
+from app.search.acceptance import Decision, decide, sequential
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.pareto import Score, accept, frontier
@@ -77,6 +79,15 @@ class _Search:
         self.say = progress or (lambda kind, data: None)
         self.end_check = end_check
         self.tasks = domain.tasks("harness")[: cfg.tasks]
+        # the commit gate (app/search/acceptance.py): the harness-split evaluation of each
+        # scored harness, the incumbent's per-task means, the gate's decisions; a sequential
+        # test reads the tasks in a seeded order of the phase's own
+        self.evaluation_ids: dict[int, int] = {}
+        self.incumbent_means: dict[str, float] | None = None
+        self.decisions: dict[int, Decision] = {}
+        self.order = random.Random(f"{cfg.seed}:{phase.id}").sample(
+            [t.id for t in self.tasks], len(self.tasks)
+        )
 
     def _load(self) -> None:
         """The phase so far, from the database."""
@@ -98,9 +109,11 @@ class _Search:
                     Evaluation.status == "done",
                 )
             )
+            done = list(done)
             self.scores = {
                 e.harness_id: Score(e.harness_id, e.mean_at_k, e.mean_turns) for e in done
             }
+            self.evaluation_ids = {e.harness_id: e.id for e in done}
 
     async def run(self) -> Phase:
         self._load()
@@ -148,7 +161,31 @@ class _Search:
         )
 
     def _accepted(self) -> Score:
-        return accept(self.scores[self.incoming.id], list(self.scores.values()))
+        incoming = self.scores[self.incoming.id]
+        if self.cfg.acceptance == "greedy":
+            return accept(incoming, list(self.scores.values()))
+        committed = [s for h, s in self.scores.items() if h != self.incoming.id and self._gate(h)]
+        return max(committed, key=lambda s: (s.success, -s.turns), default=incoming)
+
+    def _gate(self, harness_id: int) -> Decision | None:
+        """The gate's decision on a scored candidate (None: a sequential test not done yet);
+        computed from its stored rollouts, so a resumed phase decides as before."""
+        if harness_id in self.decisions:
+            return self.decisions[harness_id]
+        with self.wb.session() as s:
+            if self.incumbent_means is None:
+                self.incumbent_means = task_means(s, self.evaluation_ids[self.incoming.id])
+            means = task_means(s, self.evaluation_ids[harness_id])
+        cfg = self.cfg
+        if cfg.acceptance == "sequential":
+            seen = [t for t in self.order if t in means and t in self.incumbent_means]
+            differences = [means[t] - self.incumbent_means[t] for t in seen]
+            decision = sequential(differences, len(self.order), cfg.false_commit)
+        else:
+            decision = decide(cfg.acceptance, self.incumbent_means, means, cfg.false_commit)
+        if decision is not None:
+            self.decisions[harness_id] = decision
+        return decision
 
     async def _iterate(self, iteration: int, record: SearchIteration | None) -> SearchIteration:
         started = time.monotonic()
@@ -338,10 +375,57 @@ class _Search:
         return False
 
     async def _score(self, harness: Harness) -> Score:
-        evaluation = await self._evaluation(harness, "harness", self.cfg.samples, self.tasks)
+        if self.cfg.acceptance == "sequential" and harness.id != self.incoming.id:
+            evaluation = await self._sequential(harness)
+        else:
+            evaluation = await self._evaluation(harness, "harness", self.cfg.samples, self.tasks)
+        self.evaluation_ids[harness.id] = evaluation.id
         score = Score(harness.id, evaluation.mean_at_k, evaluation.mean_turns)
         self.scores[harness.id] = score
         return score
+
+    async def _sequential(self, harness: Harness) -> Evaluation:
+        """Evaluate a candidate `sequential_chunk` tasks at a time, in the test's order, until
+        the gate commits or gives up: only the tasks it needed are run."""
+        by_id = {t.id: t for t in self.tasks}
+        order = [by_id[i] for i in self.order]
+        chunk = self.cfg.sequential_chunk
+        evaluation = await self._evaluation(harness, "harness", self.cfg.samples, order[:chunk])
+        evaluator = self.wb.evaluator()
+        while True:
+            self.evaluation_ids[harness.id] = evaluation.id
+            if self._gate(harness.id) is not None or evaluation.n_tasks >= len(order):
+                return evaluation
+            more = order[evaluation.n_tasks : evaluation.n_tasks + chunk]
+            evaluation = await evaluator.extend(evaluation, more)
+            evaluation = await evaluator.complete(
+                evaluation,
+                harness,
+                self.checkpoint,
+                self.domain,
+                lambda r: self.say("rollout", {"rollout": r}),
+            )
+
+    def _gate_record(self, iteration: int) -> dict | None:
+        """The gate's decision on each scored candidate of the iteration, with the rollouts its
+        evaluation spent; None for greedy's iteration 0."""
+        if iteration == 0:
+            return None
+        scored = [
+            h
+            for h in self.harnesses.values()
+            if h.iteration == iteration and h.phase_id == self.phase.id and h.id in self.scores
+        ]
+        with self.wb.session() as s:
+            spent = {
+                h.id: s.get(Evaluation, self.evaluation_ids[h.id]).n_tasks * self.cfg.samples
+                for h in scored
+            }
+        return {
+            str(h.id): {**self._gate(h.id).record(), "rollouts": spent[h.id]}
+            for h in scored
+            if self._gate(h.id) is not None
+        }
 
     async def _finish_iteration(self, record: SearchIteration, started: float) -> SearchIteration:
         front = frontier(list(self.scores.values()))
@@ -350,6 +434,7 @@ class _Search:
         record.best_success = front[0].success
         record.accepted_harness_id = self._accepted().harness_id
         record.frontier = [vars(p) for p in front]
+        record.gate = self._gate_record(record.iteration)
         record.wall_s = (record.wall_s or 0.0) + time.monotonic() - started
         record.finished_at = now()
         phase_id, run_id = self.phase.id, self.phase.run_id
