@@ -58,11 +58,14 @@ def main() -> None:
         check=True,
     )
     rows = json.loads(proc.stdout)
+    ci = lambda v: f" [{v[0]:.3f}, {v[1]:.3f}]" if v else ""  # noqa: E731
     body = table(
         [
             "strategy",
-            "best test mean@k",
-            "rollouts to best",
+            "selected test mean@k [95%]",
+            "chosen by",
+            "max over test",
+            "rollouts to max",
             "final",
             "rollouts used",
             "test points",
@@ -70,6 +73,8 @@ def main() -> None:
         [
             [
                 r["strategy"],
+                f"{r['selected']:.3f}{ci(r['selected_ci'])}",
+                r["selected_by"],
                 f"{r['best']:.3f}",
                 r["rollouts_to_best"],
                 f"{r['final']:.3f}",

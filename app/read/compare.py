@@ -6,9 +6,9 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Query
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Run
+from app.db.schema import Evaluation, Metric, Run
 from app.read.curves import X_LABELS, as_points, curve, intervals, label, test_points
 from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
@@ -52,10 +52,37 @@ def mixed_scales(summaries: list[dict]) -> list[str]:
     return notes
 
 
+def selected_point(session: Session, run: Run, points: list[Metric]) -> tuple[Metric | None, str]:
+    """The test point chosen without looking at the test split: the (harness, checkpoint) pair
+    with the best harness-split (validation) mean@k among those the run tested, the later one
+    of equals; the final point when no tested pair has a harness-split score."""
+    tested = {e.id: (e.harness_id, e.checkpoint_id) for e in _evaluations(session, points)}
+    validation: dict[tuple[int, int], float] = {}
+    for e in session.exec(
+        select(Evaluation).where(
+            Evaluation.run_id == run.id, Evaluation.split == "harness", Evaluation.status == "done"
+        )
+    ):
+        pair = (e.harness_id, e.checkpoint_id)
+        validation[pair] = max(validation.get(pair, 0.0), e.mean_at_k or 0.0)
+    scored = [p for p in points if tested.get(p.evaluation_id) in validation]
+    if not scored:
+        return (points[-1] if points else None), "final point"
+    # max keeps the first of equals: reversed, the later point wins a tie
+    best = max(reversed(scored), key=lambda p: validation[tested[p.evaluation_id]])
+    return best, "harness split"
+
+
+def _evaluations(session: Session, points: list[Metric]) -> list[Evaluation]:
+    ids = [p.evaluation_id for p in points if p.evaluation_id is not None]
+    return list(session.exec(select(Evaluation).where(col(Evaluation.id).in_(ids))))
+
+
 def summarize(session: Session, run: Run) -> dict:
     points = test_points(session, run.id)
     best = max(points, key=lambda p: p.y, default=None)  # max keeps the first of equals
     final = points[-1] if points else None
+    chosen, chosen_by = selected_point(session, run, points)
     ci = intervals(session, points)
     return {
         "id": run.id,
@@ -64,6 +91,14 @@ def summarize(session: Session, run: Run) -> dict:
         "status": run.status,
         "k": test_k(run),
         "scoring": test_scoring(session, run),
+        # the headline: the test score of the pair chosen on the harness split, not on test
+        "selected": chosen.y if chosen else None,
+        "selected_ci": list(ci[chosen.evaluation_id])
+        if chosen and chosen.evaluation_id in ci
+        else None,
+        "selected_by": chosen_by if chosen else None,
+        "rollouts_to_selected": chosen.rollouts if chosen else None,
+        # the paper's figure: the maximum over test points (chosen on the test split itself)
         "best": best.y if best else None,
         "best_ci": list(ci[best.evaluation_id]) if best and best.evaluation_id in ci else None,
         "rollouts_to_best": best.rollouts if best else None,

@@ -74,7 +74,13 @@ class ComparedRun(Open):
     status: str
     k: int | None = Field(description="the k of its test mean@k")
     scoring: str | None = Field(description="the verifier mode its test evaluations used")
-    best: float | None
+    selected: float | None = Field(
+        description="test mean@k of the pair chosen on the harness split (or the final point)"
+    )
+    selected_ci: list[float] | None
+    selected_by: str | None = Field(description="harness split, or final point")
+    rollouts_to_selected: int | None
+    best: float | None = Field(description="the maximum over test points (chosen on test)")
     best_ci: list[float] | None = Field(description="95% interval of best, tasks resampled")
     rollouts_to_best: int | None
     final: float | None

@@ -8,8 +8,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from sqlmodel import Session
 
-from app.read.compare import test_k
-from app.read.curves import X_LABELS, curve, label, x_axis
+from app.read.compare import selected_point, test_k
+from app.read.curves import X_LABELS, curve, label, test_points, x_axis, x_value
 from app.read.runs import get_runs
 
 # Colour and marker both change from run to run, so curves stay apart in greyscale too.
@@ -81,11 +81,26 @@ def plot_accuracy_vs_rollouts(
                 alpha=0.6,
                 clip_on=False,
             )
+        # the point chosen on the harness split (or the final one): the run's headline figure
+        chosen, _ = selected_point(session, run, test_points(session, run.id))
+        if chosen is not None and x_value(chosen, x) is not None:
+            ax.plot(
+                [x_value(chosen, x) / scale],
+                [chosen.y],
+                marker="o",
+                markersize=11,
+                markerfacecolor="none",
+                markeredgecolor=color,
+                markeredgewidth=1.4,
+                linestyle="none",
+                clip_on=False,
+            )
     style_axes(ax, x, xlabel, metric)
     fig.text(
         0.01,
         0.005,
-        "bars: 95% interval, test tasks resampled (one run each)",
+        "bars: 95% interval, test tasks resampled (one run each); ring: the point chosen on "
+        "the harness split (else the final one)",
         fontsize=7,
         color="0.4",
     )

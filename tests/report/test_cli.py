@@ -26,15 +26,26 @@ def test_compare_table_and_figure(whale, filled, tmp_path):
     runs = filled.runs
     result = whale("compare", runs["whale"].id, runs["weight_only"].id, runs["harness_only"].id)
     assert result.exit_code == 0, result.output
-    # run, strategy, status, k, best, rollouts to best, final, rollouts used, test points, name
+    # run, strategy, status, k, selected, max over test, rollouts to max, final, rollouts used,
+    # test points, name; selected is the final point here (no harness-split scores)
     table = {
         words[1]: words[3:]
         for words in map(str.split, result.stdout.splitlines())
         if words and words[0].startswith("#")
     }
-    assert table["whale"] == ["4", "0.750", "1,024", "0.700", "3,536", "5", "arith", "whale"]
-    assert table["weight_only"][:6] == ["4", "0.550", "2,048", "0.550", "2,304", "3"]
-    assert table["harness_only"][:6] == ["4", "0.600", "800", "0.600", "1,600", "3"]
+    assert table["whale"] == [
+        "4",
+        "0.700",
+        "0.750",
+        "1,024",
+        "0.700",
+        "3,536",
+        "5",
+        "arith",
+        "whale",
+    ]
+    assert table["weight_only"][:7] == ["4", "0.550", "0.550", "2,048", "0.550", "2,304", "3"]
+    assert table["harness_only"][:7] == ["4", "0.600", "0.600", "800", "0.600", "1,600", "3"]
     assert (tmp_path / "compare.png").read_bytes().startswith(b"\x89PNG")
 
 

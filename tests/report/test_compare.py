@@ -24,6 +24,11 @@ def test_summaries_in_the_order_asked(session, filled):
         "final": 0.7,
         "rollouts_used": 1536 + 2000,  # its phases counted more than its metrics
         "test_points": 5,
+        # no harness-split scores: the point shown without peeking at test is the final one
+        "selected": 0.7,
+        "selected_ci": None,
+        "selected_by": "final point",
+        "rollouts_to_selected": by["whale"]["rollouts_to_selected"],
         # synthetic test points have no rollouts: no interval, nothing to pair
         "best_ci": None,
         "final_ci": None,

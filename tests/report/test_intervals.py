@@ -4,7 +4,7 @@ and its page."""
 
 import json
 
-from app.db.schema import Metric, Run
+from app.db.schema import Evaluation, Metric, Run
 from app.phases import plot_test_point
 from app.read.compare import compare_runs
 from app.rollout.evaluate import _finish
@@ -60,7 +60,7 @@ def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tm
     env = {"WHALE_HOME": str(workbench.settings.home), "COLUMNS": "200"}
     proc = whale("compare", str(a.id), str(b.id), "--plot", str(tmp_path / "c.png"), env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "95% interval, test tasks resampled" in proc.stdout
+    assert "95% interval, test tasks resampled" in " ".join(proc.stdout.split())  # the caption
     assert f"#{b.id} vs #{a.id}: final +0.000" in proc.stdout and "p = 1" in proc.stdout
     rows = json.loads(
         whale(
@@ -71,3 +71,45 @@ def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tm
     assert (tmp_path / "c.png").stat().st_size > 10_000
     with workbench.session() as s:
         assert s.get(Metric, 1).evaluation_id is not None
+
+
+def test_the_headline_is_chosen_on_the_harness_split_not_on_test(store, workbench, client):  # noqa: F811
+    """Two pairs tested: the one better on the harness split is worse on test. The compare
+    table leads with the first; the maximum over test points is shown beside it, labelled."""
+    run = store.write(Run(name="peek", kind="experiment", domain="arith", status="done"))
+    checkpoint = store.checkpoint()
+    for i, (validation, test) in enumerate([(0.8, 0.4), (0.5, 0.7)]):
+        harness = store.harness(run, name=f"h{i}.py")
+        for split, score in (("harness", validation), ("test", test)):
+            e = store.write(
+                Evaluation(
+                    run_id=run.id,
+                    harness_id=harness.id,
+                    checkpoint_id=checkpoint.id,
+                    split=split,
+                    k=1,
+                    n_tasks=4,
+                    status="done",
+                    mean_at_k=score,
+                )
+            )
+        store.write(
+            Metric(
+                run_id=run.id,
+                series="test/mean@k",
+                x=i,
+                rollouts=10 * (i + 1),
+                y=test,
+                evaluation_id=e.id,
+            )
+        )
+    with workbench.session() as s:
+        (row,) = compare_runs(s, [run.id])
+    assert (row["selected"], row["selected_by"], row["rollouts_to_selected"]) == (
+        0.4,
+        "harness split",
+        10,
+    )
+    assert row["best"] == 0.7  # the maximum over test points: chosen on test
+    page = client.get(f"/runs/compare?ids={run.id}").text
+    assert "selected test" in page and "max over test" in page and "by harness split" in page
