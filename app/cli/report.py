@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from app.cli.base import BAD_INPUT
@@ -79,7 +80,7 @@ def compare_table(rows: list[dict]) -> Table:
             str(r["test_points"]),
             r["name"],
         )
-    table.caption = (
+    table.caption = escape(
         "selected: the test score of the pair chosen on the harness split (the final point "
         "without one); max over test: the best test point, chosen on test (the paper's figure). "
         "[lo, hi]: 95% interval, test tasks resampled; one run (one seed) each"

@@ -60,7 +60,8 @@ def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tm
     env = {"WHALE_HOME": str(workbench.settings.home), "COLUMNS": "200"}
     proc = whale("compare", str(a.id), str(b.id), "--plot", str(tmp_path / "c.png"), env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "95% interval, test tasks resampled" in " ".join(proc.stdout.split())  # the caption
+    caption = " ".join(proc.stdout.split())
+    assert "[lo, hi]: 95% interval, test tasks resampled" in caption
     assert f"#{b.id} vs #{a.id}: final +0.000" in proc.stdout and "p = 1" in proc.stdout
     rows = json.loads(
         whale(
