@@ -89,6 +89,14 @@ def decide(
         return greedy(incumbent, candidate)
     if rule == "paired":
         return paired_gate(incumbent, candidate, level, seed)
+    found = sequential_on(incumbent, candidate, order, level)
+    seen = sum(t in candidate and t in incumbent for t in order)
+    return found or Decision(False, "sequential", 1.0, seen, "too little evidence")
+
+
+def sequential_on(
+    incumbent: dict[str, float], candidate: dict[str, float], order: Sequence[str], level: float
+) -> Decision | None:
+    """`sequential` on the tasks of `order` both have scored, in that order (None: go on)."""
     seen = [t for t in order if t in candidate and t in incumbent]
-    found = sequential([candidate[t] - incumbent[t] for t in seen], len(order), level)
-    return found or Decision(False, "sequential", 1.0, len(seen), "too little evidence")
+    return sequential([candidate[t] - incumbent[t] for t in seen], len(order), level)

@@ -34,7 +34,7 @@ from app.db.schema import (
 from app.domains import Domain
 from app.phases import end_phase, phase_rollouts
 from app.rollout.evaluate import sha_of, task_means
-from app.search.acceptance import Decision, decide, sequential
+from app.search.acceptance import Decision, decide, sequential_on
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.pareto import Score, accept, frontier
@@ -178,9 +178,7 @@ class _Search:
             means = task_means(s, self.evaluation_ids[harness_id])
         cfg = self.cfg
         if cfg.acceptance == "sequential":
-            seen = [t for t in self.order if t in means and t in self.incumbent_means]
-            differences = [means[t] - self.incumbent_means[t] for t in seen]
-            decision = sequential(differences, len(self.order), cfg.false_commit)
+            decision = sequential_on(self.incumbent_means, means, self.order, cfg.false_commit)
         else:
             decision = decide(cfg.acceptance, self.incumbent_means, means, cfg.false_commit)
         if decision is not None:
