@@ -90,3 +90,14 @@ def paired(
         b_better=int((d > 0).sum()),
         a_better=int((d < 0).sum()),
     )
+
+
+def seed_interval(values: Iterable[float]) -> tuple[float, tuple[float, float] | None]:
+    """The mean over seeds (one value per run) and its 95% t interval; no interval below two
+    seeds. Seeds are few, so the interval is wide: that is what they say."""
+    x = np.asarray(list(values), dtype=float)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, None
+    half = stats.t.ppf(0.5 + LEVEL / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+    return mean, (float(mean - half), float(mean + half))

@@ -57,7 +57,7 @@ def main() -> None:
         text=True,
         check=True,
     )
-    rows = json.loads(proc.stdout)
+    rows = json.loads(proc.stdout)["runs"]
     ci = lambda v: f" [{v[0]:.3f}, {v[1]:.3f}]" if v else ""  # noqa: E731
     body = table(
         [

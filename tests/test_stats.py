@@ -2,6 +2,7 @@
 difficulty, k samples each, many repetitions with the truth known."""
 
 import numpy as np
+import pytest
 
 from app.stats import mean_interval, paired, per_task_means
 
@@ -68,3 +69,13 @@ def test_paired_uses_the_shared_tasks_only():
     assert (result.n_tasks, result.difference, result.b_better, result.a_better) == (2, 0.5, 1, 0)
     assert paired(a, {"q": 1.0}) is None
     assert paired(a, dict(a)).p_value == 1.0
+
+
+def test_the_interval_over_seeds_is_a_t_interval():
+    from app.stats import seed_interval
+
+    mean, (low, high) = seed_interval([0.5, 0.6, 0.7])
+    # mean 0.6, sd 0.1, t(0.975, 2) = 4.303: 0.6 +- 4.303 * 0.1 / sqrt(3)
+    assert mean == pytest.approx(0.6) and high - mean == pytest.approx(0.2484, abs=1e-3)
+    assert mean - low == pytest.approx(high - mean)
+    assert seed_interval([0.4]) == (0.4, None)

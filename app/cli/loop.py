@@ -15,6 +15,7 @@ from sqlmodel import select
 
 from app import control
 from app.cli.base import fail
+from app.cli.report import format_group
 from app.config import Settings
 from app.db.schema import Event, Phase, Run
 from app.loop.experiment import (
@@ -23,9 +24,11 @@ from app.loop.experiment import (
     config_hash,
     incoming_harness,
     load,
+    parse,
 )
 from app.loop.experiment import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
+from app.read.compare import group_summary
 from app.read.curves import intervals, test_points
 
 
@@ -38,17 +41,23 @@ def run(
             "--dry-run", help="check everything that can be checked and print what would run"
         ),
     ] = False,
+    seeds: Annotated[
+        Optional[str],
+        typer.Option(help="one run per seed, grouped, e.g. 0,1,2 (instead of the file's seeds)"),
+    ] = None,
 ):
     """Run an experiment headless: progress per phase, a summary table at the end.
 
-    An unfinished run of the same experiment (same name, same file) is resumed."""
-    from app.loop.driver import Loop, start_run, unfinished_runs
+    An unfinished run of the same experiment (same name, same file) is resumed. With seeds
+    (`--seeds` or the file's `seeds`), one run per seed, one after the other, then the group's
+    mean and interval over seeds."""
     from app.loop.lock import StoreBusy, StoreLock
-    from app.workbench import Workbench
 
     try:
         exp, text = load(experiment)
-    except ExperimentError as exc:
+        group_seeds = _seed_list(seeds) if seeds is not None else exp.seeds
+        runs = [parse(text, str(experiment), seed=s) for s in group_seeds or []] or [exp]
+    except (ExperimentError, typer.BadParameter) as exc:
         raise fail(str(exc)) from None
     settings = Settings(**exp.runtime.model_dump(exclude_none=True))
     if dry_run:  # no store, no model, no sandbox
@@ -62,48 +71,80 @@ def run(
         lock = StoreLock(settings.home).acquire()
     except StoreBusy as exc:
         raise fail(str(exc)) from None
+    group = {"name": exp.name, "seeds": group_seeds} if group_seeds else None
 
     async def main():
+        from app.workbench import Workbench
+
         workbench = Workbench(
             settings, say=(lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]"))
         )
         try:
-            same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
-            changed = [r for r in same if r.config.get("hash") != config_hash(text)]
-            if changed:
-                raise fail(
-                    f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
-                    f"from a different {experiment.name}; stop it (whale stop "
-                    f"{changed[0].id}) or give the experiment another name"
-                )
-            if not same:  # checked before the model starts: a broken harness costs nothing
-                with workbench.session() as s:
-                    try:
-                        check_generation(exp, workbench.backend_name, str(experiment))
-                        incoming = incoming_harness(exp, s, str(experiment))
-                    except ExperimentError as exc:
-                        raise fail(str(exc)) from None
-            await workbench.start()
-            row = (
-                same[0]
-                if same
-                else await start_run(workbench, exp, text, config_hash(text), incoming)
-            )
-            if same:
-                err.print(f"resuming run {row.id}")
-            with progress_bars() as progress:
-                await Loop(workbench, row.id, phase_progress(progress, quiet=as_json)).run()
+            results = [
+                await _run_one(workbench, e, text, experiment, group, as_json, i == 0)
+                for i, e in enumerate(runs)
+            ]
             with workbench.session() as s:
-                return summary(s, row.id)
+                return results, group_summary(s, [r["run_id"] for r in results])
         finally:
             await workbench.stop()
             lock.release()
 
-    result = uvloop.run(main())
+    results, aggregate = uvloop.run(main())
+    if group is None:
+        (result,) = results
+        if as_json:
+            print(json.dumps(result))
+        else:
+            print_summary(result)
+        return
     if as_json:
-        print(json.dumps(result))
-    else:
+        print(json.dumps({"group": group, **aggregate, "runs": results}))
+        return
+    for result in results:
         print_summary(result)
+    print(format_group(group, aggregate))
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--seeds: comma-separated integers, not {text!r}") from None
+
+
+async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, first: bool):
+    """Start (or resume) one run of the experiment and run it to its end; its summary."""
+    from app.loop.driver import Loop, start_run, unfinished_runs
+
+    same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
+    changed = [r for r in same if r.config.get("hash") != config_hash(text)]
+    if changed:
+        raise fail(
+            f"run {changed[0].id} ({exp.name!r}) is unfinished and was started "
+            f"from a different {path.name}; stop it (whale stop "
+            f"{changed[0].id}) or give the experiment another name"
+        )
+    if not same:  # checked before the model starts: a broken harness costs nothing
+        with workbench.session() as s:
+            try:
+                check_generation(exp, workbench.backend_name, str(path))
+                incoming = incoming_harness(exp, s, str(path))
+            except ExperimentError as exc:
+                raise fail(str(exc)) from None
+    if first:
+        await workbench.start()
+    row = (
+        same[0]
+        if same
+        else await start_run(workbench, exp, text, config_hash(text), incoming, group)
+    )
+    if same:
+        err.print(f"resuming run {row.id}")
+    with progress_bars() as progress:
+        await Loop(workbench, row.id, phase_progress(progress, quiet=as_json)).run()
+    with workbench.session() as s:
+        return summary(s, row.id)
 
 
 def format_plan(plan: dict) -> str:

@@ -14,7 +14,7 @@ from rich.table import Table
 from app.cli.base import BAD_INPUT
 from app.config import Settings
 from app.progress import err
-from app.read.compare import compare_runs, mixed_scales
+from app.read.compare import compare_runs, groups, mixed_scales
 from app.read.curves import X_LABELS
 from app.read.runs import UnknownRuns
 from app.report.export import export_run
@@ -109,6 +109,20 @@ def paired_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def format_group(group: dict, aggregate: dict) -> str:
+    def figure(key: str) -> str:
+        mean, ci = aggregate[f"{key}_mean"], aggregate[f"{key}_ci"]
+        if mean is None:
+            return "-"
+        return f"{mean:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+    return (
+        f"group {group['name']!r}, seeds {', '.join(map(str, group['seeds']))}: selected test "
+        f"mean@k {figure('selected')}, max over test {figure('best')}, final "
+        f"{figure('final')} ({aggregate['design']})"
+    )
+
+
 def compare(
     run_ids: Annotated[list[int], typer.Argument(help="run ids to compare")],
     plot: Annotated[Path, typer.Option(help="where to write the figure (PNG)")] = Path(
@@ -125,12 +139,15 @@ def compare(
     with store_session() as session:
         rows = compare_runs(session, run_ids)
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
+    seed_groups = groups(rows)
     if as_json:
-        print(json.dumps(rows))
+        print(json.dumps({"runs": rows, "groups": seed_groups}))
     else:
         Console().print(compare_table(rows))
         for line in paired_lines(rows):
             print(line)
+        for g in seed_groups:
+            print(format_group({"name": g["group"], "seeds": g["runs"]}, g))
     for note in mixed_scales(rows):
         err.print(f"[yellow]note:[/yellow] {note}")
     err.print(f"figure: {plot}")

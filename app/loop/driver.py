@@ -393,11 +393,18 @@ class Loop:
 
 
 async def start_run(
-    workbench, experiment: Experiment, source: str, config_hash: str, incoming: tuple[str, str]
+    workbench,
+    experiment: Experiment,
+    source: str,
+    config_hash: str,
+    incoming: tuple[str, str],
+    group: dict | None = None,
 ) -> Run:
     """A new run of an experiment: its incoming harness (name, code: see incoming_harness) and
-    base checkpoint are recorded."""
+    base checkpoint are recorded. `group`: the seed group it belongs to ({name, seeds})."""
     config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
+    if group:
+        config["group"] = group
     run, harness, checkpoint = await workbench.start_run(
         experiment.name, "experiment", experiment.domain, incoming, config
     )

@@ -101,6 +101,8 @@ class Experiment(_Strict):
     harness_id: int | None = Field(default=None, ge=1, le=2**63 - 1, description="a stored harness")
     harness_code: str | None = Field(default=None, max_length=10_000_000, description="the code")
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    # one run per seed, grouped (`whale run --seeds 0,1,2` overrides); compared as a group
+    seeds: list[int] | None = Field(default=None, min_length=1, max_length=100)
     strategy: Strategy = "whale"
     stagewise_weight_share: float = Field(
         default=0.5, gt=0, lt=1, description="stagewise: rollout share for weights"
@@ -124,6 +126,11 @@ class Experiment(_Strict):
         given = [k for k in HARNESS_KEYS if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of {', '.join(HARNESS_KEYS)} (given: {', '.join(given)})")
+        if self.seeds is not None and (
+            len(set(self.seeds)) != len(self.seeds)
+            or not all(0 <= s <= MAX_SEED for s in self.seeds)
+        ):
+            raise ValueError(f"seeds: distinct integers from 0 to {MAX_SEED}, not {self.seeds}")
         if "seed" not in self.rft.model_fields_set:  # the run's seed orders and trains RFT
             self.rft.seed = self.seed
         if "seed" not in self.search.model_fields_set:  # ...and draws a proposer's choices
@@ -155,13 +162,18 @@ class ExperimentError(ValueError):
     pass
 
 
-def parse(text: str, source: str = "experiment", web: bool = False) -> Experiment:
+def parse(
+    text: str, source: str = "experiment", web: bool = False, seed: int | None = None
+) -> Experiment:
     """The experiment in a TOML text; ExperimentError names the file and the offending key.
-    `web`: it came over HTTP, so a `harness` file must be one of the archive's."""
+    `web`: it came over HTTP, so a `harness` file must be one of the archive's. `seed`: the run
+    of that seed of a group (`seeds`): its seed set, " seed N" added to its name."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ExperimentError(f"{source}: not valid TOML: {exc}") from None
+    if seed is not None and isinstance(data, dict):
+        data["seed"], data["name"] = seed, f"{data.get('name', '')} seed {seed}"
     try:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:

@@ -43,6 +43,11 @@ class LoopManager:
         """Validate an experiment posted over HTTP (ExperimentError names the bad key) and start
         its run; its harness is an archive file, a stored harness or code, never a server path."""
         experiment = parse(toml_text, source, web=True)
+        if experiment.seeds:  # one run per seed, one after the other, is the command line's job
+            raise ExperimentError(
+                f"{source}: seeds: a seed group runs from the command line (whale run FILE); "
+                "here one run starts: set `seed` instead"
+            )
         self.check_runtime(experiment)
         check_generation(experiment, self.wb.backend_name, source)
         with self.wb.session() as s:

@@ -14,7 +14,7 @@ from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
 from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
-from app.stats import paired
+from app.stats import paired, seed_interval
 
 MAX_RUNS = 10  # the chart has ten colours
 RunIds = Annotated[list[int], Query(description="the runs to compare: ids=1&ids=2...")]
@@ -107,6 +107,7 @@ def summarize(session: Session, run: Run) -> dict:
         "final_evaluation_id": final.evaluation_id if final else None,
         "rollouts_used": rollouts_used(session, run.id),
         "test_points": len(points),
+        "group": group_of(run),
     }
 
 
@@ -135,6 +136,43 @@ def summaries(session: Session, runs: list[Run]) -> list[dict]:
     return rows
 
 
+def group_of(run: Run) -> str | None:
+    """The seed group a run belongs to (`whale run --seeds`), by its experiment's name."""
+    return ((run.config or {}).get("group") or {}).get("name")
+
+
+def aggregate(rows: list[dict]) -> dict:
+    """Summaries of one group's runs as mean and 95% interval over seeds."""
+    out: dict[str, Any] = {"n_seeds": len(rows), "runs": [r["id"] for r in rows]}
+    for key in ("selected", "best", "final"):
+        values = [r[key] for r in rows if r[key] is not None]
+        mean, ci = seed_interval(values) if values else (None, None)
+        out[f"{key}_mean"], out[f"{key}_ci"] = mean, list(ci) if ci else None
+    out["design"] = (
+        f"mean over {len(rows)} seeds, one run each; 95% t interval over seeds"
+        if len(rows) > 1
+        else "one seed: no interval over seeds"
+    )
+    return out
+
+
+def group_summary(session: Session, run_ids: list[int]) -> dict:
+    """The group of these runs (one per seed) as mean and interval over seeds."""
+    return aggregate(summaries(session, get_runs(session, run_ids)))
+
+
+def groups(rows: list[dict]) -> list[dict]:
+    """The seed groups among compared runs, in order of first appearance, each aggregated."""
+    members: dict[str, list[dict]] = {}
+    for row in rows:
+        if row.get("group"):
+            members.setdefault(row["group"], []).append(row)
+    return [
+        {"group": name, "strategy": rs[0]["strategy"], **aggregate(rs)}
+        for name, rs in members.items()
+    ]
+
+
 def compare_runs(session: Session, run_ids: list[int]) -> list[dict]:
     """The summaries of the runs, in the order given; raises UnknownRuns for ids not in the
     store."""
@@ -155,6 +193,7 @@ def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dic
         "x": x,
         "x_label": X_LABELS[x],
         "runs": rows,
+        "groups": groups(rows),
         "notes": mixed_scales(rows),
         "curves": {label(run): as_points(curve(s, run, x)[0]) for run in runs},
     }

@@ -89,6 +89,23 @@ class ComparedRun(Open):
     rollouts_used: int
     test_points: int
     paired: PairedComparison | None = Field(description="final test score against the first run's")
+    group: str | None = Field(description="its seed group (`whale run --seeds`), if any")
+
+
+class SeedGroup(Open):
+    """Runs of one experiment under several seeds, as mean and 95% t interval over seeds."""
+
+    group: str
+    strategy: str
+    n_seeds: int
+    runs: list[int]
+    selected_mean: float | None
+    selected_ci: list[float] | None
+    best_mean: float | None
+    best_ci: list[float] | None
+    final_mean: float | None
+    final_ci: list[float] | None
+    design: str
 
 
 class ComparePage(Open):
@@ -96,6 +113,7 @@ class ComparePage(Open):
     x: str = Field(description="x axis: rollouts, weight_steps or wall_s")
     x_label: str
     runs: list[ComparedRun]
+    groups: list[SeedGroup] = Field(description="the seed groups among the runs, aggregated")
     curves: dict[str, list[TestPoint]] = Field(description="test mean@k per run label")
     notes: list[str] = Field(description="why the runs' mean@k are not one scale, if they are not")
 

@@ -73,6 +73,7 @@ def rows(workbench, table: str) -> int:
             "switching.end_on = weight needs strategy whale, stagewise or fast_slow and budget.rollouts",
         ),
         ('[switching]\nend_on = "weight"', "or fast_slow and budget.rollouts"),
+        ("seeds = [0, 1]", "seeds: a seed group runs from the command line"),
     ],
 )
 def test_a_refused_experiment_names_the_key_and_stores_nothing(client, workbench, line, message):

@@ -37,6 +37,7 @@ def test_shipped_examples_parse(path: Path):
         ('name = "x"\n[rft]\nsteps = 3', "rft.steps is not used here: set switching.weight_steps"),
         ('name = "x"\n[search]\niterations = 3', "search.iterations is not used here"),
         ('name = "x"\nstrategy = "stagewise"', "strategy stagewise needs budget.rollouts"),
+        ('name = "x"\nseeds = [1, 1]', "seeds: distinct integers from 0 to"),
         (
             'name = "x"\nstrategy = "fast_slow"',
             "strategy fast_slow interleaves RFT with prompt evolution every round: set "

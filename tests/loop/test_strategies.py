@@ -120,3 +120,42 @@ def test_fast_slow_interleaves_rft_with_prompt_evolution(tmp_path, model_server,
     ).fetchone()
     assert tokens > 0  # the reflections are counted in the run's token budget
     store_invariants(tmp_path / "home" / "whale.db")
+
+
+@pytest.mark.slow
+def test_seeds_run_one_grouped_run_each_and_compare_aggregates_them(tmp_path, whale_env):
+    path = tmp_path / "seeds.toml"
+    path.write_text(
+        quick_toml(
+            "seeded",
+            "harness_only",
+            rollouts=10,
+            search={"tasks": "2"},
+            test={"tasks": "2", "at_start": "false"},
+        )
+    )
+    proc = whale("run", str(path), "--seeds", "3,4", "--json", env=whale_env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["group"] == {"name": "seeded", "seeds": [3, 4]}
+    names = [r["name"] for r in out["runs"]]
+    assert names == ["seeded seed 3", "seeded seed 4"]
+    assert out["n_seeds"] == 2 and "mean over 2 seeds" in out["design"]
+    ids = [r["run_id"] for r in out["runs"]]
+    finals = [r["test_points"][-1]["mean_at_k"] for r in out["runs"]]
+    assert out["final_mean"] == pytest.approx(sum(finals) / 2)
+    compared = json.loads(
+        whale(
+            "compare", *map(str, ids), "--json", "--plot", str(tmp_path / "c.png"), env=whale_env
+        ).stdout
+    )
+    (group,) = compared["groups"]
+    assert (group["group"], group["runs"], group["n_seeds"]) == ("seeded", ids, 2)
+    assert group["final_mean"] == pytest.approx(out["final_mean"])
+    # the seeds reached the runs: each run's experiment carries its own
+    from app.db import open_engine, read_session
+    from app.db.schema import Run
+
+    with read_session(open_engine(tmp_path / "home" / "whale.db")) as s:
+        seeds = [s.get(Run, i).config["experiment"]["seed"] for i in ids]
+        assert seeds == [3, 4] and s.get(Run, ids[0]).config["group"]["seeds"] == [3, 4]

@@ -53,7 +53,9 @@ def test_compare_json_and_options(whale, filled, tmp_path):
     ids = [filled.runs["stagewise"].id, filled.runs["rft"].id]
     result = whale("compare", *ids, "--json", "--x", "wall_s", "--plot", "figs/wall.png")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    data = json.loads(result.stdout)
+    rows = data["runs"]
+    assert data["groups"] == []  # no seed groups among these runs
     assert [(r["id"], r["best"], r["test_points"]) for r in rows] == [
         (ids[0], None, 0),
         (ids[1], 0.3, 2),

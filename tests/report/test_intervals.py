@@ -67,7 +67,7 @@ def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tm
         whale(
             "compare", str(a.id), str(b.id), "--json", "--plot", str(tmp_path / "d.png"), env=env
         ).stdout
-    )
+    )["runs"]
     assert rows[1]["paired"]["p_value"] == 1.0 and rows[0]["final_ci"][0] < 0.5
     assert (tmp_path / "c.png").stat().st_size > 10_000
     with workbench.session() as s:
