@@ -12,7 +12,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.95
 RESAMPLES = 4000
@@ -34,6 +33,8 @@ def mean_interval(task_means: Iterable[float], seed: int = 0) -> tuple[float, fl
         return None
     if np.all(x == x[0]):
         return float(x[0]), float(x[0])
+    from scipy import stats  # here: importing scipy.stats takes seconds, most callers never need it
+
     ci = stats.bootstrap(
         (x,),
         np.mean,
@@ -71,6 +72,8 @@ def paired(
     if np.all(d == 0):
         p = 1.0
     else:
+        from scipy import stats
+
         test = stats.permutation_test(
             (np.array([a[t] for t in shared]), np.array([b[t] for t in shared])),
             lambda x, y, axis: np.mean(y - x, axis=axis),
@@ -99,5 +102,7 @@ def seed_interval(values: Iterable[float]) -> tuple[float, tuple[float, float] |
     mean = float(x.mean())
     if len(x) < 2:
         return mean, None
+    from scipy import stats
+
     half = stats.t.ppf(0.5 + LEVEL / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
     return mean, (float(mean - half), float(mean + half))
