@@ -45,7 +45,7 @@ class Workbench:
         self._server_queue: ServerQueue | None = None
         self.admission: Admission | None = None
         self.base_model_path: Path | None = None  # the weights RFT starts from
-        self.gates: dict = {}  # run id -> its loop's gate (pause/stop), see app/loop/driver.py
+        self.gates: dict = {}  # run id -> its loop (a RunGate: pause/stop), app/loop/driver.py
 
     def session(self):
         return read_session(self.engine)

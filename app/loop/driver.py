@@ -76,6 +76,10 @@ class Loop:
         if self.desired == "stopped":
             raise RunStopped()
 
+    def holds(self) -> bool:
+        """No new rollout may start now (the run is paused or stopping)."""
+        return self.desired in ("paused", "stopped")
+
     async def _status(self, status: str, only_from: tuple[str, ...] | None = None) -> None:
         def update(s):
             run = s.get(Run, self.run_id)
@@ -102,7 +106,7 @@ class Loop:
 
     async def run(self) -> Run:
         watcher = asyncio.create_task(self._watch())
-        self.wb.gates[self.run_id] = self.gate
+        self.wb.gates[self.run_id] = self  # its gate() and holds(): app/rollout/evaluate.py
         try:
             await self._status("resuming" if self._phases() else "running")
             await self._resume_checkpoint()

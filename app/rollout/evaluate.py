@@ -12,8 +12,9 @@ its last try recorded as `infra`: left out of mean@k and RFT, counted on the eva
 
 import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from sqlalchemy import bindparam, delete
 from sqlmodel import Session, col, select
@@ -60,6 +61,15 @@ class RunStopped(Exception):
     """Raised by a gate to start no more rollouts: the run is stopping."""
 
 
+class RunGate(Protocol):
+    """A run's say over its rollouts (app/loop/driver.py): `gate()` waits while the run is paused
+    and raises RunStopped once it stops; `holds()` is true while no new rollout may start."""
+
+    async def gate(self) -> None: ...
+
+    def holds(self) -> bool: ...
+
+
 class Evaluator:
     def __init__(
         self,
@@ -70,7 +80,7 @@ class Evaluator:
         concurrency: int = 32,
         backend: str = "endpoint",
         limits: dict | None = None,
-        gates: dict[int, Callable[[], Awaitable[None]]] | None = None,
+        gates: dict[int, RunGate] | None = None,
         admission: Admission | None = None,
     ):
         # The model backend's name (which call fields it takes) and the process-wide rollout
@@ -83,7 +93,7 @@ class Evaluator:
         self.harness_dir = harness_dir
         self.concurrency = concurrency
         self.admission = admission or Admission(concurrency)
-        # A run's gate is awaited before each of its rollouts starts: it waits while the run is
+        # A run's gate is passed before each of its rollouts starts: it waits while the run is
         # paused and raises RunStopped when it stops. Rollouts already running always finish.
         self.gates = gates if gates is not None else {}
 
@@ -153,13 +163,19 @@ class Evaluator:
 
         async def one(rollout: Rollout) -> Rollout:
             async with semaphore:
-                if gate:
-                    await gate()
-                async with self.admission.slot():
-                    task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
-                    done = await self._rollout(
-                        rollout, task, path, checkpoint, domain, wall_s, generation, scoring
-                    )
+                while True:
+                    if gate:
+                        await gate.gate()
+                    async with self.admission.slot():
+                        # A pause that came while it waited for a slot holds it too: the slot
+                        # goes back (another run may use it) and the gate is passed again.
+                        if gate and gate.holds():
+                            continue
+                        task = Task(rollout.task_id, rollout.task or {}, rollout.gold or "")
+                        done = await self._rollout(
+                            rollout, task, path, checkpoint, domain, wall_s, generation, scoring
+                        )
+                        break
             if progress:
                 progress(done)
             return done

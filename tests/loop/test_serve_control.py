@@ -4,6 +4,7 @@ force a phase, stop; bad experiments and conflicting actions are refused with th
 import json
 import sqlite3
 import time
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -17,6 +18,16 @@ def finished_rollouts(db) -> int:
     con = sqlite3.connect(db)
     try:
         return con.execute("SELECT count(*) FROM rollout WHERE status != 'pending'").fetchone()[0]
+    finally:
+        con.close()
+
+
+def started_since(db, moment: datetime) -> list[int]:
+    """Rollouts that started after `moment` (UTC, as the store writes it)."""
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute("SELECT id, started_at FROM rollout WHERE started_at IS NOT NULL")
+        return [i for i, at in rows if datetime.fromisoformat(at) > moment]
     finally:
         con.close()
 
@@ -77,9 +88,10 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
 
         assert act("pause").status_code == 200
         wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'paused'", 60)
+        paused_at = datetime.now(UTC).replace(tzinfo=None)
         before = settled(db, quiet_s=15)  # the rollouts in flight have finished...
         time.sleep(8)
-        assert finished_rollouts(db) == before and status() == "paused"  # ...and none started
+        assert status() == "paused" and started_since(db, paused_at) == []  # ...and none started
         again = act("pause")
         assert again.status_code == 409 and "already paused" in again.json()["detail"]
 
