@@ -1,9 +1,21 @@
 """Phase rows, shared by both phase kinds (app/training/weight_phase.py, app/search/harness_phase.py), the loop
-and the views: closing a phase, counting the rollouts it used, plotting a test point."""
+and the views: closing a phase, counting the rollouts it used, plotting a test point, and
+closing what a run leaves open when it stops or fails."""
 
-from sqlmodel import select
+from sqlalchemy import delete
+from sqlmodel import col, select
 
-from app.db.schema import Evaluation, Event, Metric, Phase, now
+from app.db.schema import (
+    Evaluation,
+    Event,
+    Metric,
+    Phase,
+    Rollout,
+    SearchIteration,
+    Step,
+    TrainingJob,
+    now,
+)
 from app.rollout.usage import spent
 
 TEST_SERIES = "test/mean@k"  # the metric series of the run's curve
@@ -46,3 +58,37 @@ def plot_test_point(s, run_id: int, evaluation, rollouts: int, steps: int, wall_
                 wall_s=wall_s,
             )
         )
+
+
+def close_open_work(s, run_id: int, status: str, reason: str) -> None:
+    """A run that stops or fails leaves nothing running (docs/faults.md, "nothing left
+    running"): the rollouts that never started are dropped, their evaluations marked
+    `stopped` (what finished is kept and counted), the running phase ends with the reason,
+    an unfinished training job or search iteration fails with it."""
+    open_evaluations = s.exec(
+        select(Evaluation).where(Evaluation.run_id == run_id, Evaluation.status == "running")
+    ).all()
+    for evaluation in open_evaluations:
+        never = select(Rollout.id).where(
+            Rollout.evaluation_id == evaluation.id, Rollout.status == "pending"
+        )
+        s.exec(delete(Step).where(col(Step.rollout_id).in_(never)))
+        s.exec(delete(Rollout).where(col(Rollout.id).in_(never)))
+        evaluation.status, evaluation.finished_at = "stopped", now()
+    jobs = s.exec(
+        select(TrainingJob).where(
+            TrainingJob.run_id == run_id, col(TrainingJob.status).in_(("sampling", "training"))
+        )
+    ).all()
+    why = f"the run {status}: {reason}"
+    for job in jobs:
+        job.status, job.error, job.finished_at = "failed", why, now()
+    iterations = s.exec(
+        select(SearchIteration).where(
+            SearchIteration.run_id == run_id, SearchIteration.status == "running"
+        )
+    ).all()
+    for iteration in iterations:
+        iteration.status, iteration.error = "failed", why
+    for phase in s.exec(select(Phase).where(Phase.run_id == run_id, Phase.status == "running")):
+        end_phase(s, phase.id, "stopped" if status == "stopped" else "failed")

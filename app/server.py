@@ -4,7 +4,7 @@ CSRF). An error answers a browser with a page and the API with JSON."""
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -61,4 +61,10 @@ def create_app(workbench: Workbench, token: str | None = None, host: str = "127.
     app.include_router(actions.forms)
     app.include_router(pages.html)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon():
+        # Browsers ask for it whatever a page links (a JSON view, an error page): the same icon.
+        return FileResponse(ROOT / "static" / "favicon.svg")
+
     return app

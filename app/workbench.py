@@ -15,14 +15,14 @@ from sqlmodel import select
 
 from app.config import Settings
 from app.db import Writer, open_engine, read_session
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, now
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, now, sha_of
 from app.domains import get_domain
 from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
 from app.llm.vllm import VLLMBackend
 from app.rollout.admission import Admission, ServerQueue
-from app.rollout.evaluate import Evaluator, sha_of
+from app.rollout.evaluate import Evaluator
 from sandbox.pool import Limits, SandboxPool
 from sandbox.process import ProcessLauncher
 

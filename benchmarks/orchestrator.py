@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 
 from app.db import Writer, open_engine
-from app.db.schema import Checkpoint, Harness, Run
+from app.db.schema import Checkpoint, Harness, Run, sha_of
 from app.domains import Task, get_domain
 from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import free_port
-from app.rollout.evaluate import Evaluator, sha_of
+from app.rollout.evaluate import Evaluator
 from benchmarks.common import percentile, report, start_zero_llm, table
 from sandbox import docker as docker_backend
 from sandbox import image

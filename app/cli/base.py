@@ -1,4 +1,10 @@
-"""What the command modules share: the workbench of a command, and how a refusal ends one."""
+"""What the command modules share: the workbench of a command, how a refusal ends one, and how
+SIGTERM does."""
+
+import asyncio
+import os
+import signal
+import threading
 
 import typer
 
@@ -20,3 +26,23 @@ def fail(message: str) -> typer.Exit:
     """The exit of a command refused with a message (exit code 2)."""
     err.print(f"[red]{message}[/red]")
     return typer.Exit(BAD_INPUT)
+
+
+TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM ended
+GRACE_S = 30.0  # after SIGTERM, the most a command takes to wind down before it exits anyway
+
+
+def end_on_sigterm(task: asyncio.Task, what: str) -> None:
+    """SIGTERM (what systemd and `docker stop` send) ends the command the way Ctrl-C does: the
+    task is cancelled, so rollouts in flight stop, their rows stay pending and are run again
+    when the run resumes, and the model server and sandboxes are shut down. Should that take
+    more than GRACE_S, the process exits anyway: the store is crash-safe (docs/faults.md)."""
+
+    def on_term():
+        err.print(f"[yellow]SIGTERM: stopping; {what}[/yellow]")
+        task.cancel()
+        timer = threading.Timer(GRACE_S, lambda: os._exit(TERMINATED))
+        timer.daemon = True
+        timer.start()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_term)

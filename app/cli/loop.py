@@ -14,11 +14,12 @@ from rich.table import Table
 from sqlmodel import select
 
 from app import control
-from app.cli.base import fail
+from app.cli.base import TERMINATED, end_on_sigterm, fail
 from app.cli.report import format_group
 from app.config import Settings
 from app.db.schema import Event, Phase, Run
 from app.loop.experiment import (
+    MAX_SEED,
     ExperimentError,
     check_generation,
     config_hash,
@@ -28,7 +29,7 @@ from app.loop.experiment import (
 )
 from app.loop.experiment import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
-from app.read.compare import group_summary
+from app.read.compare import group_summary, summarize
 from app.read.curves import intervals, test_points
 
 
@@ -76,6 +77,7 @@ def run(
     async def main():
         from app.workbench import Workbench
 
+        end_on_sigterm(asyncio.current_task(), f"`whale run {experiment}` resumes the run")
         workbench = Workbench(
             settings, say=(lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]"))
         )
@@ -90,7 +92,10 @@ def run(
             await workbench.stop()
             lock.release()
 
-    results, aggregate = uvloop.run(main())
+    try:
+        results, aggregate = uvloop.run(main())
+    except asyncio.CancelledError:  # SIGTERM: the run stays unfinished, to be resumed
+        raise typer.Exit(TERMINATED) from None
     if group is None:
         (result,) = results
         if as_json:
@@ -108,9 +113,13 @@ def run(
 
 def _seed_list(text: str) -> list[int]:
     try:
-        return [int(s) for s in text.split(",") if s.strip()]
+        seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise typer.BadParameter(f"--seeds: comma-separated integers, not {text!r}") from None
+    # the rule of the file's `seeds`: the same seed twice would be one run counted twice
+    if len(set(seeds)) != len(seeds) or not all(0 <= s <= MAX_SEED for s in seeds):
+        raise typer.BadParameter(f"--seeds: distinct integers from 0 to {MAX_SEED}, not {text!r}")
+    return seeds
 
 
 async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, first: bool):
@@ -164,6 +173,7 @@ def format_plan(plan: dict) -> str:
 
 
 def summary(s, run_id: int) -> dict:
+    """The run's phases and test points, and its headline figures as `whale compare` has them."""
     run = s.get(Run, run_id)
     phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
     points = test_points(s, run_id)
@@ -173,16 +183,19 @@ def summary(s, run_id: int) -> dict:
         .where(Event.run_id == run_id, Event.kind == "run_end")
         .order_by(Event.id.desc())
     ).first()
-    best = max(points, key=lambda p: p.y, default=None)
+    row = summarize(s, run)
     return {
         "run_id": run.id,
         "name": run.name,
         "strategy": run.strategy,
         "status": run.status,
         "ended": end.detail["reason"] if end else None,
-        "best_test": best.y if best else None,
-        "best_test_ci": list(ci[best.evaluation_id]) if best and best.evaluation_id in ci else None,
-        "best_at_rollouts": best.rollouts if best else None,
+        "selected": row["selected"],
+        "selected_ci": row["selected_ci"],
+        "selected_by": row["selected_by"],
+        "best_test": row["best"],
+        "best_test_ci": row["best_ci"],
+        "best_at_rollouts": row["rollouts_to_best"],
         "rollouts": max((p.rollouts for p in points), default=0),
         "phases": [
             {
@@ -237,14 +250,18 @@ def print_summary(result: dict) -> None:
     out.print(table)
     curve = ", ".join(f"{p['mean_at_k']:.3f}@{p['rollouts']}" for p in result["test_points"])
     out.print(f"test mean@k by rollouts used: {curve or 'none'}")
-    if result["best_test"] is not None:
-        ci = result["best_test_ci"]
-        interval = f" [{ci[0]:.3f}, {ci[1]:.3f}] (95%, test tasks resampled)" if ci else ""
+
+    def interval(ci: list[float] | None) -> str:
+        return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+
+    if result["selected"] is not None:
         out.print(
-            f"best test mean@k {result['best_test']:.3f}{interval} after "
-            f"{result['best_at_rollouts']} rollouts (the maximum over test points); run "
-            f"{result['status']} ({result['ended']})"
+            f"selected test mean@k {result['selected']:.3f}{interval(result['selected_ci'])} "
+            f"({result['selected_by']}); the maximum over test points "
+            f"{result['best_test']:.3f}{interval(result['best_test_ci'])} after "
+            f"{result['best_at_rollouts']} rollouts; 95% intervals, test tasks resampled"
         )
+    out.print(f"run {result['status']} ({result['ended']})")
 
 
 def _control(run_id: int, action: str, reason: str, **args) -> None:

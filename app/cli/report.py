@@ -171,4 +171,28 @@ def export(
     print(f"run {run_id} exported to {out}")
 
 
-COMMANDS = [(compare, "compare"), (export, "export")]
+def check(
+    run_id: Annotated[int, typer.Argument(help="the run to check")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the checks as JSON")] = False,
+):
+    """Check what no fault may break in a run's records (docs/faults.md); exit 1 on a break."""
+    from app.read.invariants import run_checks, store_checks
+
+    with store_session() as session:
+        checks = run_checks(session, run_id) + store_checks(session)
+    if as_json:
+        print(json.dumps([{**vars(c), "ok": c.ok} for c in checks], indent=1))
+    else:
+        out = Console(soft_wrap=True)
+        for c in checks:
+            mark = "[green]ok[/green]" if c.ok else f"[red]{len(c.broken)} broken[/red]"
+            out.print(f"{mark} {c.name}: {escape(c.promise)}")
+            for row in c.broken[:20]:
+                out.print(f"    {escape(row)}")
+            if len(c.broken) > 20:
+                out.print(f"    ... and {len(c.broken) - 20} more")
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+COMMANDS = [(compare, "compare"), (export, "export"), (check, "check")]

@@ -1,5 +1,6 @@
 """Tables. The DDL that creates them lives in migrations.py; tests check the two agree."""
 
+import hashlib
 import json
 import zlib
 from datetime import UTC, datetime
@@ -12,6 +13,11 @@ from sqlmodel import Field, SQLModel
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def sha_of(code: str) -> str:
+    """A harness's sha: of its code, so the same code is the same harness wherever it came from."""
+    return hashlib.sha256(code.encode()).hexdigest()
 
 
 def utc(value: datetime | None) -> datetime | None:
@@ -98,7 +104,7 @@ class Evaluation(SQLModel, table=True):
     split: str
     k: int
     n_tasks: int
-    status: str = "running"  # running | done | failed
+    status: str = "running"  # running | done | failed | stopped (cut short by a stop)
     mean_at_k: float | None = None
     mean_turns: float | None = None
     total_tokens: int | None = None
@@ -202,7 +208,7 @@ class Phase(SQLModel, table=True):
     kind: str  # weight | harness
     round: int
     status: str = "running"  # running | done | failed
-    # fixed | patience | budget | manual | exhausted | proposer_error | error
+    # fixed | patience | budget | manual | exhausted | proposer_error | error | stopped | failed
     ended_reason: str | None = None
     harness_in_id: int | None = Field(default=None, foreign_key="harness.id")
     harness_out_id: int | None = Field(default=None, foreign_key="harness.id")

@@ -29,7 +29,7 @@ from app.db.schema import (
 from app.domains import get_domain
 from app.loop.experiment import Experiment, stored
 from app.loop.switching import harness_phase_end, weight_phase_end
-from app.phases import plot_test_point
+from app.phases import close_open_work, plot_test_point
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import over_budget, spending, usage
 from app.search.harness_phase import harness_phase
@@ -383,6 +383,7 @@ class Loop:
 
     async def _finish(self, status: str, reason: str) -> Run:
         def finish(s):
+            close_open_work(s, self.run_id, status, reason)
             run = s.get(Run, self.run_id)
             run.status, run.finished_at = status, now()
             s.add(

@@ -32,7 +32,8 @@ def lineage(s: Session, checkpoint: Checkpoint) -> list[dict[str, Any]]:
 
 
 def mean_at_k_by_split(evaluations: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per split, the newest finished evaluation's mean@k (evaluations given newest first)."""
+    """Per split, the newest finished evaluation's mean@k and the harness it was measured with
+    (evaluations given newest first): a checkpoint's score is a pair's score."""
     by_split: dict[str, dict[str, Any]] = {}
     for e in evaluations:
         if e["status"] == "done" and e["split"] not in by_split:
@@ -42,6 +43,8 @@ def mean_at_k_by_split(evaluations: list[dict[str, Any]]) -> dict[str, dict[str,
                 "ci_high": e["ci_high"],
                 "k": e["k"],
                 "evaluation_id": e["id"],
+                "harness_id": e["harness_id"],
+                "harness_name": e["harness_name"],
             }
     return by_split
 

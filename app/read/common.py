@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal, get_args
 from fastapi import Depends, HTTPException, Path, Request
 from sqlmodel import Session, SQLModel
 
-from app.db.schema import utc
+from app.db.schema import Phase, utc
 
 # Every value Rollout.status can take.
 RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout", "infra"]
@@ -42,3 +42,11 @@ def as_dict(row: SQLModel) -> dict[str, Any]:
     """A table row as a dict, columns in table order, datetimes in UTC."""
     data = {name: getattr(row, name) for name in type(row).model_fields}
     return {k: utc(v) if isinstance(v, datetime) else v for k, v in data.items()}
+
+
+def phase_ref(phase: Phase | None) -> dict[str, Any] | None:
+    """What a mention of a phase shows: its kind and round, the run's own numbering ("harness
+    phase 2"); the id is the store's, for URLs only."""
+    if phase is None:
+        return None
+    return {"id": phase.id, "run_id": phase.run_id, "kind": phase.kind, "round": phase.round}

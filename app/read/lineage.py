@@ -125,6 +125,17 @@ def get_lineage(s: Session, run_id: int) -> dict[str, Any]:
     }
 
 
+def short_name(harness: Harness) -> str:
+    """What tells a harness from its siblings, for a node too small for its whole name: a knobs
+    candidate's knob and value ("PROMPT_STYLE=answer_only" for "prompt_style-answer_only"), or
+    the name a proposer gave it, without ".py"."""
+    name = harness.name.removesuffix(".py")
+    axis = harness.axis or ""
+    if harness.proposer == "knobs" and axis and name.startswith(f"{axis.lower()}-"):
+        return f"{axis}={name[len(axis) + 1 :]}"
+    return name
+
+
 def _node(harness: Harness, phases: list[Phase], mine: list[Evaluation]) -> dict[str, Any]:
     """One harness of the tree; `mine` are its finished harness-split evaluations, oldest first."""
     home, iteration = _home(harness, phases)
@@ -150,6 +161,7 @@ def _node(harness: Harness, phases: list[Phase], mine: list[Evaluation]) -> dict
     parents = list(dict.fromkeys(first + list(harness.parent_ids or [])))
     return {
         **{k: getattr(harness, k) for k in NODE_FIELDS},
+        "label": short_name(harness),
         "parents": parents,
         "phase_id": home.id if home else None,
         "phase_round": home.round if home else None,

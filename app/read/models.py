@@ -51,8 +51,11 @@ class RunSummary(Open):
     name: str
     status: str
     n_evaluations: int
-    best_mean_at_k: float | None = Field(description="best mean@k over all its evaluations")
-    best_test: float | None = Field(description="best point of its test mean@k curve")
+    best_test: float | None = Field(
+        description="best mean@k of its finished test-split evaluations (other splits left out)"
+    )
+    best_test_ci: list[float] | None = Field(description="95% interval of best_test")
+    best_test_evaluation_id: int | None
     n_rollouts: int
     n_done: int
     phase: str | None = Field(description="its latest phase, as 'weight 2'")
@@ -145,7 +148,9 @@ class Dashboard(Open):
     warnings: list[str] = Field(description="settings that make the run's numbers mean less")
 
 
-class RunPage(Open):
+class RunLive(Open):
+    """The polled part of the run page: all of it but the invariant checks."""
+
     run: Row
     evaluations: list[Row]
     status_counts: dict[str, int]
@@ -157,6 +162,10 @@ class RunPage(Open):
     choices: list[Row] = Field(description="runs offered as a baseline")
     view: Row = Field(description="the x axis and baseline shown")
     message: str | None = Field(description="what a control button just did")
+
+
+class RunPage(RunLive):
+    broken: list[Row] = Field(description="invariants its records break (`whale check`)")
 
 
 class LineagePage(Open):

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run
-from app.read.common import FAILED_STATUSES, NotFound
+from app.read.common import FAILED_STATUSES, NotFound, phase_ref
 
 MAX_ID = 2**63 - 1  # SQLite ids are signed 64-bit: a larger number is malformed, not unknown
 # A status, or "failed": fail, error and timeout together (in the order the chips show them).
@@ -135,8 +135,7 @@ def scope(s: Session, f: RolloutFilters) -> dict[str, Any]:
             "harness_id": e.harness_id,
         }
     if f.phase is not None:
-        p = _get(s, Phase, f.phase, "phase")
-        found["phase"] = {"id": p.id, "run_id": p.run_id, "kind": p.kind, "round": p.round}
+        found["phase"] = phase_ref(_get(s, Phase, f.phase, "phase"))
     if f.harness is not None:
         h = _get(s, Harness, f.harness, "harness")
         found["harness"] = {"id": h.id, "name": h.name, "run_id": h.run_id}
@@ -175,7 +174,7 @@ def filter_choices(
             for i, name, kind in newest(Checkpoint, Checkpoint.id, Checkpoint.name, Checkpoint.kind)
         ],
         "phases": [
-            {"id": i, "label": f"{kind} {rnd} (run {r})"}
+            {"id": i, "label": f"{kind} phase {rnd} (run {r})"}
             for i, kind, rnd, r in newest(Phase, Phase.id, Phase.kind, Phase.round, Phase.run_id)
         ],
     }

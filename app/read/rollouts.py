@@ -13,9 +13,16 @@ from fastapi import HTTPException, Query
 from sqlalchemy import func, or_
 from sqlmodel import Session, col, select
 
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
+from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run, Step
 from app.db.steps import expand_requests, expand_steps
-from app.read.common import FAILED_STATUSES, ROLLOUT_STATUSES, NotFound, as_dict, utc
+from app.read.common import (
+    FAILED_STATUSES,
+    ROLLOUT_STATUSES,
+    NotFound,
+    as_dict,
+    phase_ref,
+    utc,
+)
 from app.read.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
 
 PAGE_SIZE = 50
@@ -82,6 +89,26 @@ def list_item(row) -> dict[str, Any]:
     return item
 
 
+def with_pairs(s: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items with the name of their harness and checkpoint and the split of their
+    evaluation: what a row needs to say which pair it ran under. A page's few ids are looked up
+    in the small tables, so the list's query stays a walk over one rollout index."""
+    if not items:
+        return items
+
+    def names(*columns, ids):
+        return dict(s.exec(select(*columns).where(col(columns[0]).in_(ids))).all())
+
+    harnesses = names(Harness.id, Harness.name, ids={i["harness_id"] for i in items})
+    checkpoints = names(Checkpoint.id, Checkpoint.name, ids={i["checkpoint_id"] for i in items})
+    splits = names(Evaluation.id, Evaluation.split, ids={i["evaluation_id"] for i in items})
+    for item in items:
+        item["harness_name"] = harnesses.get(item["harness_id"])
+        item["checkpoint_name"] = checkpoints.get(item["checkpoint_id"])
+        item["split"] = splits.get(item["evaluation_id"])
+    return items
+
+
 def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     """List items of the rollouts `ids` (what a table row of them shows), by id."""
     if not ids:
@@ -119,7 +146,7 @@ def recent_failures(s: Session, run_id: int, limit: int = 10) -> list[dict[str, 
             .limit(limit)
         )
         found += [list_item(row) for row in s.exec(query)]
-    return sorted(found, key=lambda r: r["id"], reverse=True)[:limit]
+    return with_pairs(s, sorted(found, key=lambda r: r["id"], reverse=True)[:limit])
 
 
 def _walk(
@@ -163,7 +190,7 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
     rows = _walk(s, LIST_COLUMNS, page_terms, f.after, f.before, PAGE_SIZE + 1)
     more = len(rows) > PAGE_SIZE  # more matches beyond this page, in the walking direction
     rows = rows[:PAGE_SIZE][:: -1 if backward else 1]
-    items = [list_item(row) for row in rows]
+    items = with_pairs(s, [list_item(row) for row in rows])
     cut = edge is not None and not more  # the page is short because the search stopped
     if f.q is not None:
         search = {
@@ -265,6 +292,7 @@ def get_rollout(
             "split": evaluation.split,
             "k": evaluation.k,
             "phase_id": evaluation.phase_id,
+            "phase": phase_ref(s.get(Phase, evaluation.phase_id) if evaluation.phase_id else None),
         },
         "n_steps": n_steps,
         "first_step": first,

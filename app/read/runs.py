@@ -6,8 +6,7 @@ from typing import Any
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Metric, Phase, Run
-from app.phases import TEST_SERIES
+from app.db.schema import Evaluation, Phase, Run
 from app.read.common import NotFound, as_dict
 from app.read.evaluations import evaluation_rows
 from app.read.harness_phases import get_harness_phases
@@ -36,14 +35,13 @@ def get_runs(session: Session, run_ids: list[int]) -> list[Run]:
 def list_runs(s: Session) -> list[dict[str, Any]]:
     """Every run, newest first, summarised from its evaluations.
 
-    The evaluation rows already carry what the list needs (mean@k, tasks x k, progress), so the
-    list never touches the rollout table, however many rollouts there are.
+    The evaluation rows already carry what the list needs (tasks x k, progress), so the list
+    never touches the rollout table, however many rollouts there are.
     """
     summary = (
         select(
             Evaluation.run_id,
             func.count().label("n_evaluations"),
-            func.max(Evaluation.mean_at_k).label("best_mean_at_k"),
             func.sum(Evaluation.n_tasks * Evaluation.k).label("n_rollouts"),
             func.sum(Evaluation.n_done).label("n_done"),
         )
@@ -51,13 +49,7 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
         .subquery()
     )
     query = (
-        select(
-            Run,
-            summary.c.n_evaluations,
-            summary.c.best_mean_at_k,
-            summary.c.n_rollouts,
-            summary.c.n_done,
-        )
+        select(Run, summary.c.n_evaluations, summary.c.n_rollouts, summary.c.n_done)
         .outerjoin(summary, summary.c.run_id == Run.id)
         .order_by(col(Run.id).desc())
     )
@@ -65,13 +57,36 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
         {
             **as_dict(run),
             "n_evaluations": n_evaluations or 0,
-            "best_mean_at_k": best,
             "n_rollouts": n_rollouts or 0,
             "n_done": n_done or 0,
             **_progress(s, run),
         }
-        for run, n_evaluations, best, n_rollouts, n_done in s.exec(query)
+        for run, n_evaluations, n_rollouts, n_done in s.exec(query)
     ]
+
+
+def best_test(s: Session, run_id: int) -> dict[str, Any]:
+    """The run's best finished test-split evaluation: its mean@k and 95% interval. Only the
+    test split: a one-task smoke check or a harness-split score is no result to show."""
+    best = s.exec(
+        select(Evaluation)
+        .where(
+            Evaluation.run_id == run_id,
+            Evaluation.split == "test",
+            Evaluation.status == "done",
+            col(Evaluation.mean_at_k).is_not(None),
+        )
+        .order_by(col(Evaluation.mean_at_k).desc(), Evaluation.id)
+        .limit(1)
+    ).first()
+    if best is None:
+        return {"best_test": None, "best_test_ci": None, "best_test_evaluation_id": None}
+    interval = None if best.ci_low is None else [best.ci_low, best.ci_high]
+    return {
+        "best_test": best.mean_at_k,
+        "best_test_ci": interval,
+        "best_test_evaluation_id": best.id,
+    }
 
 
 def _progress(s: Session, run: Run) -> dict[str, Any]:
@@ -80,14 +95,11 @@ def _progress(s: Session, run: Run) -> dict[str, Any]:
     phase = s.exec(
         select(Phase).where(Phase.run_id == run.id).order_by(col(Phase.id).desc())
     ).first()
-    best_test = s.exec(
-        select(func.max(Metric.y)).where(Metric.run_id == run.id, Metric.series == TEST_SERIES)
-    ).one()
     used = rollouts_used(s, run.id)
     limit = (((run.config or {}).get("experiment") or {}).get("budget") or {}).get("rollouts")
     return {
         "phase": f"{phase.kind} {phase.round}" if phase else None,
-        "best_test": best_test,
+        **best_test(s, run.id),
         "rollouts_used": used,
         "rollouts_left": None if limit is None else max(limit - used, 0),
     }

@@ -11,7 +11,6 @@ its last try recorded as `infra`: left out of mean@k and RFT, counted on the eva
 """
 
 import asyncio
-import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -51,10 +50,6 @@ def harness_file(harness: Harness, directory: Path) -> Path:
         tmp.write_text(harness.code)
         tmp.replace(path)
     return path
-
-
-def sha_of(code: str) -> str:
-    return hashlib.sha256(code.encode()).hexdigest()
 
 
 class RunStopped(Exception):

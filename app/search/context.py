@@ -2,9 +2,8 @@
 
 from dataclasses import dataclass, field
 
-from app.db.schema import Harness
+from app.db.schema import Harness, sha_of
 from app.domains import Domain
-from app.rollout.evaluate import sha_of
 from app.search.pareto import Score
 
 

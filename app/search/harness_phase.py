@@ -30,10 +30,11 @@ from app.db.schema import (
     Rollout,
     SearchIteration,
     now,
+    sha_of,
 )
 from app.domains import Domain
 from app.phases import end_phase, phase_rollouts
-from app.rollout.evaluate import sha_of, task_means
+from app.rollout.evaluate import task_means
 from app.search.acceptance import Decision, decide, sequential_on
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext

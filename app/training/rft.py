@@ -19,7 +19,17 @@ from sqlalchemy import delete
 from sqlmodel import select
 
 from app.config import RFTConfig
-from app.db.schema import Checkpoint, Evaluation, Harness, Metric, Rollout, Run, TrainingJob, now
+from app.db.schema import (
+    Checkpoint,
+    Evaluation,
+    Event,
+    Harness,
+    Metric,
+    Rollout,
+    Run,
+    TrainingJob,
+    now,
+)
 from app.domains import Domain, Task
 from app.llm.generation import generation_for
 from app.rollout.usage import usage
@@ -27,6 +37,7 @@ from app.training.examples import examples_from_rollouts
 from app.training.job import OPTIMIZER_FILE, TrainingError, run_trainer, trainer_command
 
 log = logging.getLogger(__name__)
+TRAINING_TRIES = 2  # a training process that fails is started once more (docs/faults.md)
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -107,13 +118,18 @@ async def rft_step(
         carried = _phase_optimizer(s, checkpoint, job) if cfg.optimizer_state == "phase" else None
     spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out, max_len)
     spec["optimizer_in"] = str(carried) if carried else None
-    # A training interrupted by a crash is retried cleanly: whatever it wrote goes first.
-    shutil.rmtree(out, ignore_errors=True)
-    await writer.run(
-        lambda s: s.exec(
-            delete(Metric).where(Metric.training_job_id == job.id, Metric.series == "train/loss")
+
+    async def clean_slate() -> None:
+        """A training interrupted (a crash here, a killed process there) is retried cleanly:
+        whatever it wrote goes first."""
+        shutil.rmtree(out, ignore_errors=True)
+        await writer.run(
+            lambda s: s.exec(
+                delete(Metric).where(
+                    Metric.training_job_id == job.id, Metric.series == "train/loss"
+                )
+            )
         )
-    )
 
     def on_batch(event: dict) -> None:
         writer.add(
@@ -128,17 +144,29 @@ async def rft_step(
         )
         say("batch", event)
 
-    try:
-        command = trainer_command(
-            workbench.settings.train_accelerate_config, workbench.settings.train_accelerate_args
-        )
-        result = await run_trainer(spec, job_dir, on_batch, command)
-    except TrainingError as exc:
-        error = str(exc)[-4000:]
-        await writer.run(
-            lambda s: _update(s, job.id, status="failed", error=error, finished_at=now())
-        )
-        raise
+    command = trainer_command(
+        workbench.settings.train_accelerate_config, workbench.settings.train_accelerate_args
+    )
+    # The policy on a failed training process (killed, out of memory, crashed): try once more,
+    # logged; a second failure fails the job with its log tail, and the step with it.
+    for attempt in range(1, TRAINING_TRIES + 1):
+        await clean_slate()
+        try:
+            result = await run_trainer(spec, job_dir, on_batch, command)
+            break
+        except TrainingError as exc:
+            error = str(exc)[-4000:]
+            if attempt < TRAINING_TRIES:
+                log.warning("training job %s failed, trying again: %s", job.id, error[-300:])
+                detail = {"job_id": job.id, "step": step, "attempt": attempt, "error": error}
+                await writer.insert(Event(run_id=run_id, kind="training_retry", detail=detail))
+                continue
+            await writer.run(
+                lambda s, error=error: _update(
+                    s, job.id, status="failed", error=error, finished_at=now()
+                )
+            )
+            raise
 
     # 4. register and serve
     name = await workbench.serve_checkpoint(out)

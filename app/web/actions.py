@@ -19,6 +19,8 @@ from app.read.dashboard import XAxis
 from app.web.pages import run_data, runs_data
 from app.web.templating import render
 
+EMPTY_EXPERIMENT = "the experiment is empty: paste an experiment's TOML, or pick a preset above"
+
 api = APIRouter()
 forms = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
@@ -64,9 +66,11 @@ async def act(
 @forms.post("/runs")
 async def start_form(request: Request, s: SessionDep, experiment: Annotated[str, Form()] = ""):
     """Start a run from the experiment text in the form (posted by htmx), then open its page; a
-    bad experiment (an empty one too) comes back with the text kept and the error naming the
-    key."""
+    bad experiment comes back as the form again, in place, with the text kept and the error
+    naming the key (an empty one says so: "name: Field required" would puzzle)."""
     try:
+        if not experiment.strip():
+            raise ExperimentError(EMPTY_EXPERIMENT)
         run = await request.app.state.loops.start(experiment, source="ui")
     except ExperimentError as exc:
         context = runs_data(s, str(exc), experiment)

@@ -5,8 +5,10 @@ iteration), the phases shaded as bands. Inside a column siblings gather around t
 row, so a parent's children line up beside it and the tree reads as a tree.
 Nodes are coloured by their harness-split success (the legend gives the scale), accepted ones
 wear a gold halo and a star, invalid ones are grey with a red dashed border and their error as
-tooltip, and every node links to its harness page. The SVG keeps its pixel size - text stays
-readable however many nodes there are - and the page scrolls it sideways inside a container.
+tooltip, and every node links to its harness page. A node is named by what tells it from its
+siblings (a knob and its value, shortened where siblings agree), its whole name in the tooltip.
+The SVG keeps its pixel size - text stays readable however many nodes there are - and the page
+scrolls it sideways inside a container.
 
 The layout functions are pure (data in, positions or markup out) so tests can check them alone.
 """
@@ -17,12 +19,12 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-NODE_W, NODE_H = 140, 38
+NODE_W, NODE_H = 196, 38
 COLUMN_PITCH = NODE_W + 44  # room between columns for the edges to bend
 ROW_PITCH = NODE_H + 14
 HEADER = 56  # phase title, iteration labels and a lane for edges above the first row
 PAD = 14
-LABEL_CHARS = 17  # what fits on a node's first line in bold at its font size
+LABEL_CHARS = 22  # what fits on a node's first line in bold at its font size (DejaVu Sans)
 BAND_CHAR_W = 7.2  # about the width of a character of a band title, to know when to shorten it
 
 # Harness-split success 0 -> 1: light yellow to deep blue (ColorBrewer YlGnBu), ordered in
@@ -123,6 +125,20 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 1)] + "\u2026"
 
 
+def fit(label: str, limit: int) -> str:
+    """A node's label in `limit` characters, cut where siblings do not differ: a knob's value
+    stays whole and its name is shortened ("PROMP…=answer_only": siblings share the knob);
+    any other name keeps its start and its end ("prompt_s…swer_only"). The whole name is in
+    the node's tooltip."""
+    if len(label) <= limit:
+        return label
+    knob, sep, value = label.partition("=")
+    if sep and len(value) + 2 <= limit:  # room for the value, "…" and "="
+        return knob[: limit - len(value) - 2] + "\u2026=" + value
+    head = (limit - 1) // 2
+    return label[:head] + "\u2026" + label[len(label) - (limit - 1 - head) :]
+
+
 def tooltip(node: dict[str, Any]) -> str:
     """Everything the node stands for, one fact a line: shown on hover."""
     lines = [f"#{node['id']} {node['name']}"]
@@ -168,7 +184,7 @@ def _node(node: dict[str, Any], x: float, y: float) -> str:
         ink = "#ffffff" if success >= WHITE_TEXT_FROM else "#1f2328"
         second = f"{success:.3f}"
     first = f"{'★ ' if accepted else ''}#{node['id']} "
-    first += _clip(node["name"], max(LABEL_CHARS - len(first), 4))
+    first += fit(node["label"], max(LABEL_CHARS - len(first), 4))
     parts = [
         f'<a href="/harnesses/{node["id"]}" id="node-{node["id"]}" class="{" ".join(css)}">',
         f"<title>{escape(tooltip(node))}</title>",

@@ -24,6 +24,7 @@ from app.read.compare import RunIds, get_comparison
 from app.read.contrast import ContrastQuery, contrast
 from app.read.dashboard import BaselineQuery, XQuery, get_dashboard, run_choices, run_log
 from app.read.harnesses import AgainstQuery, FullQuery, get_harness, pickable
+from app.read.invariants import broken_checks
 from app.read.lineage import get_lineage
 from app.read.rollout_filters import MAX_ID, STATUS_CHOICES, RolloutFilters, filter_choices
 from app.read.rollouts import StepsQuery, get_rollout, list_rollouts
@@ -136,11 +137,12 @@ def run_data(s, run_id: int, x: str, baseline: int | None, message: str | None =
 def run(run_id: RowId, s: SessionDep, x: XQuery = "rollouts", baseline: BaselineQuery = None):
     """A run with its evaluations, rollout counts per status, newest failures, its weight and
     harness phases, and its dashboard: timeline, budgets, activity, controls, event log and
-    curves against x, with a baseline run overlaid."""
-    return run_data(s, run_id, x, baseline)
+    curves against x, with a baseline run overlaid; and the invariants its records break
+    (`whale check`'s, the store-wide ones aside)."""
+    return {**run_data(s, run_id, x, baseline), "broken": broken_checks(s, run_id)}
 
 
-@page("/runs/{run_id}/live", "_run_live.html", models.RunPage)
+@page("/runs/{run_id}/live", "_run_live.html", models.RunLive)
 def run_live(
     run_id: RowId, s: SessionDep, x: XQuery = "rollouts", baseline: BaselineQuery = None
 ) -> Data:

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step
+from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, sha_of
 from app.server import create_app
 from app.workbench import Workbench
 
@@ -51,7 +51,7 @@ class Store:
         self, run: Run | None = None, name: str = "seed.py", code: str = SEED_CODE, **kw
     ) -> Harness:
         return self.write(
-            Harness(run_id=run.id if run else None, name=name, code=code, sha=f"sha-{name}", **kw)
+            Harness(run_id=run.id if run else None, name=name, code=code, sha=sha_of(code), **kw)
         )
 
     def checkpoint(self, name: str = "smol-base") -> Checkpoint:

@@ -9,16 +9,17 @@ def test_runs_are_listed_newest_first_with_best_score_and_rollout_count(store, c
     old = store.run(name="old run")
     new = store.run(name="new run", status="running")
     harness, checkpoint = store.harness(old), store.checkpoint()
-    store.evaluation(old, harness, checkpoint, n_tasks=4, k=2, mean_at_k=0.25, n_done=8)
-    store.evaluation(old, harness, checkpoint, n_tasks=3, k=1, mean_at_k=0.5, n_done=3)
+    done = {"status": "done"}
+    store.evaluation(old, harness, checkpoint, n_tasks=4, k=2, mean_at_k=0.25, n_done=8, **done)
+    store.evaluation(old, harness, checkpoint, n_tasks=3, k=1, mean_at_k=0.5, n_done=3, **done)
 
     runs = client.get("/api/runs").json()["runs"]
 
     assert [r["name"] for r in runs] == ["new run", "old run"]
     by_id = {r["id"]: r for r in runs}
-    assert by_id[old.id]["best_mean_at_k"] == 0.5
+    assert by_id[old.id]["best_test"] == 0.5
     assert by_id[old.id]["n_rollouts"] == 4 * 2 + 3
-    assert by_id[new.id]["best_mean_at_k"] is None
+    assert by_id[new.id]["best_test"] is None
     assert by_id[new.id]["n_rollouts"] == 0
     assert by_id[new.id]["status"] == "running"
 

@@ -1,8 +1,9 @@
 """Loop tests: quick experiments on the demo model, and the store invariants a crash must keep."""
 
 import re
-import sqlite3
 from pathlib import Path
+
+from sqlalchemy import text
 
 from tests.conftest import REPO
 
@@ -28,36 +29,23 @@ def quick_toml(
 
 
 def store_invariants(db: Path) -> dict:
-    """What no crash may break; returns counts for the caller's own checks."""
-    con = sqlite3.connect(db)
-    q = lambda sql: con.execute(sql).fetchall()  # noqa: E731
-    # every finished evaluation has all its rollouts, each recorded once and finished
-    assert (
-        q("""SELECT e.id FROM evaluation e WHERE e.status = 'done' AND
-                (e.n_done != e.n_tasks * e.k OR e.n_tasks * e.k !=
-                 (SELECT count(*) FROM rollout r WHERE r.evaluation_id = e.id AND r.status != 'pending'))""")
-        == []
-    )
-    assert q("SELECT count(*) FROM evaluation WHERE status != 'done'") == [(0,)]
-    # no step recorded twice (an interrupted rollout's partial steps are dropped before its rerun)
-    assert q("SELECT rollout_id, idx FROM step GROUP BY 1, 2 HAVING count(*) > 1") == []
-    # no phase, iteration, RFT step or curve point twice
-    assert q("SELECT run_id, kind, round FROM phase GROUP BY 1, 2, 3 HAVING count(*) > 1") == []
-    assert q("SELECT count(*) FROM phase WHERE status != 'done'") == [(0,)]
-    assert (
-        q("SELECT phase_id, iteration FROM search_iteration GROUP BY 1, 2 HAVING count(*) > 1")
-        == []
-    )
-    assert q("SELECT run_id, step FROM training_job GROUP BY 1, 2 HAVING count(*) > 1") == []
-    assert q("SELECT count(*) FROM training_job WHERE status NOT IN ('done', 'skipped')") == [(0,)]
-    assert (
-        q("""SELECT evaluation_id, rollouts FROM metric WHERE series = 'test/mean@k'
-                GROUP BY 1, 2 HAVING count(*) > 1""")
-        == []
-    )
-    counts = {
-        t: q(f"SELECT count(*) FROM {t}")[0][0]
-        for t in ("phase", "rollout", "evaluation", "training_job", "search_iteration")
-    }
-    con.close()
+    """What no crash may break (app/read/invariants.py, every run of the store), and that every
+    run got to its end with nothing failed; returns counts for the caller's own checks."""
+    from app.db import open_engine, read_session
+    from app.read.invariants import run_checks, store_checks
+
+    engine = open_engine(db)
+    with read_session(engine) as s:
+        runs = [i for (i,) in s.execute(text("SELECT id FROM run")).all()]
+        checks = [c for r in runs for c in run_checks(s, r)] + store_checks(s)
+        assert [(c.name, c.broken) for c in checks if not c.ok] == []
+        q = lambda sql: s.execute(text(sql)).all()  # noqa: E731
+        assert q("SELECT id FROM evaluation WHERE status != 'done'") == []
+        assert q("SELECT id FROM phase WHERE status != 'done'") == []
+        assert q("SELECT id FROM training_job WHERE status NOT IN ('done', 'skipped')") == []
+        counts = {
+            t: q(f"SELECT count(*) FROM {t}")[0][0]
+            for t in ("phase", "rollout", "evaluation", "training_job", "search_iteration")
+        }
+    engine.dispose()
     return counts

@@ -1,6 +1,7 @@
 """kill -9 of the server in the middle of a harness phase and of a weight phase, then `whale
 serve` again: the run resumes where it was and ends as if nothing happened - no phase twice, no
-recorded rollout lost or counted twice, the interrupted training retried."""
+recorded rollout lost or counted twice, the interrupted training retried. SIGTERM to `whale run`:
+it stops within its grace period and the run resumes."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from app.cli.base import GRACE_S, TERMINATED
 from app.llm.local import free_port
 from tests.conftest import WHALE, csrf_headers, whale
 from tests.loop.conftest import quick_toml, store_invariants
@@ -40,14 +42,15 @@ def serve(env) -> tuple[subprocess.Popen, str]:
 def wait_for(db, sql: str, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        con = sqlite3.connect(db)
-        try:
-            if con.execute(sql).fetchone()[0]:
-                return
-        except sqlite3.OperationalError:
-            pass  # the store is being created
-        finally:
-            con.close()
+        if db.exists():  # connecting would create it
+            con = sqlite3.connect(db)
+            try:
+                if con.execute(sql).fetchone()[0]:
+                    return
+            except sqlite3.OperationalError:
+                pass  # the store is being created
+            finally:
+                con.close()
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for: {sql}")
 
@@ -68,7 +71,12 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     # every weight step trains (and there is a training to interrupt).
     # (over HTTP a harness comes as code, not as a path on the server)
     harness = json.dumps(seed_with(SOLVER="program", EXAMPLES=3))
-    text = quick_toml("crash", rollouts=50, rft={"samples_per_prompt": 4}, search={"tasks": 6})
+    # Each run holds just the phase it is killed in, and what fits after it: a harness phase
+    # of harness_only (no training), or the first weight step of whale (16 of 30 rollouts).
+    strategy, rollouts = ("harness_only", 40) if moment == "harness" else ("whale", 30)
+    text = quick_toml(
+        "crash", strategy, rollouts, rft={"samples_per_prompt": 4}, search={"tasks": 6}
+    )
     text = text.replace('domain = "arith"', f'domain = "arith"\nharness_code = {harness}')
     proc, url = serve(whale_env)
     try:
@@ -101,9 +109,14 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
         assert time.monotonic() < deadline, "the training process outlived the killed server"
         time.sleep(0.2)
 
+    # every invariant holds on the crashed store: what was in flight is pending in a running
+    # evaluation of a running run
+    checked = whale("check", str(run_id), env=whale_env, timeout=60)
+    assert checked.returncode == 0, checked.stdout
+
     # the experiment cannot be changed under the unfinished run
     changed = tmp_path / "changed.toml"
-    changed.write_text(text.replace("rollouts = 50", "rollouts = 60"))
+    changed.write_text(text.replace(f"rollouts = {rollouts}", "rollouts = 60"))
     refused = whale("run", str(changed), env=whale_env, timeout=120)
     assert (
         refused.returncode == 2
@@ -135,3 +148,36 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
         assert all(status in ("done", "skipped") for status, _ in jobs)
     assert counts["rollout"] == con.execute("SELECT sum(n_tasks * k) FROM evaluation").fetchone()[0]
     assert [e["kind"] for e in events][:1] == ["run_start"] and events[-1]["kind"] == "run_end"
+
+
+@pytest.mark.slow
+def test_sigterm_ends_whale_run_within_its_grace_and_the_run_resumes(tmp_path, whale_env):
+    """What systemd and `docker stop` send: `whale run` stops within its grace period, leaves
+    the rollouts it did not finish pending (whale check: every invariant holds), and the same
+    command resumes the run to its end."""
+    db = tmp_path / "home" / "whale.db"
+    path = tmp_path / "term.toml"
+    path.write_text(quick_toml("term", "harness_only", rollouts=14, search={"tasks": 4}))
+    proc = subprocess.Popen(
+        [WHALE, "run", str(path)], env=whale_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        wait_for(db, "SELECT count(*) > 0 FROM rollout WHERE status != 'pending'")
+        wait_for(db, "SELECT count(*) > 0 FROM rollout WHERE status = 'pending'")
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(GRACE_S + 15)
+    finally:
+        proc.kill()
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert code == TERMINATED, stderr[-2000:]
+    assert "SIGTERM: stopping" in stderr and "resumes the run" in stderr
+    (status,) = sqlite3.connect(db).execute("SELECT status FROM run").fetchone()
+    assert status == "running"  # unfinished, to be resumed; not marked failed or stopped
+    checked = whale("check", "1", env=whale_env, timeout=60)
+    assert checked.returncode == 0, checked.stdout
+
+    again = whale("run", str(path), "--json", env=whale_env)
+    assert again.returncode == 0 and "resuming run 1" in again.stderr, again.stderr[-2000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "done"
+    store_invariants(db)

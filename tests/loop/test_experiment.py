@@ -121,3 +121,12 @@ def test_a_dry_run_names_what_would_fail(tmp_path):
     env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
     proc = whale("run", str(bad), "--dry-run", env=env, timeout=120)
     assert proc.returncode == 2 and "top_k: the local backend does not support it" in proc.stderr
+
+
+@pytest.mark.parametrize("seeds", ["1,1", "0,x", "-3"])
+def test_bad_seed_lists_are_refused_before_anything_starts(seeds, tmp_path):
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
+    path = REPO / "experiments" / "arith-quick.toml"
+    proc = whale("run", str(path), "--seeds", seeds, "--dry-run", env=env, timeout=120)
+    assert proc.returncode == 2 and "--seeds:" in proc.stderr and seeds in proc.stderr
+    assert not (tmp_path / "home").exists()

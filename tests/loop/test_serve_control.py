@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.conftest import REPO, csrf_headers, whale_serve
+from tests.conftest import REPO, csrf_headers, whale, whale_serve
 from tests.loop.conftest import quick_toml
 from tests.loop.test_crash import wait_for
 
@@ -107,6 +107,19 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
 
         assert act("stop").status_code == 200
         wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'stopped'", 300)
+        # a stopped run leaves nothing behind: no running evaluation or phase, no pending
+        # rollout, and the phase says the stop ended it (whale check: every invariant holds)
+        con = sqlite3.connect(db)
+        left = con.execute(
+            """SELECT (SELECT count(*) FROM evaluation WHERE status = 'running'),
+                      (SELECT count(*) FROM rollout WHERE status = 'pending'),
+                      (SELECT count(*) FROM phase WHERE status = 'running')"""
+        ).fetchone()
+        last = con.execute("SELECT ended_reason FROM phase ORDER BY id DESC LIMIT 1").fetchone()
+        con.close()
+        assert left == (0, 0, 0) and last == ("stopped",)
+        checked = whale("check", str(run_id), env=whale_env, timeout=60)
+        assert checked.returncode == 0, checked.stdout
         late = act("pause")
         assert late.status_code == 409 and "the run is stopped" in late.json()["detail"]
         events = httpx.get(f"{url}/api/runs/{run_id}/events").json()

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.api.synthetic_store import store, workbench  # noqa: F401 - fixtures
+from tests.api.synthetic_store import client, store, workbench  # noqa: F401 - fixtures
 from tests.report.synthetic_experiments import Experiments, experiments
 
 

@@ -3,8 +3,8 @@
 import asyncio
 from types import SimpleNamespace
 
+from app.db.schema import sha_of
 from app.domains import get_domain
-from app.rollout.evaluate import sha_of
 from app.search.context import SearchContext
 from app.search.knobs import KnobsProposer, current_values, declared_params, with_knob
 

@@ -1,14 +1,22 @@
 """One RFT step end to end: sample in the sandbox, accept, train, register, serve the new weights."""
 
 import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
 import textwrap
+import threading
+import time
 
+import pytest
 from sqlmodel import select
 
 from app.config import RFTConfig
-from app.db.schema import Checkpoint, Evaluation, Metric, Rollout, Step, TrainingJob
+from app.db.schema import Checkpoint, Evaluation, Event, Metric, Rollout, Step, TrainingJob
 from app.domains import get_domain
-from app.training.rft import prompt_batch, rft_step
+from app.training.job import TrainingError
+from app.training.rft import TRAINING_TRIES, prompt_batch, rft_step
 from app.workbench import read_harness
 from tests.conftest import attached_settings, started_workbench
 
@@ -23,6 +31,27 @@ def run(task, llm, tools):
 NEVER = (
     "def run(task, llm, tools):\n    llm.chat([{'role': 'user', 'content': 'hi'}], max_tokens=2)\n"
 )
+
+
+def kill_training(tmp_path, times: int) -> list[int]:
+    """SIGKILL the first `times` training processes of this test's store as they appear (an
+    OOM kill, seen from the workbench); returns their pids as it goes."""
+    killed: list[int] = []
+
+    def watch():
+        deadline = time.monotonic() + 600
+        while len(killed) < times and time.monotonic() < deadline:
+            found = subprocess.run(
+                ["pgrep", "-f", f"app.training {tmp_path}"], capture_output=True, text=True
+            ).stdout.split()
+            for pid in map(int, found):
+                if pid not in killed:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    return killed
 
 
 def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
@@ -54,19 +83,24 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
                     "rollouts": s.exec(select(Rollout)).all(),
                     "evaluations": s.exec(select(Evaluation)).all(),
                     "steps": s.exec(select(Step)).all(),
+                    "events": s.exec(select(Event)).all(),
                 }
             return job, base, checkpoint, reply, stored
 
     return asyncio.run(main())
 
 
-def test_accepted_rollouts_train_a_registered_servable_checkpoint(
+def test_accepted_rollouts_train_a_registered_servable_checkpoint_past_a_killed_trainer(
     tmp_path, model_server, model_cache
 ):
     cfg = RFTConfig(prompts_per_step=3, samples_per_prompt=2, lora_rank=4, lr=1e-3, batch_size=4)
+    killed = kill_training(tmp_path, times=1)  # the first training process dies: tried again
     job, base, checkpoint, reply, stored = run_step(
         tmp_path, model_server, model_cache, ORACLE, cfg
     )
+    assert len(killed) == 1
+    (retry,) = [e for e in stored["events"] if e.kind == "training_retry"]
+    assert retry.detail["job_id"] == job.id and "exited with code -9" in retry.detail["error"]
     assert (job.status, job.n_rollouts, job.n_accepted) == ("done", 6, 6)
     assert job.n_examples == 6 and job.tokens_trained > 0 and job.loss > 0
     # max_seq_len defaults to the rollout token budget: no call of a rollout is longer
@@ -117,6 +151,22 @@ def test_a_full_fine_tune_step_trains_every_weight_and_the_new_weights_answer(
     unchanged = [name for name in before if before[name].equal(after[name])]
     assert unchanged == [], f"weights a full fine-tune left untouched: {unchanged[:5]}"
     assert reply["model"] == checkpoint.name and reply["choices"][0]["message"]["content"]
+
+
+def test_a_training_process_that_dies_every_time_fails_the_job_with_its_log(
+    tmp_path, model_server, model_cache
+):
+    cfg = RFTConfig(prompts_per_step=2, samples_per_prompt=1, lora_rank=4)
+    killed = kill_training(tmp_path, times=TRAINING_TRIES)
+    with pytest.raises(TrainingError, match="exited with code -9"):
+        run_step(tmp_path, model_server, model_cache, ORACLE, cfg)
+    assert len(killed) == TRAINING_TRIES
+    db = sqlite3.connect(tmp_path / "home" / "whale.db")
+    status, error = db.execute("SELECT status, error FROM training_job").fetchone()
+    assert status == "failed" and "exited with code -9" in error and "$ " in error  # the log
+    assert db.execute("SELECT count(*) FROM event WHERE kind = 'training_retry'").fetchone() == (1,)
+    # nothing half-written was registered as a checkpoint
+    assert db.execute("SELECT count(*) FROM checkpoint WHERE kind != 'base'").fetchone() == (0,)
 
 
 def test_nothing_accepted_skips_the_update(tmp_path, model_server, model_cache):

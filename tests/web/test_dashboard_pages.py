@@ -1,7 +1,10 @@
 """The runs list, several runs compared, and one loop run's dashboard: phase timeline, budgets,
 event log, curves on a chosen x with a baseline, and the control buttons' form."""
 
+import html
 import re
+
+import pytest
 
 from app.db.schema import Event, Metric, Phase, Run
 
@@ -54,6 +57,8 @@ def csrf_token(client) -> str:
 
 def test_runs_list_shows_strategy_phase_best_test_and_budget_left(store, client):
     run = loop_run(store, "whale-a")
+    harness, checkpoint = store.harness(run), store.checkpoint()
+    store.evaluation(run, harness, checkpoint, n_tasks=4, status="done", mean_at_k=0.5)
     row = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == run.id)
     assert row["strategy"] == "whale" and row["phase"] == "harness 1"
     assert row["best_test"] == 0.5 and row["rollouts_used"] == 40 and row["rollouts_left"] == 60
@@ -162,6 +167,62 @@ def test_control_buttons_pause_and_report_refusals(store, client, workbench):
     assert no_csrf.status_code == 403
     with workbench.session() as s:
         assert s.get(Run, run.id).desired == "paused"
+
+
+def test_best_test_is_the_test_split_figure_with_its_interval(store, client):
+    run = store.run(name="searched")
+    harness, checkpoint = store.harness(run), store.checkpoint()
+    done = {"status": "done", "n_done": 1}
+    store.evaluation(run, harness, checkpoint, 8, mean_at_k=0.5, ci_low=0.25, ci_high=0.75, **done)
+    store.evaluation(run, harness, checkpoint, 8, mean_at_k=0.25, **done)
+    # a one-task smoke check and a harness-split score are no result to show
+    unscored = store.run(name="unscored")
+    for owner, split in ((run, "smoke"), (run, "harness"), (unscored, "smoke")):
+        other = store.evaluation(owner, harness, checkpoint, 1, mean_at_k=1.0, **done)
+        store.write_values(other, split=split)
+
+    rows = {r["id"]: r for r in client.get("/api/runs").json()["runs"]}
+    assert rows[run.id]["best_test"] == 0.5 and rows[run.id]["best_test_ci"] == [0.25, 0.75]
+    assert rows[unscored.id]["best_test"] is None
+
+    page = client.get("/runs").text
+    table = page[page.index('<table id="runs">') : page.index("</table>")]
+    assert ">best test mean@k</th>" in table and "best mean@k" not in table
+    row = re.search(rf'<tr>\s*<td><input[^>]*value="{run.id}".*?</tr>', table, re.S).group(0)
+    assert "0.500" in row and "[0.250, 0.750]" in row and "1.000" not in row
+    row = re.search(rf'<tr>\s*<td><input[^>]*value="{unscored.id}".*?</tr>', table, re.S).group(0)
+    assert "1.000" not in row
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("", "the experiment is empty"),
+        (" \n", "the experiment is empty"),
+        ('name = "x"\nstrategy = [', "not valid TOML"),
+        ('strategy = "whale"\n', "name: Field required"),
+    ],
+)
+def test_a_refused_experiment_is_shown_inside_the_form(client, text, error):
+    response = client.post(
+        "/runs",
+        headers={"X-CSRF-Token": csrf_token(client), "HX-Request": "true"},
+        data={"experiment": text},
+    )
+    # htmx swaps a 422 in place of #start-run (base.html's htmx-config): the form again, not
+    # JSON and not a whole page
+    assert '{"code": "422", "swap": true' in client.get("/runs").text
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("text/html")
+    fragment = response.text.strip()
+    assert (
+        fragment.startswith('<details class="start-run" id="start-run"') and "<html" not in fragment
+    )
+    form = fragment[fragment.index("<form") : fragment.index("</form>")]
+    assert 'hx-post="/runs"' in form and 'name="experiment"' in form  # to fix and post again
+    shown = html.unescape(re.search(r'id="start-error">(.*?)</pre>', form, re.S).group(1))
+    assert error in shown
+    assert client.get("/api/runs").json()["runs"] == []  # nothing started
 
 
 def test_a_refused_experiment_comes_back_with_its_text_and_error(client):

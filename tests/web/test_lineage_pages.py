@@ -2,9 +2,11 @@
 harness, accepted ones starred, invalid ones with their error), the checkpoint chain and the
 table of the same harnesses; and the layout functions that place the tree."""
 
+import html
 import re
 
-from app.web.lineage_svg import NODE_H, NODE_W, edge_path, place, score_color
+from app.db.schema import Run
+from app.web.lineage_svg import NODE_H, NODE_W, edge_path, fit, place, score_color
 from tests.api.synthetic_lineage import MISSING_RUN, SYNTAX_ERROR, large_search_run, search_run
 
 
@@ -162,3 +164,47 @@ def test_a_harness_of_no_phase_goes_first_as_a_root_or_last_as_a_child(store, cl
     assert x[loose.id] < x[r.seed.id] and x[by_hand.id] > x[r.e.id]
     svg = _svg(client.get(f"/runs/{r.run.id}/lineage").text)
     assert svg.count("no harness phase</text>") == 2  # one band before the phases, one after
+
+
+def _label(svg: str, harness_id: int) -> str:
+    """The first line of a node, as drawn."""
+    node = _node(svg, harness_id)
+    return html.unescape(re.search(r'class="node-label"[^>]*>(.*?)</text>', node).group(1))
+
+
+def test_sibling_nodes_are_told_apart_by_what_differs(store, client):
+    run = store.write(Run(name="knobs", kind="experiment", domain="arith", strategy="whale"))
+    seed = store.harness(run, name="seed.py", proposer="seed")
+
+    def child(name, proposer="knobs", axis="PROMPT_STYLE"):
+        return store.harness(run, name=name, parent_id=seed.id, proposer=proposer, axis=axis)
+
+    answer_only, step_by_step = (
+        child("prompt_style-answer_only"),
+        child("prompt_style-step_by_step"),
+    )
+    titled = child("prompt_style-answer_only_then_check_the_sum.py", proposer="llm", axis="prompt")
+
+    svg = _svg(client.get(f"/runs/{run.id}/lineage").text)
+
+    labels = {h.id: _label(svg, h.id) for h in (answer_only, step_by_step, titled)}
+    assert labels[answer_only.id] == f"#{answer_only.id} PROMPT…=answer_only"
+    assert labels[step_by_step.id].endswith("…=step_by_step")
+    assert labels[titled.id].startswith(f"#{titled.id} prompt_") and labels[titled.id].endswith(
+        "_the_sum"
+    )
+    assert len(set(labels.values())) == 3 and all(len(label) <= 22 for label in labels.values())
+    for harness in (answer_only, step_by_step, titled):  # the whole name on hover
+        title = re.search(r"<title>(.*?)\n", _node(svg, harness.id)).group(1)
+        assert title == f"#{harness.id} {harness.name}"
+    nodes = client.get(f"/api/runs/{run.id}/lineage").json()["nodes"]
+    assert {n["id"]: n["label"] for n in nodes}[answer_only.id] == "PROMPT_STYLE=answer_only"
+
+
+def test_fit_keeps_a_knobs_value_and_both_ends_of_other_names():
+    assert fit("SOLVER=program", 20) == "SOLVER=program"
+    assert fit("PROMPT_STYLE=answer_only", 18) == "PROMP…=answer_only"
+    assert fit("PROMPT_STYLE=answer_only", 13) == "…=answer_only"  # siblings share the knob
+    assert fit("prompt_style-answer_only", 18) == "prompt_s…swer_only"
+    assert fit("X=a_value_too_long_to_keep_whole", 12) == "X=a_v…_whole"
+    assert all(len(fit("n" * 40 + "=v" * k, 19)) == 19 for k in range(3))

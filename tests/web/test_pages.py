@@ -1,6 +1,7 @@
 """The HTML pages over a synthetic store: what they show, their links, 404s, live polling."""
 
 import re
+from xml.etree import ElementTree
 
 import pytest
 
@@ -49,7 +50,7 @@ def test_runs_page_lists_runs_with_links(client, evaluated):
         page = client.get(url)
         assert page.status_code == 200
         assert f'href="/runs/{run.id}"' in page.text
-        assert "0.500" in page.text  # best mean@k
+        assert "0.500" in page.text  # best test mean@k
 
 
 def test_run_page_links_status_counts_and_failures(client, evaluated):
@@ -134,3 +135,15 @@ def test_unknown_ids_get_a_readable_404_page(client, url):
 def test_static_assets_are_served_locally(client):
     assert "htmx" in client.get("/static/htmx.min.js").text[:200]
     assert client.get("/static/style.css").status_code == 200
+
+
+def test_every_page_links_a_favicon_that_is_served(client, evaluated):
+    run = evaluated[0]
+    for url in ("/runs", f"/runs/{run.id}", "/runs/999"):  # an error page too
+        assert '<link rel="icon" href="/static/favicon.svg"' in client.get(url).text
+    # browsers also ask /favicon.ico on their own (a JSON view links nothing): no 404 there
+    for url in ("/favicon.ico", "/static/favicon.svg"):
+        icon = client.get(url)
+        assert icon.status_code == 200, url
+        assert icon.headers["content-type"].startswith("image/svg+xml")
+        assert ElementTree.fromstring(icon.text).tag == "{http://www.w3.org/2000/svg}svg"

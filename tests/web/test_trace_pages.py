@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from app.db.schema import Phase
 from tests.api.test_contrast import write as write_outcomes
 from tests.api.test_trace import long_trace
 
@@ -249,3 +250,71 @@ def test_an_infrastructure_failure_is_shown_as_such_and_left_out_of_the_score(st
     assert "status=infra" in listing  # its chip, shown since there is one
     run_page = client.get(f"/runs/{run.id}").text
     assert "1 infra left out" in run_page
+
+
+def _rows(page: str) -> list[str]:
+    """The rows of the page's rollout table."""
+    body = re.search(r"<tbody>(.*?)</tbody>", page, re.S).group(1)
+    return re.findall(r"<tr>.*?</tr>", body, re.S)
+
+
+def test_rollout_list_says_which_harness_checkpoint_and_split(store, client, two_harnesses):
+    run, first, second, failing, passing, _ = two_harnesses
+
+    page = client.get(f"/rollouts?run={run.id}").text
+
+    head = re.search(r"<thead>.*?</thead>", page, re.S).group(0)
+    assert "<th>harness</th><th>checkpoint</th><th>split</th>" in head
+    rows = {int(re.search(r'href="/rollouts/(\d+)"', r).group(1)): r for r in _rows(page)}
+    for rollout, harness in ((failing, first), (passing, second)):
+        assert f'<a href="/harnesses/{harness.id}">{harness.name}</a>' in rows[rollout.id]
+        assert f'href="/checkpoints/{rollout.checkpoint_id}">smol-base</a>' in rows[rollout.id]
+        assert "<td>test</td>" in rows[rollout.id]
+    # the filters still narrow the list, columns and all
+    narrowed = _rows(client.get(f"/rollouts?run={run.id}&harness={second.id}").text)
+    assert len(narrowed) == 1 and f'href="/rollouts/{passing.id}"' in narrowed[0]
+    assert "second.py" in narrowed[0]
+    item = client.get(f"/api/rollouts?harness={second.id}").json()["items"][0]
+    assert (item["harness_name"], item["checkpoint_name"], item["split"]) == (
+        "second.py",
+        "smol-base",
+        "test",
+    )
+
+
+def test_rollout_page_names_its_phase_by_the_runs_numbering(store, client):
+    other = store.run(name="earlier")
+    store.write(*[Phase(run_id=other.id, kind="weight", round=r) for r in (1, 2, 3)])
+    run, checkpoint = store.run(name="loop"), store.checkpoint()
+    store.write(Phase(run_id=run.id, kind="harness", round=1))
+    phase = store.write(Phase(run_id=run.id, kind="harness", round=2))
+    assert phase.id != 2  # the store's id is not the run's numbering
+    harness = store.harness(run)
+    evaluation = store.evaluation(run, harness, checkpoint, 1, phase_id=phase.id)
+    [rollout] = store.rollouts(evaluation, ["fail"])
+
+    page = client.get(f"/rollouts/{rollout.id}").text
+    facts = re.search(r"<dt>evaluation</dt><dd>(.*?)</dd>", page, re.S).group(1)
+    assert re.search(rf'href="/rollouts\?phase={phase.id}"[^>]*>harness phase 2</a>', facts)
+    assert f"phase {phase.id}<" not in facts
+    listing = client.get(f"/rollouts?phase={phase.id}").text
+    assert "of harness phase 2" in listing and f"phase {phase.id}<" not in listing
+    assert f'<option value="{phase.id}">harness phase 2 (run {run.id})</option>' in listing
+
+
+def test_a_failure_with_no_answer_and_no_output_says_so(store, client):
+    run, checkpoint = store.run(), store.checkpoint()
+    evaluation = store.evaluation(run, store.harness(run), checkpoint, 2)
+    silent, wrong = store.rollouts(evaluation, ["fail", "fail"])
+    store.write_values(silent, answer=None, reason=None, error=None, stdout_tail=None)
+
+    page = client.get(f"/rollouts/{silent.id}").text
+    note = re.search(r'<p class="warning no-answer"[^>]*>(.*?)</p>', page, re.S).group(1)
+    note = " ".join(re.sub(r"<[^>]+>", "", note).split())
+    assert note == (
+        "No answer: the harness's run returned None without raising an error and printed "
+        "nothing, so the verifier had nothing to score."
+    )
+    assert "no-answer" not in client.get(f"/rollouts/{wrong.id}").text  # it answered "nope"
+    side_by_side = client.get(f"/rollouts/compare?a={silent.id}&b={wrong.id}").text
+    assert side_by_side.count("no-answer") == 1

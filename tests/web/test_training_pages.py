@@ -113,3 +113,19 @@ def test_unknown_ids_get_a_readable_404_page(client, url):
     assert page.status_code == 404
     assert page.headers["content-type"].startswith("text/html")
     assert "999 not found" in page.text
+
+
+def test_checkpoint_score_cards_name_the_harness_they_were_measured_with(store, client):
+    phase = weight_phase(store, [PASS2_FAIL2])
+    [out] = phase.checkpoints
+    harness = phase.jobs[0].harness_id
+
+    page = client.get(f"/checkpoints/{out.id}").text
+
+    cards = re.search(r'<div class="summary">(.*?)</div>\s*\n\s*<h2>', page, re.S).group(1)
+    card = re.search(r"<div><span class=\"label\">test mean@2</span>(.*?)</div>", cards, re.S)
+    assert card, cards
+    assert "0.500" in card.group(1)
+    assert re.search(rf'under <a href="/harnesses/{harness}">seed.py</a>', card.group(1))
+    data = client.get(f"/api/checkpoints/{out.id}").json()["mean_at_k_by_split"]["test"]
+    assert (data["harness_id"], data["harness_name"]) == (harness, "seed.py")
