@@ -9,7 +9,7 @@ from fastapi import HTTPException, Query
 from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Metric, Run
-from app.read.curves import X_LABELS, as_points, curve, intervals, label, test_points
+from app.read.curves import X_LABELS, intervals, label, measured, test_points
 from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
 from app.rollout.evaluate import task_means
@@ -195,5 +195,5 @@ def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dic
         "runs": rows,
         "groups": groups(rows),
         "notes": mixed_scales(rows),
-        "curves": {label(run): as_points(curve(s, run, x)[0]) for run in runs},
+        "curves": {label(run): measured(s, run, x) for run in runs},
     }

@@ -1,9 +1,10 @@
 """A run's test curve: its test mean@k points against the x axis the reader picks (rollouts
 used, RFT steps, wall time), with the labels every rendering (page, JSON, PNG) shares."""
 
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Metric, Run
+from app.db.schema import Evaluation, Metric, Rollout, Run
 from app.phases import TEST_SERIES
 
 X_LABELS = {
@@ -12,6 +13,7 @@ X_LABELS = {
     "wall_s": "wall-clock time",
 }
 LABEL_CHARS = 44
+UNSCORED = ("timeout", "error", "infra")  # rollout outcomes a test point's tooltip counts
 
 
 def test_points(session: Session, run_id: int) -> list[Metric]:
@@ -54,9 +56,39 @@ def curve(session: Session, run: Run, x: str) -> tuple[list[CurvePoint], str]:
     return points, note
 
 
-def as_points(points: list[CurvePoint]) -> list[dict]:
-    """A curve as the JSON gives it: {x, y, low, high} per point."""
-    return [{"x": x, "y": y, "low": low, "high": high} for x, y, low, high in points]
+def measured(session: Session, run: Run, x: str) -> list[dict]:
+    """curve()'s points as the pages give them: {x, y, low, high} and what each measured - its
+    evaluation, harness, checkpoint, k and split, and how many of its rollouts timed out,
+    erred or failed on the infrastructure (a score with those in it means less)."""
+    tests = [p for p in test_points(session, run.id) if x_value(p, x) is not None]
+    ids = [p.evaluation_id for p in tests if p.evaluation_id is not None]
+    evaluations = {
+        e.id: e for e in session.exec(select(Evaluation).where(col(Evaluation.id).in_(ids)))
+    }
+    bad = {
+        (i, status): n
+        for i, status, n in session.exec(
+            select(Rollout.evaluation_id, Rollout.status, func.count())
+            .where(col(Rollout.evaluation_id).in_(ids), col(Rollout.status).in_(UNSCORED))
+            .group_by(Rollout.evaluation_id, Rollout.status)
+        )
+    }
+    points = []
+    for p in tests:
+        e = evaluations.get(p.evaluation_id)
+        facts = {}  # a point from before evaluations were linked to it measured nothing stored
+        if e is not None:
+            facts = {
+                "evaluation_id": e.id,
+                "harness_id": e.harness_id,
+                "checkpoint_id": e.checkpoint_id,
+                "k": e.k,
+                "split": e.split,
+                **{f"n_{status}": bad.get((e.id, status), 0) for status in UNSCORED},
+            }
+        low, high = (e.ci_low, e.ci_high) if e is not None else (None, None)
+        points.append({"x": x_value(p, x), "y": p.y, "low": low, "high": high, **facts})
+    return points
 
 
 def label(run: Run) -> str:

@@ -11,7 +11,7 @@ from app import control
 from app.db.schema import Evaluation, Event, Phase, Run, SearchIteration, TrainingJob, now, utc
 from app.phases import phase_rollouts
 from app.read.common import NotFound, as_dict
-from app.read.curves import X_LABELS, as_points, curve, label
+from app.read.curves import X_LABELS, label, measured
 from app.read.metrics import series
 from app.rollout.usage import budget_lines, spending
 
@@ -150,11 +150,10 @@ def harness_success(s: Session, run_id: int) -> list[dict[str, Any]]:
 
 
 def curves(s: Session, run: Run, x: XAxis, baseline: Run | None) -> dict[str, Any]:
-    test = {label(r): curve(s, r, x)[0] for r in ([run, baseline] if baseline else [run])}
     return {
         "x": x,
         "x_label": X_LABELS[x],
-        "test": {name: as_points(points) for name, points in test.items()},
+        "test": {label(r): measured(s, r, x) for r in ([run, baseline] if baseline else [run])},
         "harness_success": harness_success(s, run.id),
         "training": series(s, run.id, ["train/accept_rate", "train/mean_reward"]),
     }

@@ -25,6 +25,14 @@ class Point(Open):
 class TestPoint(Point):
     low: float | None = Field(default=None, description="95% interval of y, tasks resampled")
     high: float | None = None
+    evaluation_id: int | None = Field(default=None, description="what the point measured")
+    harness_id: int | None = None
+    checkpoint_id: int | None = None
+    k: int | None = None
+    split: str | None = None
+    n_timeout: int | None = Field(default=None, description="its rollouts that timed out")
+    n_error: int | None = Field(default=None, description="its rollouts that raised")
+    n_infra: int | None = Field(default=None, description="its rollouts the infrastructure failed")
 
 
 class PairedComparison(Open):

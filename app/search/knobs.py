@@ -9,6 +9,7 @@ rewritten, so a diff shows exactly the knob that moved.
 """
 
 import ast
+import json
 
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
@@ -38,13 +39,30 @@ def current_values(code: str) -> dict[str, object]:
 
 
 def with_knob(code: str, name: str, value) -> str:
-    """The code with the module-level assignment of `name` replaced by `name = value`."""
+    """The code with the value of the module-level assignment of `name` replaced by `value`,
+    and nothing else touched: the line's comment and the file's quote style stay, so the diff
+    shows the one change."""
     for node in ast.parse(code).body:
         if isinstance(node, ast.Assign) and _target(node) == name:
-            lines = code.splitlines(keepends=True)
-            new = f"{name} = {value!r}\n"
-            return "".join(lines[: node.lineno - 1] + [new] + lines[node.end_lineno :])
+            old = ast.get_source_segment(code, node.value) or ""
+            start = _offset(code, node.value.lineno, node.value.col_offset)
+            end = _offset(code, node.value.end_lineno, node.value.end_col_offset)
+            return code[:start] + _literal(value, old) + code[end:]
     raise KeyError(f"{name} is in PARAMS but never assigned at module level")
+
+
+def _offset(code: str, lineno: int, col: int) -> int:
+    """The string index of an ast position (its column counts UTF-8 bytes)."""
+    lines = code.splitlines(keepends=True)
+    line = lines[lineno - 1]
+    return sum(map(len, lines[: lineno - 1])) + len(line.encode()[:col].decode())
+
+
+def _literal(value, old: str) -> str:
+    """`value` as Python source, a string in double quotes where the old value had them."""
+    if isinstance(value, str) and old.startswith('"'):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a Python literal too
+    return repr(value)
 
 
 def _target(node: ast.Assign) -> str | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from app.read.curves import x_axis
+from app.read.curves import UNSCORED, x_axis
 from app.web.line_chart import line_chart
 
 Points = list[dict[str, Any]]
@@ -54,9 +54,21 @@ def best_success_chart(points: Points) -> Markup:
     )
 
 
+def point_link(p: dict[str, Any]) -> tuple[str | None, str]:
+    """Where a test point leads (its evaluation's rollouts) and what its tooltip adds: the
+    harness, checkpoint, k and split it measured, and its rollouts that scored nothing."""
+    if p.get("harness_id") is None:
+        return None, ""
+    facts = f"harness {p['harness_id']}, checkpoint {p['checkpoint_id']}, k={p['k']}, {p['split']} split"
+    unscored = ", ".join(f"{p[f'n_{s}']} {s}" for s in UNSCORED if p.get(f"n_{s}"))
+    note = facts + (f"\nrollouts that scored nothing: {unscored}" if unscored else "")
+    return f"/rollouts?evaluation={p['evaluation_id']}", note
+
+
 def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k") -> Markup:
     """Test mean@k of one or more runs (label -> points) against rollouts used, RFT steps or
-    wall time; wall time in the unit that keeps the ticks short."""
+    wall time; wall time in the unit that keeps the ticks short. Each point opens the rollouts
+    of the evaluation it plots."""
     longest = max((p["x"] for points in curves.values() for p in points), default=0)
     scale, x_label = x_axis(x, longest)
     return line_chart(
@@ -70,6 +82,7 @@ def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k
         x_extent=(0, None),
         y_extent=(0, 1),
         integer_x=x != "wall_s",
+        links={name: [point_link(p) for p in points] for name, points in curves.items()},
     )
 
 

@@ -30,6 +30,7 @@ CHAR_W = 6.5  # estimated width of a legend or title character, in pixels
 LEGEND_ROW, LEGEND_COLUMNS = 16, 2
 
 Point = tuple[float, ...]  # (x, y), or (x, y, low, high): y's interval, drawn as an error bar
+Link = tuple[str | None, str]  # a point's link (what it measured) and more tooltip lines
 Extent = tuple[float | None, float | None]  # what an axis covers at least; None: fit the points
 
 
@@ -131,7 +132,9 @@ class _Plot:
         )
         return parts
 
-    def line(self, i: int, label: str, points: Sequence[Point]) -> list[str]:
+    def line(
+        self, i: int, label: str, points: Sequence[Point], links: Sequence[Link] | None = None
+    ) -> list[str]:
         coords = " ".join(f"{self.px(p[0]):.1f},{self.py(p[1]):.1f}" for p in points)
         parts = [f'<polyline class="chart-line" points="{coords}" {_stroke(i)}/>']
         color = COLORS[i % len(COLORS)]
@@ -141,12 +144,18 @@ class _Plot:
                 f'y1="{self.py(low):.1f}" y2="{self.py(high):.1f}" stroke="{color}"/>'
             )
         if len(points) <= MAX_MARKERS:  # a dot per point, its values as a hover tooltip
-            for p in points:
+            for j, p in enumerate(points):
                 x, y = p[0], p[1]
                 ci = f" [{p[2]:.3g}, {p[3]:.3g}] 95%" if len(p) == 4 and p[2] is not None else ""
+                href, note = links[j] if links else (None, "")
+                title = f"{label}: {y:.4g}{ci} at {x:g}" + (f"\n{note}" if note else "")
+                dot = (
+                    f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="{4 if href else 2.5}" '
+                    f'fill="{color}"><title>{escape(title)}</title></circle>'
+                )
+                # a point that measured something opens it; the bigger dot is the target
                 parts.append(
-                    f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="2.5" '
-                    f'fill="{color}"><title>{escape(label)}: {y:.4g}{ci} at {x:g}</title></circle>'
+                    f'<a class="chart-point" href="{escape(href)}">{dot}</a>' if href else dot
                 )
         return parts
 
@@ -196,8 +205,10 @@ def line_chart(
     x_extent: Extent = (None, None),
     y_extent: Extent = (None, None),
     integer_x: bool = False,
+    links: dict[str, Sequence[Link]] | None = None,
 ) -> Markup:
-    """An SVG chart of `series` (label -> points in x order).
+    """An SVG chart of `series` (label -> points in x order); `links` gives a series' points
+    a link and more tooltip text each.
 
     The extents pin what the axes cover at least, e.g. 0..1 for rates, so curves from different
     pages compare; `integer_x` keeps x ticks on whole numbers (steps, rollout counts).
@@ -226,7 +237,7 @@ def line_chart(
     parts += plot.axes(x_label, y_label)
     parts.append(_frame())
     for i, (label, pts) in enumerate(series.items()):
-        parts += plot.line(i, label, pts)
+        parts += plot.line(i, label, pts, (links or {}).get(label))
     if rows:
         parts += _legend_rows(list(series))
     elif len(series) > 1:

@@ -44,11 +44,28 @@ def test_params_and_values_are_read_from_the_module():
     assert current_values(CODE)["STYLE"] == "a" and current_values(CODE)["VOTES"] == 1
 
 
-def test_rewriting_a_knob_changes_only_its_line():
-    new = with_knob(CODE, "VOTES", 3)
-    changed = [(a, b) for a, b in zip(CODE.splitlines(), new.splitlines()) if a != b]
-    assert changed == [("VOTES = 1  # how many samples", "VOTES = 3")]
+def changed_lines(before: str, after: str) -> list[tuple[str, str]]:
+    assert len(before.splitlines()) == len(after.splitlines())
+    return [(a, b) for a, b in zip(before.splitlines(), after.splitlines()) if a != b]
+
+
+def test_rewriting_a_knob_changes_only_its_value():
+    new = with_knob(CODE, "VOTES", 3)  # the line's comment stays
+    assert changed_lines(CODE, new) == [
+        ("VOTES = 1  # how many samples", "VOTES = 3  # how many samples")
+    ]
     assert current_values(new)["VOTES"] == 3
+    # the file's quote style stays; a quote or a non-ASCII letter in the value is kept exact
+    assert changed_lines(CODE, with_knob(CODE, "STYLE", "b")) == [('STYLE = "a"', 'STYLE = "b"')]
+    tricky = 'say "é"\n'
+    assert current_values(with_knob(CODE, "STYLE", tricky))["STYLE"] == tricky
+    single = CODE.replace('STYLE = "a"', "STYLE = 'a'  # é")
+    assert changed_lines(single, with_knob(single, "STYLE", "c")) == [
+        ("STYLE = 'a'  # é", "STYLE = 'c'  # é")
+    ]
+    # a value laid out over several lines keeps its layout
+    multi = CODE.replace("VOTES = 1", "VOTES = (\n    1\n)")
+    assert with_knob(multi, "VOTES", 5) == multi.replace("    1\n", "    5\n")
 
 
 def test_each_iteration_moves_the_next_coordinate_across_phases():

@@ -24,7 +24,7 @@ def test_knobs_search_accepts_a_harness_that_beats_the_seed(search):
     seed_success = iterations[0].best_success
     frontier = {p["harness_id"]: p["success"] for p in iterations[-1].frontier}
     assert frontier[accepted.id] > seed_success
-    assert "SOLVER = 'program'" in accepted.code
+    assert 'SOLVER = "program"' in accepted.code  # the seed's quote style, kept
     # lineage: every candidate names its parent, which is in the run
     candidates = [h for h in stored["harnesses"] if h.iteration]
     assert len(candidates) == 3 and all(

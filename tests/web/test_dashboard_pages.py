@@ -128,15 +128,10 @@ def test_the_x_switch_and_the_baseline_redraw_the_test_curve(store, client):
     by_steps = client.get(f"/api/runs/{run.id}?x=weight_steps&baseline={baseline.id}").json()[
         "dashboard"
     ]
+    plain = {"low": None, "high": None}  # these points plot no stored evaluation
     assert by_steps["curves"]["test"] == {
-        f"#{run.id} whale: run": [
-            {"x": 0, "y": 0.1, "low": None, "high": None},
-            {"x": 1, "y": 0.5, "low": None, "high": None},
-        ],
-        f"#{baseline.id} whale: base": [
-            {"x": 0, "y": 0.1, "low": None, "high": None},
-            {"x": 1, "y": 0.5, "low": None, "high": None},
-        ],
+        f"#{run.id} whale: run": [{"x": 0, "y": 0.1, **plain}, {"x": 1, "y": 0.5, **plain}],
+        f"#{baseline.id} whale: base": [{"x": 0, "y": 0.1, **plain}, {"x": 1, "y": 0.5, **plain}],
     }
     page = client.get(f"/runs/{run.id}?x=wall_s&baseline={baseline.id}").text
     assert "test mean@k vs baseline" in page and "wall-clock time (s)" in page
@@ -274,3 +269,64 @@ def test_compare_says_when_runs_were_scored_by_different_modes(store, client):
     assert f"lenient: runs {runs[1].id}, {runs[2].id}" in note
     page = client.get(f"/runs/compare?{ids}").text
     assert 'class="warning"' in page and "not one scale" in page
+
+
+def test_the_start_form_shows_that_it_is_starting_while_it_waits(client):
+    """A first run waits for the model server: the form says so while the request is pending
+    (htmx shows the indicator and disables the button for that time)."""
+    page = client.get("/runs").text
+    form = page[page.index('<form hx-post="/runs"') : page.index("</form>")]
+    assert 'hx-indicator="#starting"' in form and 'hx-disabled-elt="find button"' in form
+    shown = re.search(
+        r'<span id="starting" class="htmx-indicator[^"]*"[^>]*>(.*?)</span>', form, re.S
+    )
+    assert shown and "the model server starts" in shown.group(1)
+
+
+def test_a_test_point_opens_what_it_measured_and_says_what_went_wrong(store, client):
+    """A point of the test curve links to its evaluation's rollouts; its tooltip names the
+    harness, checkpoint, k and split, and counts the rollouts that scored nothing."""
+    run = loop_run(store, "clicked", tests=())
+    harness, checkpoint = store.harness(run), store.checkpoint()
+    evaluation = store.evaluation(
+        run, harness, checkpoint, n_tasks=4, status="done", n_done=4, mean_at_k=0.25
+    )
+    store.write_values(evaluation, ci_low=0.0, ci_high=0.75)
+    store.rollouts(evaluation, ["pass", "timeout", "error", "fail"])
+    store.write(
+        Metric(
+            run_id=run.id,
+            series="test/mean@k",
+            x=0,
+            rollouts=0,
+            y=0.25,
+            evaluation_id=evaluation.id,
+        )
+    )
+    (point,) = client.get(f"/api/runs/{run.id}").json()["dashboard"]["curves"]["test"][
+        f"#{run.id} whale: clicked"
+    ]
+    assert point == {
+        "x": 0,
+        "y": 0.25,
+        "low": 0.0,
+        "high": 0.75,
+        "evaluation_id": evaluation.id,
+        "harness_id": harness.id,
+        "checkpoint_id": checkpoint.id,
+        "k": 1,
+        "split": "test",
+        "n_timeout": 1,
+        "n_error": 1,
+        "n_infra": 0,
+    }
+    page = client.get(f"/runs/{run.id}").text
+    link = re.search(
+        r'<a class="chart-point" href="([^"]+)"><circle[^>]*><title>([^<]*)</title>', page
+    )
+    assert link and link.group(1) == f"/rollouts?evaluation={evaluation.id}"
+    tooltip = html.unescape(link.group(2))
+    assert f"harness {harness.id}, checkpoint {checkpoint.id}, k=1, test split" in tooltip
+    assert "rollouts that scored nothing: 1 timeout, 1 error" in tooltip
+    listed = client.get(f"/rollouts?evaluation={evaluation.id}")
+    assert listed.status_code == 200 and listed.text.count('href="/rollouts/') >= 4
