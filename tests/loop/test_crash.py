@@ -129,8 +129,9 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
             db,
             f"SELECT count(*) FROM run WHERE id = {run_id} AND status IN ('done', 'failed', 'stopped')",
         )
-        run = httpx.get(f"{url}/api/runs/{run_id}").json()["run"]
-        events = httpx.get(f"{url}/api/runs/{run_id}/events").json()
+        # a generous timeout: the machine is busy (speed is the benchmarks' business)
+        run = httpx.get(f"{url}/api/runs/{run_id}", timeout=30).json()["run"]
+        events = httpx.get(f"{url}/api/runs/{run_id}/events", timeout=30).json()
     finally:
         proc.terminate()
         proc.wait(30)

@@ -82,7 +82,7 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
             )
 
         def status():
-            return httpx.get(f"{url}/api/runs/{run_id}").json()["run"]["status"]
+            return httpx.get(f"{url}/api/runs/{run_id}", timeout=30).json()["run"]["status"]
 
         wait_for(db, "SELECT count(*) > 3 FROM rollout WHERE status != 'pending'")
 
