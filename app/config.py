@@ -37,6 +37,9 @@ class Settings(BaseSettings):
     llm_url: str | None = Field(default=None, description="attach to this OpenAI-compatible server")
     llm_model: str | None = Field(default=None, description="model name to request at llm_url")
     backend: Literal["local", "vllm"] = "local"  # what serves the model (see app/llm/)
+    local_dtype: Literal["bfloat16", "float32"] = Field(
+        default="bfloat16", description="what the local model server decodes in"
+    )
     vllm_urls: str | None = Field(
         default=None, description="comma-separated vLLM servers to attach"
     )

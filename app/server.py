@@ -1,6 +1,7 @@
 """The FastAPI application: every page as HTML and as JSON under /api (app/web/pages.py), the
 writes (app/web/actions.py), static files, behind the web security checks (Host, access token,
-CSRF). An error answers a browser with a page and the API with JSON."""
+CSRF). An error answers a browser with a page, a page's form or button (htmx) with a fragment
+it shows in place, and the API with JSON."""
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -11,14 +12,17 @@ from starlette.exceptions import HTTPException
 from app import ROOT
 from app.loop.manager import LoopManager
 from app.web import actions, pages, security
-from app.web.templating import render
+from app.web.templating import from_htmx, refusal, render
 from app.workbench import Workbench
 
 
 def answer_error(request: Request, status: int, message: str):
-    """The API and scripts get {"detail": message}; a browser page gets a page saying it."""
+    """The API and scripts get {"detail": message}; a browser page gets a page saying it; a
+    form or button of a page (htmx) gets a fragment it shows in place."""
     if request.url.path.startswith(("/api/", "/static/")):
         return JSONResponse({"detail": message}, status_code=status)
+    if from_htmx(request):
+        return refusal(status, message)
     return render(request, "404.html", {"message": message, "status": status}, status)
 
 
@@ -54,6 +58,13 @@ def create_app(workbench: Workbench, token: str | None = None, host: str = "127.
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
         return answer_error(request, exc.status_code, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def server_error(request: Request, exc: Exception):
+        # A bug or a failure below (the model server did not start...): said, not swallowed,
+        # so a form that sent the request shows why nothing happened. Starlette re-raises it
+        # after this answer, so the traceback still reaches the server's log.
+        return answer_error(request, 500, f"{type(exc).__name__}: {exc}")
 
     app.include_router(pages.api, prefix="/api")
     app.include_router(actions.api, prefix="/api")

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,11 +16,12 @@ from sqlmodel import select
 
 from app.config import Settings
 from app.db import Writer, open_engine, read_session
-from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, now, sha_of
+from app.db.schema import Checkpoint, Evaluation, Event, Harness, Rollout, Run, now, sha_of
 from app.domains import get_domain
 from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
+from app.llm.supervisor import SupervisedServer
 from app.llm.vllm import VLLMBackend
 from app.rollout.admission import Admission, ServerQueue
 from app.rollout.evaluate import Evaluator
@@ -46,6 +48,8 @@ class Workbench:
         self.admission: Admission | None = None
         self.base_model_path: Path | None = None  # the weights RFT starts from
         self.gates: dict = {}  # run id -> its loop (a RunGate: pause/stop), app/loop/driver.py
+        self.evaluating: Counter[int] = Counter()  # run id -> its evaluations in progress
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def session(self):
         return read_session(self.engine)
@@ -54,6 +58,7 @@ class Workbench:
         """Start what evaluations need: the model (attached to WHALE_LLM_URL, or the default model
         launched here), the gateway and the sandbox pool."""
         s = self.settings
+        self._loop = asyncio.get_running_loop()
         if s.backend == "vllm":
             path = None if s.vllm_urls else await asyncio.to_thread(self._vllm_model_path)
             self.vllm = VLLMBackend.from_settings(s, path, say=self.say)
@@ -70,12 +75,17 @@ class Workbench:
         else:
             path = await asyncio.to_thread(prepare_model, s.models_dir, self.say)
             self.base_model_path = path
-            self.model_server = LocalModelServer(path, s.logs_dir / "model-server.log")
+            self.model_server = LocalModelServer(
+                path, s.logs_dir / "model-server.log", dtype=s.local_dtype, say=self.say
+            )
             self.say(
-                f"model: starting the local model server for {path.name} (log: {self.model_server.log_path})"
+                f"model: starting the local model server for {path.name} in {s.local_dtype}"
+                f" (log: {self.model_server.log_path})"
             )
             await asyncio.to_thread(self.model_server.start)
             self.endpoint = ChatEndpoint(self.model_server.base_url, self.model_server.model)
+        if self.supervised:
+            self.supervised.on_event = self._model_server_event
         # Files the sandboxes bind: the gateway socket, harness copies, runner control sockets.
         # A short path (Unix socket paths are limited to ~100 bytes, WHALE_HOME may be long),
         # and one the Docker engine sees at the same place when the workbench runs in a container.
@@ -127,6 +137,29 @@ class Workbench:
             + (f"; removed {removed} leftover containers" if removed else "")
         )
         return launcher
+
+    @property
+    def supervised(self) -> SupervisedServer | None:
+        """The model server this process launched and restarts when it dies (none attached)."""
+        return self.model_server or (self.vllm.server if self.vllm else None)
+
+    def _model_server_event(self, kind: str, detail: dict) -> None:
+        """A crash, restart or giving up of the model server (told from its watcher thread),
+        recorded in the log of every run it was serving: their rollouts' retries and
+        infrastructure failures then have their cause beside them."""
+
+        def record():
+            runs = set(self.gates) | set(self.evaluating)
+            self.writer.add(*(Event(run_id=r, kind=kind, detail=detail) for r in sorted(runs)))
+
+        try:
+            self._loop.call_soon_threadsafe(record)
+        except RuntimeError:  # the event loop is closed: the workbench is stopping
+            pass
+
+    async def _model_up(self) -> None:
+        if self.supervised:
+            await self.supervised.until_up()
 
     @property
     def base_model(self) -> str:
@@ -184,6 +217,8 @@ class Workbench:
             limits,
             self.gates,
             self.admission,
+            self.evaluating,
+            self._model_up,
         )
 
     async def serve_checkpoint(self, folder: Path) -> str:

@@ -189,7 +189,14 @@ class SandboxPool:
                 )
         except (TimeoutError, OSError, ConnectionError, ValueError) as exc:
             why = self.launcher.exited(server.handle) if server.handle is not None else None
-            if why is not None or isinstance(exc, asyncio.TimeoutError):
+            # A killed container can still read as running for a moment (docker records its
+            # exit late); its runner no longer accepting connections says it is gone, or else
+            # every rollout given to it meanwhile would fail too.
+            wedged = isinstance(exc, TimeoutError)
+            if why is None and not wedged and isinstance(exc, OSError):
+                if not await self._accepts(server):
+                    why = "its runner server no longer accepts connections"
+            if why is not None or wedged:
                 server.dead = True  # gone or wedged: no more work for it; it is replaced
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
             return SandboxResult(
@@ -236,6 +243,15 @@ class SandboxPool:
             return harness_s, await asyncio.wait_for(answer, 15)
         finally:
             answer.cancel()
+
+    async def _accepts(self, server: _Server) -> bool:
+        """Whether the server's runner still takes connections (an empty one it just closes)."""
+        try:
+            _, writer = await asyncio.open_unix_connection(str(server.control_dir / CONTROL_SOCKET))
+        except OSError:
+            return False
+        writer.close()
+        return True
 
     async def _send_stop(self, server: _Server, stop_key: str) -> None:
         line = json.dumps({"stop_key": stop_key}).ljust(LIMITS_BYTES - 1).encode() + b"\n"

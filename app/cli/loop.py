@@ -15,7 +15,7 @@ from sqlmodel import select
 
 from app import control
 from app.cli.base import TERMINATED, end_on_sigterm, fail
-from app.cli.report import format_group
+from app.cli.report import format_group, interval
 from app.config import Settings
 from app.db.schema import Event, Phase, Run
 from app.loop.experiment import (
@@ -23,6 +23,7 @@ from app.loop.experiment import (
     ExperimentError,
     check_generation,
     config_hash,
+    distinct_seeds,
     incoming_harness,
     load,
     parse,
@@ -116,8 +117,7 @@ def _seed_list(text: str) -> list[int]:
         seeds = [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise typer.BadParameter(f"--seeds: comma-separated integers, not {text!r}") from None
-    # the rule of the file's `seeds`: the same seed twice would be one run counted twice
-    if len(set(seeds)) != len(seeds) or not all(0 <= s <= MAX_SEED for s in seeds):
+    if not distinct_seeds(seeds):
         raise typer.BadParameter(f"--seeds: distinct integers from 0 to {MAX_SEED}, not {text!r}")
     return seeds
 
@@ -177,13 +177,13 @@ def summary(s, run_id: int) -> dict:
     run = s.get(Run, run_id)
     phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
     points = test_points(s, run_id)
-    ci = intervals(s, points)
+    ci = intervals(s, points)  # the bootstrap once: summarize reuses them
     end = s.exec(
         select(Event)
         .where(Event.run_id == run_id, Event.kind == "run_end")
         .order_by(Event.id.desc())
     ).first()
-    row = summarize(s, run)
+    row = summarize(s, run, points, ci)
     return {
         "run_id": run.id,
         "name": run.name,
@@ -250,15 +250,11 @@ def print_summary(result: dict) -> None:
     out.print(table)
     curve = ", ".join(f"{p['mean_at_k']:.3f}@{p['rollouts']}" for p in result["test_points"])
     out.print(f"test mean@k by rollouts used: {curve or 'none'}")
-
-    def interval(ci: list[float] | None) -> str:
-        return f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-
     if result["selected"] is not None:
         out.print(
-            f"selected test mean@k {result['selected']:.3f}{interval(result['selected_ci'])} "
+            f"selected test mean@k {result['selected']:.3f} {interval(result['selected_ci'])} "
             f"({result['selected_by']}); the maximum over test points "
-            f"{result['best_test']:.3f}{interval(result['best_test_ci'])} after "
+            f"{result['best_test']:.3f} {interval(result['best_test_ci'])} after "
             f"{result['best_at_rollouts']} rollouts; 95% intervals, test tasks resampled"
         )
     out.print(f"run {result['status']} ({result['ended']})")

@@ -14,8 +14,8 @@ from rich.table import Table
 from app.cli.base import BAD_INPUT
 from app.config import Settings
 from app.progress import err
-from app.read.compare import compare_runs, groups, mixed_scales
-from app.read.curves import X_LABELS
+from app.read.compare import compare_runs, groups
+from app.read.curves import X_LABELS, mixed_scales
 from app.read.runs import UnknownRuns
 from app.report.export import export_run
 from app.report.plot import plot_accuracy_vs_rollouts
@@ -45,6 +45,11 @@ def _score(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _scored(value: float | None, ci: list[float] | None) -> str:
+    """A table cell: the score, its interval on a second line when it has one."""
+    return _score(value) + (f"\n{interval(ci)}" if ci else "")
+
+
 def _count(value: int | None) -> str:
     return "-" if value is None else f"{value:,}"
 
@@ -72,10 +77,10 @@ def compare_table(rows: list[dict]) -> Table:
             r["strategy"],
             r["status"],
             _count(r["k"]),
-            _score(r["selected"]) + _interval(r["selected_ci"]),
-            _score(r["best"]) + _interval(r["best_ci"]),
+            _scored(r["selected"], r["selected_ci"]),
+            _scored(r["best"], r["best_ci"]),
             _count(r["rollouts_to_best"]),
-            _score(r["final"]) + _interval(r["final_ci"]),
+            _scored(r["final"], r["final_ci"]),
             _count(r["rollouts_used"]),
             str(r["test_points"]),
             r["name"],
@@ -88,8 +93,9 @@ def compare_table(rows: list[dict]) -> Table:
     return table
 
 
-def _interval(ci: list[float] | None) -> str:
-    return f"\n[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+def interval(ci: list[float] | None) -> str:
+    """A 95% interval as the tables print it: `[lo, hi]`, empty without one."""
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
 
 
 def paired_lines(rows: list[dict]) -> list[str]:

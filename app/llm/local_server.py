@@ -31,6 +31,9 @@ from pydantic import BaseModel, ConfigDict
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 MAX_BATCH = int(os.environ.get("WHALE_LOCAL_MAX_BATCH", "32"))  # requests decoded together
+# Decoding a small model on a CPU reads every weight once per token: bfloat16 halves what is read
+# (1.3-1.8x the tokens per second on a CPU with bf16 instructions); float32 is the exact one.
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 MAX_MODELS = 3
 # Requests of concurrent rollouts trickle in over tens of milliseconds: gather batch-mates until
 # none arrived for QUIET_S, at most GATHER_S, since a request that misses a batch waits for it.
@@ -62,7 +65,8 @@ class _Job:
 class Engine:
     """One thread owns the models and decodes batches of requests for the same model."""
 
-    def __init__(self):
+    def __init__(self, dtype: torch.dtype = torch.bfloat16):
+        self.dtype = dtype
         self.models: OrderedDict[str, tuple] = OrderedDict()
         self.jobs: queue.Queue[_Job] = queue.Queue()
         self.submitted = self.answered = self.decoding = 0  # for /metrics
@@ -88,7 +92,7 @@ class Engine:
         if path not in self.models:
             tokenizer = AutoTokenizer.from_pretrained(path)
             tokenizer.padding_side = "left"
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).eval()
             self.models[path] = (model, tokenizer)
             while len(self.models) > MAX_MODELS:
                 self.models.popitem(last=False)
@@ -208,9 +212,9 @@ def _hit_stop(tokenizer, tokens: list[int], stop) -> bool:
     return bool(stops) and any(s in tokenizer.decode(tokens[-16:]) for s in stops)
 
 
-def create_app() -> FastAPI:
+def create_app(dtype: str = "bfloat16") -> FastAPI:
     app = FastAPI(title="whale local model server")
-    engine = Engine()
+    engine = Engine(DTYPES[dtype])
 
     @app.get("/health")
     def health():
@@ -258,5 +262,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="OpenAI-compatible local model server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--dtype", choices=DTYPES, default="bfloat16")
     args = parser.parse_args()
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(args.dtype), host=args.host, port=args.port, log_level="warning")

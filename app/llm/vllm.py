@@ -18,17 +18,14 @@ import logging
 import os
 import shlex
 import shutil
-import signal
 import struct
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import httpx
 
 from app.llm.client import BackendTimeout, BackendUnreachable, ChatEndpoint
-from app.llm.local import free_port
+from app.llm.supervisor import SupervisedServer
 
 log = logging.getLogger(__name__)
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -131,12 +128,12 @@ def check_adapter(adapter: Path, base: Path | None) -> None:
 # --- a managed server ---------------------------------------------------------------------
 
 
-class VLLMServer:
-    """One vLLM OpenAI server as a child process in its own process group (vLLM forks an engine
-    and workers), with a watcher thread that restarts it when it dies."""
+class VLLMServer(SupervisedServer):
+    """One vLLM OpenAI server as a supervised child process (app/llm/supervisor.py): restarted
+    when it dies, its adapters then loaded again by the backend (on_restart)."""
 
-    MAX_CRASHES = 3  # within CRASH_WINDOW seconds; past that it stays down and says so
-    CRASH_WINDOW = 600
+    NAME = "vLLM"
+    ERROR = VLLMError
 
     def __init__(
         self,
@@ -150,28 +147,13 @@ class VLLMServer:
         extra_args: list[str] | tuple[str, ...] = (),
         say=log.info,
     ):
+        super().__init__(log_path, port, say)
         self.python = python
         self.model_path = Path(model_path)
-        self.log_path = log_path
-        self.port = port or free_port()
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.cpu = cpu
         self.extra_args = list(extra_args)
-        self.say = say
-        self.on_restart = None  # called (in the watcher thread) after a crash restart
-        self.proc: subprocess.Popen | None = None
-        self.restarts = 0
-        self.gave_up: str | None = None
-        self.timeout = 600.0
-        self._lock = threading.Lock()  # one (re)start at a time
-        self._stopping = threading.Event()
-        self._watcher: threading.Thread | None = None
-        self._crashes: list[float] = []
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     @property
     def model(self) -> str:
@@ -220,124 +202,14 @@ class VLLMServer:
             raise VLLMError(f"no python at {self.python} to run vLLM from")
         if self.cpu is None:
             self.cpu = is_cpu_build(self.python)
-        self.timeout = timeout
-        with self._lock:
-            self._spawn()
-            self._wait_healthy(timeout)
-        self._watcher = threading.Thread(target=self._watch, name="vllm-watcher", daemon=True)
-        self._watcher.start()
+        super().start(timeout)
 
     def restart(self, model_path: Path | None = None) -> None:
         """Stop and start again (on new weights when given); raises VLLMError."""
-        with self._lock:
-            self._terminate()
-            if model_path is not None:
-                self.model_path = Path(model_path)
-            self._spawn()
-            self._wait_healthy(self.timeout)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._terminate()  # also ends a start the watcher may be waiting on
-        if self._watcher:
-            self._watcher.join(timeout=30)
-        with self._lock:
-            self._terminate()
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def _spawn(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = self.command()
-        with open(self.log_path, "ab") as log_file:
-            log_file.write(f"\n=== {time.strftime('%F %T')} {shlex.join(cmd)}\n".encode())
-            log_file.flush()
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                env=self.env(),
-                start_new_session=True,
-            )
-
-    def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._stopping.is_set():
-                raise VLLMError("vLLM was stopped while starting")
-            if self.proc.poll() is not None:
-                self._terminate()
-                raise VLLMError(
-                    f"vLLM exited with code {self.proc.returncode} before it became healthy; "
-                    f"the end of {self.log_path}:\n{self.log_tail()}"
-                )
-            try:
-                if httpx.get(_root(self.base_url) + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self._terminate()
-        raise VLLMError(
-            f"vLLM did not become healthy within {timeout:.0f}s; the end of {self.log_path}:\n"
-            f"{self.log_tail()}"
-        )
-
-    def _terminate(self) -> None:
-        """End the server's whole process group: politely, then for good."""
-        proc = self.proc
-        if proc is None:
-            return
-        for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                proc.wait(wait)
-            except subprocess.TimeoutExpired:
-                continue
-            if sig == signal.SIGTERM:  # the server is gone; its engine processes may linger
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            break
-
-    def _watch(self) -> None:
-        while not self._stopping.wait(1.0):
+        if model_path is not None:
             with self._lock:
-                if self._stopping.is_set() or self.proc.poll() is None:
-                    continue
-                now = time.monotonic()
-                self._crashes = [t for t in self._crashes if now - t < self.CRASH_WINDOW] + [now]
-                if len(self._crashes) > self.MAX_CRASHES:
-                    self.gave_up = (
-                        f"vLLM crashed {len(self._crashes)} times in "
-                        f"{self.CRASH_WINDOW}s; not restarting it again "
-                        f"(see {self.log_path})"
-                    )
-                    self.say(self.gave_up)
-                    return
-                self.say(
-                    f"vLLM exited with code {self.proc.returncode}; restarting it "
-                    f"(log: {self.log_path})"
-                )
-                self._terminate()
-                try:
-                    self._spawn()
-                    self._wait_healthy(self.timeout)
-                except VLLMError as exc:
-                    self.say(str(exc))
-                    continue  # counted as the next crash on the next turn
-                self.restarts += 1
-            if self.on_restart:
-                self.on_restart()
+                self.model_path = Path(model_path)
+        super().restart()
 
 
 # --- replicas -----------------------------------------------------------------------------

@@ -94,6 +94,12 @@ class Runtime(_Strict):
     sandbox: Literal["auto", "process", "docker"] | None = None
 
 
+def distinct_seeds(seeds: list[int]) -> bool:
+    """The rule of a seed group (the file's `seeds`, `whale run --seeds`): the same seed twice
+    would be one run counted twice."""
+    return len(set(seeds)) == len(seeds) and all(0 <= s <= MAX_SEED for s in seeds)
+
+
 class Experiment(_Strict):
     name: str = Field(min_length=1, max_length=200)
     domain: str = "arith"
@@ -126,10 +132,7 @@ class Experiment(_Strict):
         given = [k for k in HARNESS_KEYS if getattr(self, k) is not None]
         if len(given) > 1:
             raise ValueError(f"give one of {', '.join(HARNESS_KEYS)} (given: {', '.join(given)})")
-        if self.seeds is not None and (
-            len(set(self.seeds)) != len(self.seeds)
-            or not all(0 <= s <= MAX_SEED for s in self.seeds)
-        ):
+        if self.seeds is not None and not distinct_seeds(self.seeds):
             raise ValueError(f"seeds: distinct integers from 0 to {MAX_SEED}, not {self.seeds}")
         if "seed" not in self.rft.model_fields_set:  # the run's seed orders and trains RFT
             self.rft.seed = self.seed
@@ -304,7 +307,7 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
     model = settings.llm_model or (
         f"the vLLM servers at {settings.vllm_urls}"
         if settings.vllm_urls
-        else "the default model (SmolLM2-135M-Instruct)"
+        else f"the default model (SmolLM2-135M-Instruct, decoded in {settings.local_dtype})"
     )
     return {
         "name": experiment.name,

@@ -9,7 +9,15 @@ from fastapi import HTTPException, Query
 from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Metric, Run
-from app.read.curves import X_LABELS, intervals, label, measured, test_points
+from app.read.curves import (
+    X_LABELS,
+    intervals,
+    label,
+    measured,
+    mixed_scales,
+    test_points,
+    test_scale,
+)
 from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
 from app.rollout.evaluate import task_means
@@ -18,38 +26,6 @@ from app.stats import paired, seed_interval
 
 MAX_RUNS = 10  # the chart has ten colours
 RunIds = Annotated[list[int], Query(description="the runs to compare: ids=1&ids=2...")]
-
-
-def test_k(run: Run) -> int | None:
-    """The k of the run's test mean@k: experiments keep it in their parsed config, `whale
-    train` runs as test_k."""
-    config = run.config or {}
-    test = (config.get("experiment") or {}).get("test") or {}
-    return test.get("k") or config.get("test_k")
-
-
-def test_scoring(session: Session, run: Run) -> str | None:
-    """The verifier mode of the run's test evaluations (one per run: it comes from its config)."""
-    found = session.exec(
-        select(Evaluation.scoring)
-        .where(Evaluation.run_id == run.id, Evaluation.split == "test")
-        .distinct()
-    ).all()
-    return ", ".join(sorted(f for f in found if f is not None)) or None  # None: not recorded
-
-
-def mixed_scales(summaries: list[dict]) -> list[str]:
-    """What makes the runs' mean@k not one scale: different k, or different scoring modes."""
-    notes = []
-    for key, what in (("k", "k"), ("scoring", "scoring modes")):
-        groups: dict[str, list[str]] = {}
-        for r in summaries:
-            if r[key] is not None:
-                groups.setdefault(str(r[key]), []).append(str(r["id"]))
-        if len(groups) > 1:
-            named = "; ".join(f"{v}: runs {', '.join(ids)}" for v, ids in sorted(groups.items()))
-            notes.append(f"these runs differ in {what} ({named}): their mean@k are not one scale")
-    return notes
 
 
 def selected_point(session: Session, run: Run, points: list[Metric]) -> tuple[Metric | None, str]:
@@ -78,19 +54,21 @@ def _evaluations(session: Session, points: list[Metric]) -> list[Evaluation]:
     return list(session.exec(select(Evaluation).where(col(Evaluation.id).in_(ids))))
 
 
-def summarize(session: Session, run: Run) -> dict:
-    points = test_points(session, run.id)
+def summarize(
+    session: Session, run: Run, points: list[Metric] | None = None, ci: dict | None = None
+) -> dict:
+    """The run's headline figures; its test points and their intervals when already at hand."""
+    points = test_points(session, run.id) if points is None else points
     best = max(points, key=lambda p: p.y, default=None)  # max keeps the first of equals
     final = points[-1] if points else None
     chosen, chosen_by = selected_point(session, run, points)
-    ci = intervals(session, points)
+    ci = intervals(session, points) if ci is None else ci
     return {
         "id": run.id,
         "name": run.name,
         "strategy": run.strategy or run.kind,
         "status": run.status,
-        "k": test_k(run),
-        "scoring": test_scoring(session, run),
+        **test_scale(session, run),  # domain, k, scoring: what its mean@k is measured on
         # the headline: the test score of the pair chosen on the harness split, not on test
         "selected": chosen.y if chosen else None,
         "selected_ci": list(ci[chosen.evaluation_id])

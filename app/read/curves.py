@@ -4,7 +4,7 @@ used, RFT steps, wall time), with the labels every rendering (page, JSON, PNG) s
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Metric, Rollout, Run
+from app.db.schema import Evaluation, Metric, Rollout, Run, TrainingJob, now, utc
 from app.phases import TEST_SERIES
 
 X_LABELS = {
@@ -89,6 +89,122 @@ def measured(session: Session, run: Run, x: str) -> list[dict]:
         low, high = (e.ci_low, e.ci_high) if e is not None else (None, None)
         points.append({"x": x_value(p, x), "y": p.y, "low": low, "high": high, **facts})
     return points
+
+
+def test_k(run: Run) -> int | None:
+    """The k the run's config asks its test mean@k for: experiments keep it in their parsed
+    config, `whale train` runs as test_k."""
+    config = run.config or {}
+    test = (config.get("experiment") or {}).get("test") or {}
+    return test.get("k") or config.get("test_k")
+
+
+def test_scale(session: Session, run: Run) -> dict:
+    """What the run's test mean@k is measured on: its domain (the tasks), k and the verifier's
+    scoring mode, as its test evaluations recorded them. k is that of the evaluations its
+    curve plots (else of any test evaluation, else the config's); `ks` lists every k when its
+    own points mix several."""
+    plotted = session.exec(
+        select(Evaluation.k)
+        .join(Metric, col(Metric.evaluation_id) == Evaluation.id)
+        .where(Metric.run_id == run.id, Metric.series == TEST_SERIES)
+        .order_by(Metric.id)
+    ).all()
+    tests = select(Evaluation.k, Evaluation.scoring).where(
+        Evaluation.run_id == run.id, Evaluation.split == "test"
+    )
+    rows = session.exec(tests.order_by(Evaluation.id)).all()
+    ks = plotted or [k for k, _ in rows]
+    scorings = sorted({s for _, s in rows if s is not None})
+    return {
+        "domain": run.domain,
+        "k": ks[-1] if ks else test_k(run),  # the newest point's
+        "ks": sorted(set(ks)) if len(set(ks)) > 1 else None,
+        "scoring": ", ".join(scorings) or None,  # None: not recorded
+    }
+
+
+def _runs(ids: list[int]) -> str:
+    return ("run " if len(ids) == 1 else "runs ") + ", ".join(map(str, ids))
+
+
+def mixed_scales(scales: list[dict]) -> list[str]:
+    """Why the runs' test mean@k, put on one axis, are not one scale: they test other tasks
+    (domains), average other numbers of samples (k), or score answers by other rules. One note
+    per difference, naming each run's value; none when they agree."""
+    notes = []
+    for key, what, why in (
+        ("domain", "test different domains", "their tasks differ"),
+        ("k", "measure mean@k with different k", "a mean over more samples is another number"),
+        ("scoring", "were scored by different scoring modes", "the verifiers differ"),
+    ):
+        by_value: dict[str, list[int]] = {}
+        for r in scales:
+            if r.get(key) is not None:
+                by_value.setdefault(str(r[key]), []).append(r["id"])
+        if len(by_value) > 1:
+            prefix = "k=" if key == "k" else ""
+            named = "; ".join(f"{_runs(ids)} {prefix}{v}" for v, ids in by_value.items())
+            notes.append(f"these runs {what}: {named}; their curves are not on one scale ({why})")
+    for r in scales:
+        if r.get("ks"):
+            mixed = ", ".join(map(str, r["ks"]))
+            notes.append(
+                f"run {r['id']}'s own test points mix k={mixed}: its curve is not one scale"
+            )
+    return notes
+
+
+def phase_spans(session: Session, run: Run, phases: list[dict], x: str) -> list[dict]:
+    """The x range each phase of the run covers on the test curve's axis, in phase order, so a
+    chart can shade it and a reader see which phase moved the curve. `phases` are the run's
+    timeline rows (with the rollouts each used so far).
+
+    Rollouts used: the phases one after another, each as wide as the rollouts it used (a test
+    point's x counts the same rollouts). Wall time: from the phase's start to its end (a running
+    one: to now), in seconds since the run was created. RFT steps: only weight phases, from the
+    steps before them to their last; a harness phase trains nothing and has no width there."""
+    steps: dict[int | None, int] = {}
+    if x == "weight_steps":
+        steps = dict(
+            session.exec(
+                select(TrainingJob.phase_id, func.count())
+                .where(
+                    TrainingJob.run_id == run.id,
+                    col(TrainingJob.status).in_(("done", "skipped")),  # as steps_done counts
+                )
+                .group_by(TrainingJob.phase_id)
+            ).all()
+        )
+    origin, spans, start = utc(run.created_at), [], 0.0
+    for i, p in enumerate(phases):
+        if x == "rollouts":
+            x0, x1 = start, start + p["rollouts"]
+        elif x == "weight_steps":
+            if p["kind"] != "weight":
+                continue
+            x0, x1 = start, start + steps.get(p["id"], 0)
+        else:
+            # an ended phase that recorded no end: until the next one started
+            after = phases[i + 1]["created_at"] if i + 1 < len(phases) else p["created_at"]
+            end = utc(p["finished_at"]) or (now() if p["status"] == "running" else utc(after))
+            x0 = (utc(p["created_at"]) - origin).total_seconds()
+            x1 = max((end - origin).total_seconds(), x0)
+        start = x1
+        spans.append(
+            {
+                "phase_id": p["id"],
+                "kind": p["kind"],
+                "round": p["round"],
+                "label": f"{p['kind']} phase {p['round']}",
+                "status": p["status"],
+                "ended_reason": p.get("ended_reason"),
+                "rollouts": p["rollouts"],
+                "x0": x0,
+                "x1": x1,
+            }
+        )
+    return spans
 
 
 def label(run: Run) -> str:

@@ -8,10 +8,20 @@ from fastapi import Query
 from sqlmodel import Session, col, select
 
 from app import control
-from app.db.schema import Evaluation, Event, Phase, Run, SearchIteration, TrainingJob, now, utc
+from app.db.schema import (
+    Evaluation,
+    Event,
+    Phase,
+    Rollout,
+    Run,
+    SearchIteration,
+    TrainingJob,
+    now,
+    utc,
+)
 from app.phases import phase_rollouts
 from app.read.common import NotFound, as_dict
-from app.read.curves import X_LABELS, label, measured
+from app.read.curves import X_LABELS, label, measured, mixed_scales, phase_spans, test_scale
 from app.read.metrics import series
 from app.rollout.usage import budget_lines, spending
 
@@ -91,6 +101,54 @@ def activity(s: Session, run: Run) -> str | None:
     return f"{where}between steps" if phase else "between phases"
 
 
+# What the workbench records in a run's log when the model server serving it crashes, is back,
+# or is given up on (app/workbench.py, from the supervisor's watcher).
+MODEL_SERVER_EVENTS = ("model_server_exited", "model_server_restarted", "model_server_gave_up")
+
+
+def waiting(s: Session, run: Run) -> dict[str, Any] | None:
+    """What a live run is held up by, and since when, where its activity line cannot say: the
+    model server down (it exited and is not back yet, or was given up on: the newest such event
+    of its log says which), or a run just started, none of whose rollouts has finished yet.
+    None when it is not waiting (or is finished). `since` is a time: the page says how long."""
+    if run.status not in LIVE_STATUSES:
+        return None
+    last = s.exec(
+        select(Event)
+        .where(Event.run_id == run.id, col(Event.kind).in_(MODEL_SERVER_EVENTS))
+        .order_by(col(Event.id).desc())
+        .limit(1)
+    ).first()
+    if last is not None and last.kind != "model_server_restarted":
+        gone = last.kind == "model_server_gave_up"
+        return {
+            "on": "model_server",
+            "text": (
+                "the model server is down and is not restarted again: rollouts fail as "
+                "infrastructure failures"
+                if gone
+                else "waiting for the model server to come back: rollouts wait, then try again"
+            ),
+            "why": (last.detail or {}).get("why"),
+            "since": utc(last.created_at),
+        }
+    if run.status != "running":
+        return None
+    finished = s.exec(
+        select(Rollout.id).where(Rollout.run_id == run.id, Rollout.status != "pending").limit(1)
+    ).first()
+    if finished is not None:
+        return None
+    return {
+        "on": "start",
+        # the first evaluation starts its sandboxes and its first model calls: on a fresh
+        # server or a CPU that is seconds, with a large model or many sandboxes much more
+        "text": "starting: no rollout has finished yet",
+        "why": None,
+        "since": utc(run.created_at),
+    }
+
+
 def controls(s: Session, run: Run) -> list[dict[str, Any]]:
     """The buttons, each with whether the run would take it now and, if not, why not."""
     out = []
@@ -118,6 +176,9 @@ def describe(event: Event) -> str:
         "control_refused": lambda: f"{what} refused: {d.get('why')}",
         "control_applied": lambda: f"{what} taken",
         "phase_end": lambda: f"{d.get('kind')} phase {d.get('round')} ended: {d.get('reason')}",
+        "model_server_exited": lambda: d.get("why") or "the model server exited",
+        "model_server_restarted": lambda: f"the model server is back (down {d.get('down_s')} s)",
+        "model_server_gave_up": lambda: d.get("why") or "the model server is not restarted again",
     }.get(event.kind, lambda: f"{event.kind} {d}")()
 
 
@@ -149,11 +210,15 @@ def harness_success(s: Session, run_id: int) -> list[dict[str, Any]]:
     return [{"x": i, "y": row.best_success, "phase_id": row.phase_id} for i, row in enumerate(rows)]
 
 
-def curves(s: Session, run: Run, x: XAxis, baseline: Run | None) -> dict[str, Any]:
+def curves(
+    s: Session, run: Run, x: XAxis, baseline: Run | None, phases: list[dict[str, Any]]
+) -> dict[str, Any]:
     return {
         "x": x,
         "x_label": X_LABELS[x],
         "test": {label(r): measured(s, r, x) for r in ([run, baseline] if baseline else [run])},
+        # the run's own phases only: a baseline's would shade the same chart twice
+        "phases": phase_spans(s, run, phases, x),
         "harness_success": harness_success(s, run.id),
         "training": series(s, run.id, ["train/accept_rate", "train/mean_reward"]),
     }
@@ -179,6 +244,7 @@ def get_dashboard(
     baseline = s.get(Run, baseline_id) if baseline_id is not None else None
     if baseline_id is not None and baseline is None:
         raise NotFound("run", baseline_id)
+    phases = timeline(s, run_id)
     return {
         "run": {
             "id": run.id,
@@ -187,9 +253,10 @@ def get_dashboard(
             "command": run.command,
             "live": run.status in LIVE_STATUSES,
         },
-        "timeline": timeline(s, run_id),
+        "timeline": phases,
         "budgets": budgets(s, run),
         "activity": activity(s, run),
+        "waiting": waiting(s, run),
         # a finished run takes no action: no buttons, only its log
         "controls": (
             controls(s, run)
@@ -197,9 +264,15 @@ def get_dashboard(
             else []
         ),
         "events": events(s, run_id),
-        "curves": curves(s, run, x, baseline),
+        "curves": curves(s, run, x, baseline, phases),
         "baseline": {"id": baseline.id, "name": baseline.name} if baseline else None,
-        "warnings": warnings(run),
+        # a baseline overlaid on another scale (domain, k, scoring) is named, not drawn silently
+        "warnings": warnings(run)
+        + (
+            mixed_scales([{"id": r.id, **test_scale(s, r)} for r in (run, baseline)])
+            if baseline
+            else []
+        ),
     }
 
 

@@ -1,5 +1,6 @@
-"""A run's harness phases: each iteration (proposer, cost, frontier) and each candidate with its
-score, for the run page and /api/runs/{id}."""
+"""A run's harness phases: each iteration (proposer, cost, frontier), each candidate with its
+score, and the phase's Pareto view (success against mean turns), for the run page and
+/api/runs/{id}."""
 
 from typing import Any
 
@@ -7,6 +8,7 @@ from sqlmodel import Session, select
 
 from app.db.schema import Evaluation, Harness, Phase, SearchIteration
 from app.read.common import as_dict
+from app.search.pareto import Score, frontier
 
 CANDIDATE_FIELDS = (
     "id",
@@ -75,11 +77,14 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
             "accepted": h.id == phase.harness_out_id,
         }
 
+    rows = [row(h) for h in candidates]
+    incoming_row = row(incoming) if incoming else None
     return {
         "phase": as_dict(phase),
-        "incoming": row(incoming) if incoming else None,
+        "incoming": incoming_row,
         "iterations": [as_dict(i) for i in iterations],
-        "candidates": [row(h) for h in candidates],
+        "candidates": rows,
+        "pareto": pareto(phase, iterations, [incoming_row, *rows] if incoming_row else rows),
         "best_success": [
             {"x": i.iteration, "y": i.best_success}
             for i in iterations
@@ -87,4 +92,35 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
         ],
         "proposer_tokens": sum(i.prompt_tokens + i.completion_tokens for i in iterations),
         "proposer_cost_usd": sum(i.cost_usd or 0.0 for i in iterations),
+    }
+
+
+def pareto(phase: Phase, iterations: list[SearchIteration], rows: list[dict]) -> dict[str, Any]:
+    """Every scored harness of the phase (the incoming one too) as a point (success up, mean
+    turns down), which of them are on the Pareto front the phase selects on
+    (app/search/pareto.py, over the same scores), and the harness it chose: the one it handed
+    on, or while it runs the one accepted so far."""
+    scored = [r for r in rows if r["success"] is not None and r["mean_turns"] is not None]
+    front = frontier([Score(r["id"], r["success"], r["mean_turns"]) for r in scored])
+    on_front = {f.harness_id for f in front}
+    accepted = [i.accepted_harness_id for i in iterations if i.accepted_harness_id]
+    chosen = phase.harness_out_id or (accepted[-1] if accepted else None)
+    return {
+        "points": [
+            {
+                "harness_id": r["id"],
+                "name": r["name"],
+                "iteration": r["iteration"],
+                "success": r["success"],
+                "mean_turns": r["mean_turns"],
+                "incoming": r["id"] == phase.harness_in_id,
+                "on_front": r["id"] in on_front,
+                "chosen": r["id"] == chosen,
+            }
+            for r in scored
+        ],
+        "front": [f.harness_id for f in sorted(front, key=lambda f: f.turns)],
+        "chosen_id": chosen,
+        "final": phase.harness_out_id is not None,  # False: the phase may still change its pick
+        "unscored": len(rows) - len(scored),  # invalid or not yet evaluated: not drawn
     }

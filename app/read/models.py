@@ -6,6 +6,7 @@ objects here, and every model lets further keys through: the schema documents th
 never trims it (tests/web/test_page_data.py checks that the JSON holds all a page shows).
 """
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,7 +84,9 @@ class ComparedRun(Open):
     name: str
     strategy: str
     status: str
-    k: int | None = Field(description="the k of its test mean@k")
+    domain: str = Field(description="the domain its test tasks come from")
+    k: int | None = Field(description="the k of its test mean@k (its newest test point's)")
+    ks: list[int] | None = Field(description="every k of its test points, when they mix several")
     scoring: str | None = Field(description="the verifier mode its test evaluations used")
     selected: float | None = Field(
         description="test mean@k of the pair chosen on the harness split (or the final point)"
@@ -126,7 +129,10 @@ class ComparePage(Open):
     runs: list[ComparedRun]
     groups: list[SeedGroup] = Field(description="the seed groups among the runs, aggregated")
     curves: dict[str, list[TestPoint]] = Field(description="test mean@k per run label")
-    notes: list[str] = Field(description="why the runs' mean@k are not one scale, if they are not")
+    notes: list[str] = Field(
+        description="why the runs' mean@k are not one scale, if they are not: a note per "
+        "difference in domain, k or scoring mode, naming each run's value"
+    )
 
 
 class Budget(Open):
@@ -144,16 +150,59 @@ class ControlButton(Open):
     refused: str | None = Field(description="why the run would not take it now; None: it would")
 
 
+class Waiting(Open):
+    on: str = Field(description="model_server (down or given up) or start (nothing finished)")
+    text: str
+    why: str | None = Field(description="what the model server's watcher said, if it did")
+    since: datetime = Field(description="when the wait began (UTC)")
+
+
 class Dashboard(Open):
     run: Row
     timeline: list[Row] = Field(description="phases in order, with rollouts used and share")
     budgets: list[Budget]
     activity: str | None = Field(description="what the run does now; None once finished")
+    waiting: Waiting | None = Field(description="what holds the run up, since when; None: nothing")
     controls: list[ControlButton]
     events: list[Row] = Field(description="newest entries of the run's log, each with `text`")
     curves: dict[str, Any] = Field(description="test, harness_success and training series")
     baseline: Row | None
-    warnings: list[str] = Field(description="settings that make the run's numbers mean less")
+    warnings: list[str] = Field(
+        description="settings that make the run's numbers mean less, and how the baseline's "
+        "test mean@k is on another scale (domain, k, scoring), if it is"
+    )
+
+
+class ParetoPoint(Open):
+    harness_id: int
+    name: str
+    iteration: int | None
+    success: float = Field(description="harness-split mean@k under the phase's checkpoint")
+    mean_turns: float = Field(description="mean model calls per rollout")
+    incoming: bool = Field(description="the harness the phase started from")
+    on_front: bool = Field(description="not dominated (success up, turns down)")
+    chosen: bool
+
+
+class Pareto(Open):
+    """A harness phase's scored harnesses as success against mean turns."""
+
+    points: list[ParetoPoint]
+    front: list[int] = Field(description="harness ids on the Pareto front, fewest turns first")
+    chosen_id: int | None = Field(description="the harness it handed on (or accepted so far)")
+    final: bool = Field(description="the phase has ended: chosen_id is its pick")
+    unscored: int = Field(description="candidates without a score (invalid, not yet evaluated)")
+
+
+class HarnessPhase(Open):
+    phase: Row
+    incoming: Row | None = Field(description="the harness it started from, with its score")
+    iterations: list[Row]
+    candidates: list[Row] = Field(description="each with success, mean_turns, gate, accepted")
+    pareto: Pareto
+    best_success: list[Point] = Field(description="best frontier success per iteration")
+    proposer_tokens: int
+    proposer_cost_usd: float
 
 
 class RunLive(Open):
@@ -164,7 +213,7 @@ class RunLive(Open):
     status_counts: dict[str, int]
     recent_failures: list[Row]
     weight_phase: Row | None = Field(description="jobs, checkpoint chain, curves; None: no RFT")
-    harness_phases: list[Row]
+    harness_phases: list[HarnessPhase]
     final: Row | None = Field(description="harness and checkpoint it ended with, and their phase")
     dashboard: Dashboard
     choices: list[Row] = Field(description="runs offered as a baseline")

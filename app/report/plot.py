@@ -8,8 +8,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from sqlmodel import Session
 
-from app.read.compare import group_of, selected_point, test_k
-from app.read.curves import X_LABELS, curve, label, test_points, x_axis, x_value
+from app.read.compare import group_of, selected_point
+from app.read.curves import X_LABELS, curve, label, test_k, test_points, x_axis, x_value
 from app.read.runs import get_runs
 from app.stats import seed_interval
 

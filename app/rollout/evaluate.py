@@ -6,12 +6,14 @@ rollout's steps always have a row to point to and an interrupted evaluation show
 A rollout's score must not depend on how busy the machine is: its time limit counts the
 harness's own time, not the wait on its model calls (sandbox/pool.py); rollouts are admitted as
 the model server keeps up (app/rollout/admission.py); and a rollout that the infrastructure
-failed (the backend unreachable or erring, its sandbox not started) is tried again, and after
-its last try recorded as `infra`: left out of mean@k and RFT, counted on the evaluation.
+failed (the backend unreachable or erring, its sandbox not started) is tried again - once the
+model server is back, when it crashed - and after its last try recorded as `infra`: left out of
+mean@k and RFT, counted on the evaluation.
 """
 
 import asyncio
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -77,6 +79,8 @@ class Evaluator:
         limits: dict | None = None,
         gates: dict[int, RunGate] | None = None,
         admission: Admission | None = None,
+        evaluating: Counter[int] | None = None,
+        backend_up: Callable[[], Awaitable[None]] | None = None,
     ):
         # The model backend's name (which call fields it takes) and the process-wide rollout
         # limits; a run's own [sampling] and [rollout] come on top (app/llm/generation.py).
@@ -91,6 +95,10 @@ class Evaluator:
         # A run's gate is passed before each of its rollouts starts: it waits while the run is
         # paused and raises RunStopped when it stops. Rollouts already running always finish.
         self.gates = gates if gates is not None else {}
+        # Runs with an evaluation in progress, per run (whom a model server crash concerns), and
+        # a wait while the model server is down and being restarted (app/llm/supervisor.py).
+        self.evaluating = evaluating if evaluating is not None else Counter()
+        self.backend_up = backend_up
 
     async def evaluate(
         self,
@@ -175,10 +183,14 @@ class Evaluator:
                 progress(done)
             return done
 
+        self.evaluating[evaluation.run_id] += 1
         try:
             await self.sandbox.prestart(path, min(len(pending), self.concurrency))
             results = await asyncio.gather(*(one(r) for r in pending), return_exceptions=True)
         finally:
+            self.evaluating[evaluation.run_id] -= 1
+            if self.evaluating[evaluation.run_id] <= 0:
+                del self.evaluating[evaluation.run_id]
             await self.sandbox.release(path)
         # Every started rollout has finished by now; a stop or a failure surfaces only then.
         for result in results:
@@ -202,6 +214,8 @@ class Evaluator:
             if attempt > 1:  # the failed try's steps go: the rollout runs again from the start
                 await self.writer.run(lambda s: _drop_steps(s, [rollout.id]))
                 await asyncio.sleep(INFRA_BACKOFF_S * 2 ** (attempt - 2))
+            if self.backend_up:  # a try while the model server restarts would only fail
+                await self.backend_up()
             # this try's tools (a chess board keeps its state here) and its scorer
             env = episode(domain, task, scoring)
             result, grant = await self._attempt(

@@ -9,7 +9,7 @@ from typing import Any
 from markupsafe import Markup
 
 from app.read.curves import UNSCORED, x_axis
-from app.web.line_chart import line_chart
+from app.web.line_chart import Band, Mark, line_chart, scatter_chart
 
 Points = list[dict[str, Any]]
 
@@ -65,11 +65,35 @@ def point_link(p: dict[str, Any]) -> tuple[str | None, str]:
     return f"/rollouts?evaluation={p['evaluation_id']}", note
 
 
-def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k") -> Markup:
+def phase_band(span: dict[str, Any], scale: float) -> Band:
+    """A phase as a shaded band, named by the run's numbering ("weight phase 2", short "W2")."""
+    what = "RFT" if span["kind"] == "weight" else "search"
+    ended = span["ended_reason"] or span["status"]
+    title = f"{span['label']} ({what}): {span['rollouts']:,} rollouts, {ended}"
+    return Band(
+        span["x0"] / scale,
+        span["x1"] / scale,
+        f"phase-band-{span['kind']}",
+        span["label"],
+        f"{'W' if span['kind'] == 'weight' else 'H'}{span['round']}",
+        title,
+    )
+
+
+def runs_test_chart(
+    curves: dict[str, Points],
+    x: str,
+    title: str = "test mean@k",
+    phases: Points = (),
+) -> Markup:
     """Test mean@k of one or more runs (label -> points) against rollouts used, RFT steps or
     wall time; wall time in the unit that keeps the ticks short. Each point opens the rollouts
-    of the evaluation it plots."""
-    longest = max((p["x"] for points in curves.values() for p in points), default=0)
+    of the evaluation it plots. `phases` (a run's phase spans on this x) are shaded behind the
+    curves, so a reader sees which phase moved them."""
+    longest = max(
+        [p["x"] for points in curves.values() for p in points] + [p["x1"] for p in phases],
+        default=0,
+    )
     scale, x_label = x_axis(x, longest)
     return line_chart(
         {
@@ -83,6 +107,7 @@ def runs_test_chart(curves: dict[str, Points], x: str, title: str = "test mean@k
         y_extent=(0, 1),
         integer_x=x != "wall_s",
         links={name: [point_link(p) for p in points] for name, points in curves.items()},
+        bands=[phase_band(p, scale) for p in phases],
     )
 
 
@@ -96,4 +121,47 @@ def harness_success_chart(points: Points) -> Markup:
         x_extent=(0, None),
         y_extent=(0, 1),
         integer_x=True,
+    )
+
+
+def pareto_chart(pareto: dict[str, Any]) -> Markup:
+    """A harness phase's candidates as success against mean turns: the Pareto front it selects
+    on (success up, turns down) joined by a line, the harness it chose ringed; each point
+    opens its harness."""
+    chosen_text = "chosen at the phase end" if pareto["final"] else "accepted so far"
+    marks = []
+    for p in pareto["points"]:
+        what = [
+            w
+            for w, yes in (
+                ("incoming", p["incoming"]),
+                ("on the Pareto front", p["on_front"]),
+                (chosen_text, p["chosen"]),
+            )
+            if yes
+        ]
+        css = " ".join(c for c, yes in (("front", p["on_front"]), ("chosen", p["chosen"])) if yes)
+        marks.append(
+            Mark(
+                p["mean_turns"],
+                p["success"],
+                f"/harnesses/{p['harness_id']}",
+                f"#{p['harness_id']} {p['name']}: success {p['success']:.3f}, "
+                f"{p['mean_turns']:.2f} turns" + (f"\n{', '.join(what)}" if what else ""),
+                css or "dominated",
+            )
+        )
+    by_id = {p["harness_id"]: p for p in pareto["points"]}
+    # a little room left and right, so no point sits on the frame
+    turns = [p["mean_turns"] for p in pareto["points"]] or [0.0]
+    pad = max((max(turns) - min(turns)) * 0.05, 0.05)
+    return scatter_chart(
+        marks,
+        "success vs. mean turns",
+        "mean turns per rollout (fewer is better)",
+        "success",
+        path=[(by_id[i]["mean_turns"], by_id[i]["success"]) for i in pareto["front"]],
+        legend=[("dominated", "dominated"), ("front", "Pareto front"), ("chosen", "chosen")],
+        x_extent=(max(min(turns) - pad, 0), max(turns) + pad),
+        y_extent=(0, 1),
     )

@@ -5,6 +5,7 @@ htmx refreshes brings its chart up to date with it.
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
@@ -32,6 +33,19 @@ LEGEND_ROW, LEGEND_COLUMNS = 16, 2
 Point = tuple[float, ...]  # (x, y), or (x, y, low, high): y's interval, drawn as an error bar
 Link = tuple[str | None, str]  # a point's link (what it measured) and more tooltip lines
 Extent = tuple[float | None, float | None]  # what an axis covers at least; None: fit the points
+
+
+@dataclass(frozen=True)
+class Band:
+    """An x range shaded behind the lines (a phase of a run): `css` picks its tint, `label` is
+    written in it where it fits (else `short`, else nothing), `title` is its tooltip."""
+
+    x0: float
+    x1: float
+    css: str
+    label: str
+    short: str = ""
+    title: str = ""
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5, min_step: float = 0.0) -> list[float]:
@@ -132,6 +146,25 @@ class _Plot:
         )
         return parts
 
+    def band(self, band: Band) -> list[str]:
+        """A shaded column over the plot's height, its label at the top where it fits."""
+        x0, x1 = self.px(max(band.x0, self.xs[0])), self.px(min(band.x1, self.xs[-1]))
+        if x1 - x0 < 0.5:
+            return []
+        tip = escape(band.title or band.label)
+        parts = [
+            f'<rect class="phase-band {band.css}" x="{x0:.1f}" y="{TOP}" width="{x1 - x0:.1f}" '
+            f'height="{self.h}" data-x0="{band.x0:g}" data-x1="{band.x1:g}" '
+            f'aria-label="{escape(band.label)}"><title>{tip}</title></rect>'
+        ]
+        room = x1 - x0 - 6
+        text = next(
+            (t for t in (band.label, band.short) if t and CHAR_W * 0.85 * len(t) <= room), ""
+        )
+        if text:
+            parts.append(_text(x0 + 3, TOP + 11, text, f"phase-band-label {band.css}", "start"))
+        return parts
+
     def line(
         self, i: int, label: str, points: Sequence[Point], links: Sequence[Link] | None = None
     ) -> list[str]:
@@ -206,9 +239,10 @@ def line_chart(
     y_extent: Extent = (None, None),
     integer_x: bool = False,
     links: dict[str, Sequence[Link]] | None = None,
+    bands: Sequence[Band] = (),
 ) -> Markup:
     """An SVG chart of `series` (label -> points in x order); `links` gives a series' points
-    a link and more tooltip text each.
+    a link and more tooltip text each; `bands` are x ranges shaded behind the lines.
 
     The extents pin what the axes cover at least, e.g. 0..1 for rates, so curves from different
     pages compare; `integer_x` keeps x ticks on whole numbers (steps, rollout counts).
@@ -230,10 +264,14 @@ def line_chart(
         return Markup(
             "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
         )
+    # the x axis covers the bands too: a phase still running reaches past the last point
+    xs = [p[0] for p in points] + [x for b in bands for x in (b.x0, b.x1)]
     plot = _Plot(
-        axis_ticks([p[0] for p in points], x_extent, min_step=1 if integer_x else 0),
+        axis_ticks(xs, x_extent, min_step=1 if integer_x else 0),
         axis_ticks([p[1] for p in points], y_extent),
     )
+    for band in bands:  # first, so the grid, the lines and their dots lie over the shading
+        parts += plot.band(band)
     parts += plot.axes(x_label, y_label)
     parts.append(_frame())
     for i, (label, pts) in enumerate(series.items()):
@@ -242,4 +280,73 @@ def line_chart(
         parts += _legend_rows(list(series))
     elif len(series) > 1:
         parts += _legend(list(series))
+    return Markup("".join(parts) + "</svg>")
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point of a scatter chart: where it is, what it links to, its tooltip, and `css`
+    classes saying what it is (its style and its legend entry)."""
+
+    x: float
+    y: float
+    href: str | None = None
+    title: str = ""
+    css: str = ""
+
+
+def scatter_chart(
+    marks: Sequence[Mark],
+    title: str,
+    x_label: str,
+    y_label: str,
+    path: Sequence[tuple[float, float]] = (),
+    legend: Sequence[tuple[str, str]] = (),
+    x_extent: Extent = (None, None),
+    y_extent: Extent = (None, None),
+) -> Markup:
+    """An SVG scatter of `marks` on the line chart's axes, with `path` (e.g. a Pareto front, in
+    x order) drawn as a line under them; `legend` pairs a mark's css with its meaning, shown
+    beside the title. A mark whose css has "chosen" gets a ring around its dot."""
+    parts = [
+        f'<svg class="chart scatter" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+        f"<title>{escape(title)}</title>",
+        _text(LEFT, 15, title, "chart-title", anchor="start"),
+    ]
+    if not marks:
+        middle = (LEFT + WIDTH - RIGHT) / 2, (TOP + HEIGHT - BOTTOM) / 2
+        return Markup(
+            "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
+        )
+    # left to right, ending at the right edge: an estimated width errs between entries, never
+    # between a dot and its meaning
+    x = WIDTH - RIGHT - sum(CHAR_W * len(meaning) + 22 for _, meaning in legend) + 10
+    for css, meaning in legend:
+        parts.append(f'<circle class="scatter-mark {css}" cx="{x + 4:.1f}" cy="11" r="4"/>')
+        parts.append(_text(x + 12, 15, meaning, "chart-legend", anchor="start"))
+        x += CHAR_W * len(meaning) + 22
+    plot = _Plot(
+        axis_ticks([m.x for m in marks], x_extent), axis_ticks([m.y for m in marks], y_extent)
+    )
+    parts += plot.axes(x_label, y_label)
+    parts.append(_frame())
+    if len(path) > 1:
+        coords = " ".join(f"{plot.px(x):.1f},{plot.py(y):.1f}" for x, y in path)
+        parts.append(f'<polyline class="scatter-path" points="{coords}"/>')
+    # the chosen ones last, so no other dot covers them
+    for m in sorted(marks, key=lambda m: "chosen" in m.css.split()):
+        cx, cy = plot.px(m.x), plot.py(m.y)
+        ring = (
+            f'<circle class="scatter-ring" cx="{cx:.1f}" cy="{cy:.1f}" r="8"/>'
+            if "chosen" in m.css.split()
+            else ""
+        )
+        dot = f'<circle class="scatter-mark {m.css}" cx="{cx:.1f}" cy="{cy:.1f}" r="4.5"/>'
+        body = f"<title>{escape(m.title)}</title>{ring}{dot}"  # the tooltip of ring and dot
+        parts.append(
+            f'<a class="chart-point" href="{escape(m.href)}">{body}</a>'
+            if m.href
+            else f'<g class="chart-point">{body}</g>'
+        )
     return Markup("".join(parts) + "</svg>")

@@ -35,6 +35,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.web.templating import from_htmx, refusal
+
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 CSRF_HEADER = "X-CSRF-Token"
 WILDCARD_HOSTS = {"0.0.0.0", "::", "[::]", ""}  # listening on every interface
@@ -100,9 +102,11 @@ def _same(given: str | None, secret: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), secret.encode())
 
 
-def _refusal(path: str, status: int, title: str, message: str) -> Response:
-    if path.startswith("/api"):  # API clients read JSON
+def _refusal(request: Request, status: int, title: str, message: str) -> Response:
+    if request.url.path.startswith("/api"):  # API clients read JSON
         return JSONResponse({"detail": message}, status)
+    if from_htmx(request):  # a page's form or button: shown in place (a stale CSRF token...)
+        return refusal(status, message)
     page = (
         f'<!doctype html><meta charset="utf-8"><title>{escape(title)} · Whale</title>'
         f"<h1>{escape(title)}</h1><p>{escape(message)}</p>"
@@ -144,7 +148,7 @@ class WebSecurity:
         if name in self.hosts or (self.any_ip and _is_ip(name)):
             return None
         return _refusal(
-            request.url.path,
+            request,
             400,
             "Unknown host",
             f"Refused: this workbench does not answer to the host {header!r}; open it "
@@ -168,7 +172,7 @@ class WebSecurity:
         if any(_same(given, self.token) for given in offered):
             return None
         refused = _refusal(
-            path,
+            request,
             401,
             "Access token required",
             "This workbench needs its access token: open the URL printed by "
@@ -182,22 +186,28 @@ class WebSecurity:
         """None unless a state-changing request lacks the CSRF token or comes from elsewhere."""
         if request.method in SAFE_METHODS:
             return None
-        path, method = request.url.path, request.method
+        method = request.method
         origin, host = request.headers.get("origin"), request.headers.get("host", "")
         if origin is not None and urlsplit(origin).netloc.lower() != host.lower():
             return _refusal(
-                path,
+                request,
                 403,
                 "Cross-origin request refused",
                 f"Refused: a {method} from {origin}; this workbench only accepts "
                 "changes from its own pages.",
             )
         if not _same(request.headers.get(CSRF_HEADER), self.csrf_token):
+            # a page's own form: its token is a former server's (each start makes a new one)
+            fix = (
+                "this page is older than the server (restarted?): reload the page and try again"
+                if from_htmx(request)
+                else "get it from GET /api/csrf"
+            )
             return _refusal(
-                path,
+                request,
                 403,
                 "CSRF token missing or wrong",
                 f"Refused: a {method} needs the header {CSRF_HEADER} with this "
-                "server's CSRF token; get it from GET /api/csrf.",
+                f"server's CSRF token; {fix}.",
             )
         return None

@@ -8,7 +8,7 @@ from urllib.parse import urlencode
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
@@ -20,6 +20,7 @@ from app.web.charts import (
     best_success_chart,
     harness_success_chart,
     loss_chart,
+    pareto_chart,
     runs_test_chart,
     step_curves_chart,
 )
@@ -93,6 +94,16 @@ def elapsed(start: datetime | None, end: datetime | None) -> str:
     if start is None or end is None:
         return DASH
     return duration((end - start).total_seconds())
+
+
+def ago(value: datetime | None) -> str:
+    """How long ago, for a live page (it is rendered again every 2 s): "12 s ago"."""
+    if value is None:
+        return DASH
+    total = max((datetime.now(UTC) - utc(value)).total_seconds(), 0)
+    if total < 120:
+        return f"{total:.0f} s ago"
+    return f"{total / 60:.0f} min ago" if total < 7200 else f"{total / 3600:.1f} h ago"
 
 
 def short(text: Any, limit: int = 80) -> str:
@@ -169,6 +180,7 @@ templates.env.filters.update(
     python_html=python_html,
     size=size,
     when_short=when_short,
+    ago=ago,
     generation=generation,
     thinking=thinking,
 )
@@ -182,6 +194,7 @@ templates.env.globals.update(
     step_curves_chart=step_curves_chart,
     runs_test_chart=runs_test_chart,
     harness_success_chart=harness_success_chart,
+    pareto_chart=pareto_chart,
 )
 
 
@@ -189,3 +202,21 @@ def render(
     request: Request, template: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
     return templates.TemplateResponse(request, template, context, status_code=status_code)
+
+
+def from_htmx(request: Request) -> bool:
+    """The request comes from a page's htmx (a form or button), not from a browser's navigation:
+    its answer is swapped into the page, so an error must be a fragment, not a whole page."""
+    return request.headers.get("hx-request") == "true"
+
+
+def refusal(status: int, message: str) -> HTMLResponse:
+    """A refused or failed htmx request as a fragment the page shows in place, beside the form
+    or button that sent it (base.html puts a response marked X-Refusal into the slot its form
+    names with data-refusals), whatever the status: htmx swaps no 4xx or 5xx by itself."""
+    what = "the server failed" if status >= 500 else "refused"
+    body = (
+        f'<p class="box box-error refusal" data-status="{status}">'
+        f"{what} (HTTP {status}): {escape(message.removeprefix('Refused: '))}</p>"
+    )
+    return HTMLResponse(body, status, headers={"X-Refusal": str(status)})

@@ -17,7 +17,9 @@ def test_summaries_in_the_order_asked(session, filled):
         "name": "arith whale",
         "strategy": "whale",
         "status": "done",
+        "domain": "arith",
         "k": 4,
+        "ks": None,  # its test points agree on k
         "scoring": None,  # its store holds metrics, not evaluations
         "best": 0.75,
         "rollouts_to_best": 1024,

@@ -265,10 +265,48 @@ def test_compare_says_when_runs_were_scored_by_different_modes(store, client):
     ids = "&".join(f"ids={r.id}" for r in runs)
     mixed = client.get(f"/api/runs/compare?{ids}").json()
     (note,) = mixed["notes"]
-    assert "differ in scoring modes" in note and f"paper: runs {runs[0].id}" in note
-    assert f"lenient: runs {runs[1].id}, {runs[2].id}" in note
+    assert note == (
+        f"these runs were scored by different scoring modes: run {runs[0].id} paper; "
+        f"runs {runs[1].id}, {runs[2].id} lenient; their curves are not on one scale "
+        "(the verifiers differ)"
+    )
     page = client.get(f"/runs/compare?{ids}").text
-    assert 'class="warning"' in page and "not one scale" in page
+    notes = page[page.index('<div id="scale-notes" role="alert">') :]
+    assert html.unescape(notes[: notes.index("</div>")]).count(note) == 1
+    assert page.index('id="scale-notes"') < page.index('<svg class="chart"')  # above the chart
+    assert page.count('<td class="differs">lenient</td>') == 2  # the column that differs
+
+
+def test_compare_says_when_runs_measure_mean_at_k_with_different_k(store, client):
+    checkpoint = store.checkpoint()
+    runs = []
+    for name, k in (("four", 4), ("two", 2)):
+        run = loop_run(store, name, status="done")
+        store.evaluation(run, store.harness(run), checkpoint, 4, k=k, scoring="lenient")
+        runs.append(run)
+    ids = f"ids={runs[0].id}&ids={runs[1].id}"
+    data = client.get(f"/api/runs/compare?{ids}").json()
+    assert [r["k"] for r in data["runs"]] == [4, 2]  # as its test evaluations measured it
+    assert data["notes"] == [
+        f"these runs measure mean@k with different k: run {runs[0].id} k=4; run {runs[1].id} "
+        "k=2; their curves are not on one scale (a mean over more samples is another number)"
+    ]
+    page = html.unescape(client.get(f"/runs/compare?{ids}").text)
+    assert data["notes"][0] in page and page.count('<td class="num differs">') == 2
+
+
+def test_a_baseline_on_another_domain_is_named_on_the_run_page(store, client):
+    run = loop_run(store, "arith")
+    other = store.write(
+        Run(name="math", kind="experiment", domain="math", status="done", strategy="whale")
+    )
+    warnings = client.get(f"/api/runs/{run.id}?baseline={other.id}").json()["dashboard"]["warnings"]
+    assert warnings == [
+        f"these runs test different domains: run {run.id} arith; run {other.id} math; "
+        "their curves are not on one scale (their tasks differ)"
+    ]
+    assert warnings[0] in html.unescape(client.get(f"/runs/{run.id}?baseline={other.id}").text)
+    assert client.get(f"/api/runs/{run.id}").json()["dashboard"]["warnings"] == []
 
 
 def test_the_start_form_shows_that_it_is_starting_while_it_waits(client):

@@ -42,10 +42,17 @@ def urls(store) -> dict[str, str]:
 
 
 def without_the_clock(value):
-    """The value with a live run's wall time left out: it grows between the two requests."""
+    """The value with a live run's wall time left out: it grows between the two requests (its
+    wall-time budget, and on a wall-time axis the end of its running phase)."""
     if isinstance(value, dict) and "budgets" in value:
         budgets = [b for b in value["budgets"] if b["name"] != "wall_s"]
-        return {**value, "budgets": budgets}
+        curves = value["curves"]
+        if curves["x"] == "wall_s":
+            phases = [
+                {**p, "x1": None} if p["status"] == "running" else p for p in curves["phases"]
+            ]
+            curves = {**curves, "phases": phases}
+        return {**value, "budgets": budgets, "curves": curves}
     return value
 
 

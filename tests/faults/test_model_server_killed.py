@@ -1,0 +1,107 @@
+"""SIGKILL of the local model server while a loop's evaluation has a model call in flight: the
+workbench restarts it, the rollouts whose calls failed are tried again once it is back (or
+recorded `infra`), the phase and the run end, and the run's log names the crash."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import WHALE
+from tests.loop.conftest import quick_toml, store_invariants
+from tests.loop.test_crash import wait_for
+
+
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (any of its threads)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def model_server_of(pid: int, timeout: float = 300) -> tuple[int, int]:
+    """(pid, port) of the local model server that process `pid` launched, once it serves."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in children(pid):
+            try:
+                cmd = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if b"app.llm.local_server" in cmd:
+                return child, int(cmd[cmd.index(b"--port") + 1])
+        time.sleep(0.2)
+    raise AssertionError("no local model server was started")
+
+
+def requests_in_flight(port: int) -> int:
+    """Requests the server is decoding or holding in its queue (its /metrics)."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("whale:num_requests_running", "whale:num_requests_waiting"))
+    )
+
+
+def test_a_killed_local_model_server_is_restarted_and_the_run_ends(tmp_path, whale_env):
+    db = tmp_path / "home" / "whale.db"
+    env = {k: v for k, v in whale_env.items() if k not in ("WHALE_LLM_URL", "WHALE_LLM_MODEL")}
+    path = tmp_path / "killed.toml"
+    path.write_text(quick_toml("killed", "harness_only", rollouts=8, search={"tasks": 4}))
+    proc = subprocess.Popen(
+        [WHALE, "run", str(path)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        server, port = model_server_of(proc.pid)
+        wait_for(db, "SELECT count(*) > 0 FROM rollout WHERE status = 'pending'")
+        deadline = time.monotonic() + 120
+        while requests_in_flight(port) == 0:  # a rollout's model call is being answered
+            assert time.monotonic() < deadline, "no model call reached the server"
+            time.sleep(0.05)
+        os.kill(server, signal.SIGKILL)
+        code = proc.wait(300)
+    finally:
+        proc.kill()
+    stderr = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert code == 0, stderr[-3000:]
+    assert "the local model server was killed by SIGKILL; restarting it" in stderr
+
+    store_invariants(db)  # nothing pending, every evaluation and phase done, records whole
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT status FROM run").fetchone() == ("done",)
+    tried = con.execute("SELECT status, reason, error FROM rollout WHERE attempts > 1").fetchall()
+    assert tried, "no rollout was hit by the crash"
+    for status, reason, error in tried:
+        if status == "infra":  # its every try failed: the cause is on the row
+            assert reason == "infrastructure" and "model backend failed" in error
+        else:  # tried again once the server was back, and scored
+            assert status in ("pass", "fail", "error", "timeout"), (status, reason, error)
+    con.close()
+    events = {e.kind: e.detail for e in model_server_events(db)}
+    assert set(events) == {"model_server_exited", "model_server_restarted"}, events
+    assert "killed by SIGKILL" in events["model_server_exited"]["why"]
+    assert events["model_server_exited"]["pid"] == server
+    assert events["model_server_restarted"]["pid"] != server
+
+
+def model_server_events(db) -> list:
+    from sqlmodel import col, select
+
+    from app.db import open_engine, read_session
+    from app.db.schema import Event
+
+    engine = open_engine(db)
+    with read_session(engine) as s:
+        events = s.exec(select(Event).where(col(Event.kind).startswith("model_server"))).all()
+    engine.dispose()
+    return events
