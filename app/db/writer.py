@@ -7,9 +7,11 @@ executemany, which is what lets the gateway record thousands of steps a second.
 """
 
 import asyncio
+import errno
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TypeVar
@@ -22,6 +24,17 @@ from sqlmodel import Session, SQLModel
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 _STOP = object()
+FULL_RETRY_S = 1.0  # how often a write held by a full disk is tried again
+
+
+class _DiskFull(Exception):
+    """A write failed for want of space: the batch waits and is tried again, never dropped."""
+
+
+def _is_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return "database or disk is full" in str(exc)
 
 
 class _Row:
@@ -50,6 +63,9 @@ class Writer:
         self.max_batch = max_batch
         self._queue: queue.Queue = queue.Queue()
         self._defaults: dict[type, list] = {}
+        # Why writes wait right now (the disk holding the store is full), else None: the loop
+        # holds new rollouts while it is set, the pages keep reading (docs/faults.md).
+        self.full: str | None = None
         self._thread = threading.Thread(target=self._loop, name="db-writer", daemon=True)
         self._thread.start()
 
@@ -110,6 +126,24 @@ class Writer:
                     return
 
     def _write(self, batch: list, session: Session) -> None:
+        """Write the batch; on a full disk, undo it and try it whole again until it fits (every
+        item runs again in a fresh transaction: nothing of the failed try was committed)."""
+        while True:
+            try:
+                self._write_once(batch, session)
+            except _DiskFull as exc:
+                session.rollback()
+                if self.full is None:
+                    log.error("the store's disk is full; writes wait: %s", exc.__cause__)
+                self.full = f"{exc.__cause__} (the store: {self.engine.url.database})"
+                time.sleep(FULL_RETRY_S)
+                continue
+            if self.full is not None:
+                log.warning("the store's disk has room again; writes go on")
+                self.full = None
+            return
+
+    def _write_once(self, batch: list, session: Session) -> None:
         results = []
         rows: list[_Row] = []  # consecutive appended rows of one table: one executemany, in order
         for item in batch + [None]:
@@ -132,11 +166,15 @@ class Writer:
                     session.flush()
                 results.append((fut, result, None))
             except Exception as exc:  # noqa: BLE001 - handed to the caller through the future
+                if _is_full(exc):
+                    raise _DiskFull() from exc
                 log.warning("write failed: %s", exc)
                 results.append((fut, None, exc))
         try:
             session.commit()
         except Exception as exc:  # noqa: BLE001
+            if _is_full(exc):
+                raise _DiskFull() from exc
             session.rollback()
             results = [(fut, None, exc) for fut, _, _ in results]
         session.expunge_all()  # returned rows stay usable; the identity map does not grow
@@ -153,11 +191,14 @@ class Writer:
             with session.begin_nested():
                 session.execute(rows[0].table.insert(), [r.values for r in rows])
             return
-        except Exception:  # noqa: BLE001 - narrowed down below
-            pass
+        except Exception as exc:  # noqa: BLE001 - narrowed down below
+            if _is_full(exc):
+                raise _DiskFull() from exc
         for row in rows:
             try:
                 with session.begin_nested():
                     session.execute(row.table.insert(), [row.values])
             except Exception as exc:  # noqa: BLE001 - fire and forget: logged, nothing waits
+                if _is_full(exc):
+                    raise _DiskFull() from exc
                 log.warning("insert into %s failed: %s", row.table.name, exc)

@@ -55,6 +55,10 @@ class Grant:
     # Model calls the backend failed (unreachable, no answer in time, 429 or 5xx): the
     # rollout's outcome says nothing about its harness (app/rollout/evaluate.py retries it).
     infra_errors: list[str] = field(default_factory=list)
+    # Model calls sent and not answered yet: call number -> (the request, when it was sent). A
+    # rollout can end with one in flight (its harness gave up on it, its sandbox died); the
+    # trace still shows that call, unanswered, with how long it had run.
+    open_calls: dict[int, tuple[dict, float]] = field(default_factory=dict)
 
     def waited(self) -> float:
         """Seconds waited on the gateway so far, the call in flight included."""
@@ -108,7 +112,22 @@ class Gateway:
         return token
 
     def revoke(self, token: str) -> Grant:
-        return self.grants.pop(token)
+        """End the rollout's access; a model call still in flight is recorded unanswered (an
+        answer that comes later is not recorded: the rollout is over)."""
+        grant = self.grants.pop(token)
+        for call in sorted(grant.open_calls):
+            self._unanswered(grant, call, "no response: the rollout ended while it was in flight")
+        return grant
+
+    def _unanswered(self, grant: Grant, call: int, why: str) -> None:
+        """Record an open call as sent and never answered, once (whoever closes it first)."""
+        opened = grant.open_calls.pop(call, None)
+        if opened is None:
+            return
+        request, sent = opened
+        ran_s = time.perf_counter() - sent
+        error = f"{why} ({ran_s:.1f} s after it was sent)"
+        self._record(grant, kind="model", request=request, error=error, latency_ms=ran_s * 1000)
 
     def _record(self, grant: Grant, **step) -> None:
         if step["kind"] == "model":  # stored as what it added to the call before (app/db/steps.py)
@@ -156,13 +175,20 @@ class Gateway:
             if body.get("seed") is None:
                 body["seed"] = secrets.randbelow(2**31)
             grant.calls += 1
+            call = grant.calls
             start = time.perf_counter()
             # exactly what reaches the server (the client adds only the model name)
             request_record = {"model": grant.model, "messages": messages, **body}
+            grant.open_calls[call] = (request_record, start)
             try:
                 with grant.waiting():
                     response = await self.backend.chat(grant.model, messages, **body)
+            except asyncio.CancelledError:  # the sandbox's connection went away mid-call
+                self._unanswered(grant, call, "no response: the call was cancelled in flight")
+                raise
             except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
+                if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
+                    return _refuse(502, "backend", f"model backend error: {exc}")
                 latency = (time.perf_counter() - start) * 1000
                 if is_infrastructure(exc):
                     grant.infra_errors.append(str(exc))
@@ -170,6 +196,8 @@ class Gateway:
                     grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
                 )
                 return _refuse(502, "backend", f"model backend error: {exc}")
+            if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
+                return response
             latency = (time.perf_counter() - start) * 1000
             usage = response.get("usage") or {}
             prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlmodel import col, select
 
+from app import control
 from app.db.schema import (
     Checkpoint,
     Evaluation,
@@ -54,6 +55,7 @@ class Loop:
         self.domain = get_domain(self.exp.domain)
         self.desired = run.desired or "running"
         self.command = run.command
+        self._full_pause: asyncio.Future | None = None  # the pause a full disk asked for
 
     # -- control -----------------------------------------------------------------------------
 
@@ -63,22 +65,42 @@ class Loop:
             with self.wb.session() as s:
                 run = s.get(Run, self.run_id)
                 self.desired, self.command = run.desired or "running", run.command
-            if self.desired == "paused":
+                status = run.status
+            # written only on a change: a write per poll would also wait out a full disk here
+            if self.desired == "paused" and status in ("running", "resuming"):
                 await self._status("paused", only_from=("running", "resuming"))
-            elif self.desired == "running":
+            elif self.desired == "running" and status == "paused":
                 await self._status("running", only_from=("paused",))
+            self._disk_full()  # noticed here too when no rollout is about to start
             await asyncio.sleep(POLL_S)
 
     async def gate(self) -> None:
-        """Before any new rollout or step: wait while paused, end when stopping."""
-        while self.desired == "paused":
+        """Before any new rollout or step: wait while paused or while the store's disk is full,
+        end when stopping."""
+        while self.desired == "paused" or self._disk_full():
             await asyncio.sleep(POLL_S / 2)
         if self.desired == "stopped":
             raise RunStopped()
 
     def holds(self) -> bool:
-        """No new rollout may start now (the run is paused or stopping)."""
-        return self.desired in ("paused", "stopped")
+        """No new rollout may start now (the run is paused or stopping, or the disk is full)."""
+        return self.desired in ("paused", "stopped") or self._disk_full()
+
+    def _disk_full(self) -> bool:
+        """Whether the store's disk is full (its writes wait, app/db/writer.py). The first time,
+        the run asks itself to pause, naming the cause: that request lands when there is room
+        again, and the run then stays paused until it is resumed (docs/faults.md)."""
+        full = self.wb.writer.full
+        if full and self._full_pause is None:
+            reason = f"the disk is full: {full}"
+            self._full_pause = asyncio.ensure_future(
+                control.apply(self.wb.writer, self.run_id, "pause", reason, source="loop")
+            )
+            # refused (already paused or stopping): the log says so; nothing more to do
+            self._full_pause.add_done_callback(lambda f: f.cancelled() or f.exception())
+        elif not full and self._full_pause is not None and self._full_pause.done():
+            self._full_pause = None
+        return bool(full)
 
     async def _status(self, status: str, only_from: tuple[str, ...] | None = None) -> None:
         def update(s):

@@ -2,8 +2,9 @@
 
 import asyncio
 import logging
+import time
 
-from app.db.schema import Run
+from app.db.schema import Event, Run
 from app.loop.driver import Loop, start_run, unfinished_runs
 from app.loop.experiment import (
     Experiment,
@@ -33,8 +34,15 @@ class LoopManager:
     async def resume_all(self) -> list[int]:
         """Pick up every unfinished experiment run of the store."""
         runs = unfinished_runs(self.wb)
-        if runs:
+        if runs and self.wb.gateway is None:
+            # the model loads first (seconds to minutes): the runs' pages say what they wait on
+            backend = self.wb.settings.backend_name
+            ids = [r.id for r in runs]
+            await self.wb.writer.run(lambda s: _tell(s, ids, "model_loading", {"backend": backend}))
+            started = time.monotonic()
             await self.ensure_started()
+            load_s = round(time.monotonic() - started, 1)
+            await self.wb.writer.run(lambda s: _tell(s, ids, "model_ready", {"load_s": load_s}))
         for run in runs:
             self._launch(run.id)
         return [r.id for r in runs]
@@ -85,3 +93,7 @@ class LoopManager:
         for task in list(self.tasks.values()):
             task.cancel()
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+
+
+def _tell(s, run_ids: list[int], kind: str, detail: dict) -> None:
+    s.add_all(Event(run_id=r, kind=kind, detail=detail) for r in run_ids)

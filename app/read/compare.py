@@ -2,6 +2,7 @@
 their test curves on one x axis. The compare page, /api/runs/compare and `whale compare` show
 these summaries."""
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -151,6 +152,45 @@ def groups(rows: list[dict]) -> list[dict]:
     ]
 
 
+SEED_BAND = "95% t interval over seeds"  # what seed_bands' band is, as legends say it
+
+
+def seed_bands(runs: list[Run], curves: list[Sequence[Sequence[float]]]) -> list[dict]:
+    """For each seed group among the runs (`whale run --seeds`) with two seeds or more: the
+    mean over its seeds at each test point and the 95% t interval over seeds (app/stats.py).
+    The seeds share one schedule, so their points align by position, up to the shortest
+    curve, each at the seeds' mean x (on wall time their x differ a little). `curves`: each
+    run's points in order, (x, y, ...). The compare page and the PNG (app/report/plot.py)
+    both draw these, so the two agree."""
+    members: dict[str, list[int]] = {}
+    for i, run in enumerate(runs):
+        if group_of(run):
+            members.setdefault(group_of(run), []).append(i)
+    bands = []
+    for name, indexes in members.items():
+        if len(indexes) < 2:  # one seed has no spread over seeds: drawn as a plain run
+            continue
+        seeds = [curves[i] for i in indexes]
+        points = []
+        for position in range(min(len(c) for c in seeds)):
+            mean, ci = seed_interval(c[position][1] for c in seeds)
+            low, high = ci or (mean, mean)
+            x = sum(c[position][0] for c in seeds) / len(seeds)
+            points.append({"x": x, "mean": mean, "low": low, "high": high})
+        bands.append(
+            {
+                "group": name,
+                "label": f"{name}: mean of {len(indexes)} seeds, band = {SEED_BAND}",
+                "band": SEED_BAND,
+                "n_seeds": len(indexes),
+                "runs": [runs[i].id for i in indexes],
+                "curves": [label(runs[i]) for i in indexes],  # their keys in "curves"
+                "points": points,
+            }
+        )
+    return bands
+
+
 def compare_runs(session: Session, run_ids: list[int]) -> list[dict]:
     """The summaries of the runs, in the order given; raises UnknownRuns for ids not in the
     store."""
@@ -167,11 +207,15 @@ def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dic
     except UnknownRuns as exc:
         raise HTTPException(404, str(exc)) from None
     rows = summaries(s, runs)
+    curves = {label(run): measured(s, run, x) for run in runs}
     return {
         "x": x,
         "x_label": X_LABELS[x],
         "runs": rows,
         "groups": groups(rows),
         "notes": mixed_scales(rows),
-        "curves": {label(run): measured(s, run, x) for run in runs},
+        "curves": curves,
+        "seed_bands": seed_bands(
+            runs, [[(p["x"], p["y"]) for p in curves[label(run)]] for run in runs]
+        ),
     }

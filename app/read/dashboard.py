@@ -103,7 +103,13 @@ def activity(s: Session, run: Run) -> str | None:
 
 # What the workbench records in a run's log when the model server serving it crashes, is back,
 # or is given up on (app/workbench.py, from the supervisor's watcher).
-MODEL_SERVER_EVENTS = ("model_server_exited", "model_server_restarted", "model_server_gave_up")
+MODEL_SERVER_EVENTS = (
+    "model_loading",
+    "model_ready",
+    "model_server_exited",
+    "model_server_restarted",
+    "model_server_gave_up",
+)
 
 
 def waiting(s: Session, run: Run) -> dict[str, Any] | None:
@@ -119,7 +125,15 @@ def waiting(s: Session, run: Run) -> dict[str, Any] | None:
         .order_by(col(Event.id).desc())
         .limit(1)
     ).first()
-    if last is not None and last.kind != "model_server_restarted":
+    if last is not None and last.kind == "model_loading":  # a server started on unfinished runs
+        return {
+            "on": "model_server",
+            "text": f"waiting for the model server to load ({(last.detail or {}).get('backend')} "
+            "backend): the run resumes once it answers",
+            "why": None,
+            "since": utc(last.created_at),
+        }
+    if last is not None and last.kind not in ("model_server_restarted", "model_ready"):
         gone = last.kind == "model_server_gave_up"
         return {
             "on": "model_server",
@@ -176,6 +190,8 @@ def describe(event: Event) -> str:
         "control_refused": lambda: f"{what} refused: {d.get('why')}",
         "control_applied": lambda: f"{what} taken",
         "phase_end": lambda: f"{d.get('kind')} phase {d.get('round')} ended: {d.get('reason')}",
+        "model_loading": lambda: f"waiting for the model server to load ({d.get('backend')})",
+        "model_ready": lambda: f"the model server is up (loaded in {d.get('load_s')} s)",
         "model_server_exited": lambda: d.get("why") or "the model server exited",
         "model_server_restarted": lambda: f"the model server is back (down {d.get('down_s')} s)",
         "model_server_gave_up": lambda: d.get("why") or "the model server is not restarted again",

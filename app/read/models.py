@@ -122,6 +122,25 @@ class SeedGroup(Open):
     design: str
 
 
+class SeedBandPoint(Open):
+    x: float = Field(description="the seeds' mean x at this test point (aligned by position)")
+    mean: float = Field(description="mean test mean@k over the seeds")
+    low: float = Field(description="95% t interval over seeds")
+    high: float
+
+
+class SeedBand(Open):
+    """A seed group's test curve: its mean over seeds at each test point, with a band."""
+
+    group: str
+    label: str = Field(description="its legend entry")
+    band: str = Field(description="what the band is")
+    n_seeds: int
+    runs: list[int]
+    curves: list[str] = Field(description="its runs' keys in curves")
+    points: list[SeedBandPoint]
+
+
 class ComparePage(Open):
     ids: list[int]
     x: str = Field(description="x axis: rollouts, weight_steps or wall_s")
@@ -129,6 +148,9 @@ class ComparePage(Open):
     runs: list[ComparedRun]
     groups: list[SeedGroup] = Field(description="the seed groups among the runs, aggregated")
     curves: dict[str, list[TestPoint]] = Field(description="test mean@k per run label")
+    seed_bands: list[SeedBand] = Field(
+        description="each seed group of two seeds or more as one curve, as the chart draws it"
+    )
     notes: list[str] = Field(
         description="why the runs' mean@k are not one scale, if they are not: a note per "
         "difference in domain, k or scoring mode, naming each run's value"

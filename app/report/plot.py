@@ -8,10 +8,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from sqlmodel import Session
 
-from app.read.compare import group_of, selected_point
+from app.read.compare import seed_bands, selected_point
 from app.read.curves import X_LABELS, curve, label, test_k, test_points, x_axis, x_value
 from app.read.runs import get_runs
-from app.stats import seed_interval
 
 # Colour and marker both change from run to run, so curves stay apart in greyscale too.
 MARKERS = "os^DvP*Xhp<>"
@@ -96,7 +95,7 @@ def plot_accuracy_vs_rollouts(
                 linestyle="none",
                 clip_on=False,
             )
-    _draw_bands(ax, seed_bands(runs, curves), scale, colors)
+    _draw_bands(ax, runs, seed_bands(runs, [points for points, _ in curves]), scale, colors)
     style_axes(ax, x, xlabel, metric)
     fig.text(
         0.01,
@@ -116,44 +115,24 @@ def plot_accuracy_vs_rollouts(
     return path
 
 
-def seed_bands(runs, curves) -> list[dict]:
-    """For each seed group among the runs (`whale run --seeds`, two seeds or more): the mean
-    over its seeds at each test point (the seeds share one schedule, so points align by
-    position) and the 95% t interval over seeds. `curves`: curve() of each run, in order."""
-    members: dict[str, list[int]] = {}
-    for i, run in enumerate(runs):
-        if group_of(run):
-            members.setdefault(group_of(run), []).append(i)
-    bands = []
-    for name, indexes in members.items():
-        if len(indexes) < 2:
-            continue
-        points = [curves[i][0] for i in indexes]
-        band = {"group": name, "first": indexes[0], "n": len(indexes), "points": []}
-        for position in range(min(len(p) for p in points)):
-            mean, ci = seed_interval(p[position][1] for p in points)
-            x = sum(p[position][0] for p in points) / len(points)
-            band["points"].append((x, mean, *(ci or (mean, mean))))
-        bands.append(band)
-    return bands
-
-
-def _draw_bands(ax, bands: list[dict], scale: float, colors) -> None:
+def _draw_bands(ax, runs, bands: list[dict], scale: float, colors) -> None:
+    """Each seed group as its mean (thick) over a shaded band, in its first seed's colour."""
+    ids = [run.id for run in runs]
     for band in bands:
-        color = colors[band["first"] % len(colors)]
-        xs = [p[0] / scale for p in band["points"]]
+        color = colors[ids.index(band["runs"][0]) % len(colors)]
+        xs = [p["x"] / scale for p in band["points"]]
         ax.fill_between(
             xs,
-            [p[2] for p in band["points"]],
-            [p[3] for p in band["points"]],
+            [p["low"] for p in band["points"]],
+            [p["high"] for p in band["points"]],
             color=color,
             alpha=0.15,
             linewidth=0,
         )
         ax.plot(
             xs,
-            [p[1] for p in band["points"]],
+            [p["mean"] for p in band["points"]],
             color=color,
             linewidth=2.6,
-            label=f"{band['group']}: mean of {band['n']} seeds, band 95% over seeds",
+            label=band["label"],
         )

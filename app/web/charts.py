@@ -9,7 +9,7 @@ from typing import Any
 from markupsafe import Markup
 
 from app.read.curves import UNSCORED, x_axis
-from app.web.line_chart import Band, Mark, line_chart, scatter_chart
+from app.web.line_chart import Band, Mark, Spread, line_chart, scatter_chart
 
 Points = list[dict[str, Any]]
 
@@ -85,29 +85,57 @@ def runs_test_chart(
     x: str,
     title: str = "test mean@k",
     phases: Points = (),
+    seed_bands: Points = (),
 ) -> Markup:
     """Test mean@k of one or more runs (label -> points) against rollouts used, RFT steps or
     wall time; wall time in the unit that keeps the ticks short. Each point opens the rollouts
     of the evaluation it plots. `phases` (a run's phase spans on this x) are shaded behind the
-    curves, so a reader sees which phase moved them."""
+    curves, so a reader sees which phase moved them. `seed_bands` (app/read/compare.py): each
+    seed group as its mean over a band, in the colour and place of its first seed; its seeds'
+    own curves stay, faint, so a reader still sees each and opens its points."""
     longest = max(
         [p["x"] for points in curves.values() for p in points] + [p["x1"] for p in phases],
         default=0,
     )
     scale, x_label = x_axis(x, longest)
+    member_of = {name: band for band in seed_bands for name in band["curves"]}
+    series: dict[str, list[tuple]] = {}
+    links: dict[str, list[tuple]] = {}
+    faint: dict[str, str] = {}
+    for name, points in curves.items():
+        band = member_of.get(name)
+        if band is not None:
+            mean = band["label"]
+            if mean not in series:  # first in the order: the group takes its first seed's colour
+                series[mean] = [(p["x"] / scale, p["mean"]) for p in band["points"]]
+                links[mean] = [
+                    (None, f"{band['band']}: [{p['low']:.3g}, {p['high']:.3g}]")
+                    for p in band["points"]
+                ]
+            faint[name] = mean
+        series[name] = [(p["x"] / scale, p["y"], p.get("low"), p.get("high")) for p in points]
+        links[name] = [point_link(p) for p in points]
+    spreads = [
+        Spread(
+            band["label"],
+            [(p["x"] / scale, p["low"], p["high"]) for p in band["points"]],
+            "seed-band",
+            f"{band['group']}: {band['band']}, runs " + ", ".join(f"#{i}" for i in band["runs"]),
+        )
+        for band in seed_bands
+    ]
     return line_chart(
-        {
-            name: [(p["x"] / scale, p["y"], p.get("low"), p.get("high")) for p in points]
-            for name, points in curves.items()
-        },
+        series,
         title,
         x_label,
         "mean@k",
         x_extent=(0, None),
         y_extent=(0, 1),
         integer_x=x != "wall_s",
-        links={name: [point_link(p) for p in points] for name, points in curves.items()},
+        links=links,
         bands=[phase_band(p, scale) for p in phases],
+        spreads=spreads,
+        faint=faint,
     )
 
 

@@ -4,7 +4,7 @@ htmx refreshes brings its chart up to date with it.
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -45,6 +45,18 @@ class Band:
     css: str
     label: str
     short: str = ""
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A y range shaded around a line, point by point (an interval over seeds), where a Band
+    shades an x range: `series` is the label of the line it belongs to (it takes its colour),
+    `points` are (x, low, high) in x order, `css` names it, `title` is its tooltip."""
+
+    series: str
+    points: Sequence[tuple[float, float, float]]
+    css: str = "spread"
     title: str = ""
 
 
@@ -92,12 +104,39 @@ def _text(x: float, y: float, body: str, css: str, anchor: str = "middle", **att
     )
 
 
-def _stroke(i: int) -> str:
+def _stroke(i: int, solid: bool = False) -> str:
     """The i-th series' line style: its color; after the first, thinner and dashed, so a curve
-    lying on top of another still lets it show."""
+    lying on top of another still lets it show. `solid`: the first's, for a line with a spread
+    (its band already sets it apart)."""
     dashes = DASHES[(i - 1) % len(DASHES)]
-    style = f' stroke-width="1.6" stroke-dasharray="{dashes}"' if i else ' stroke-width="2.6"'
+    thin = i and not solid
+    style = f' stroke-width="1.6" stroke-dasharray="{dashes}"' if thin else ' stroke-width="2.6"'
     return f'stroke="{COLORS[i % len(COLORS)]}"{style}'
+
+
+# a faint line: thin, pale and solid, under the others (e.g. the seeds under their mean)
+FAINT = 'stroke-width="1" stroke-opacity="0.45"'
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A legend entry: the series' label, its line's style, and its spread's colour, if any."""
+
+    label: str
+    stroke: str
+    fill: str | None = None
+
+    def sample(self, x0: float, x1: float, y: float) -> str:
+        swatch = (
+            f'<rect class="chart-spread-sample" x="{x0:.1f}" y="{y - 5:.1f}" '
+            f'width="{x1 - x0:.1f}" height="10" fill="{self.fill}" fill-opacity="0.15"/>'
+            if self.fill
+            else ""
+        )
+        return swatch + (
+            f'<line class="chart-line" x1="{x0:.1f}" x2="{x1:.1f}" y1="{y}" y2="{y}" '
+            f"{self.stroke}/>"
+        )
 
 
 class _Plot:
@@ -165,13 +204,47 @@ class _Plot:
             parts.append(_text(x0 + 3, TOP + 11, text, f"phase-band-label {band.css}", "start"))
         return parts
 
+    def spread(self, i: int, spread: Spread) -> list[str]:
+        """The spread as one polygon: along its highs, back along its lows. Clipped to the y
+        axis: an interval over few seeds can reach past 0..1, where no mean@k lies."""
+        if not spread.points:
+            return []
+
+        def py(y: float) -> float:
+            return self.py(min(max(y, self.ys[0]), self.ys[-1]))
+
+        xs = [self.px(x) for x, _, _ in spread.points]
+        if len(xs) == 1:  # one point: a narrow bar, so it still shows
+            xs = [xs[0] - 3, xs[0] + 3]
+            spread = Spread(spread.series, spread.points * 2, spread.css, spread.title)
+        edge = [(x, py(high)) for x, (_, _, high) in zip(xs, spread.points)]
+        edge += [(x, py(low)) for x, (_, low, _) in reversed(list(zip(xs, spread.points)))]
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in edge)
+        tip = f"<title>{escape(spread.title)}</title>" if spread.title else ""
+        return [
+            f'<polygon class="{escape(spread.css)}" points="{coords}" '
+            f'fill="{COLORS[i % len(COLORS)]}" fill-opacity="0.15">{tip}</polygon>'
+        ]
+
     def line(
-        self, i: int, label: str, points: Sequence[Point], links: Sequence[Link] | None = None
+        self,
+        i: int,
+        label: str,
+        points: Sequence[Point],
+        links: Sequence[Link] | None = None,
+        stroke: str = "",
+        faint: bool = False,
     ) -> list[str]:
+        """The series as a polyline with its intervals as error bars and a dot per point; a
+        `faint` one thin and pale, its error bars left out (they would cover the spread)."""
         coords = " ".join(f"{self.px(p[0]):.1f},{self.py(p[1]):.1f}" for p in points)
-        parts = [f'<polyline class="chart-line" points="{coords}" {_stroke(i)}/>']
         color = COLORS[i % len(COLORS)]
-        for x, _, low, high in (p for p in points if len(p) == 4 and p[2] is not None):
+        if faint:
+            stroke = f'stroke="{color}" {FAINT}'
+        css = "chart-line faint" if faint else "chart-line"
+        parts = [f'<polyline class="{css}" points="{coords}" {stroke or _stroke(i)}/>']
+        bars = [] if faint else [p for p in points if len(p) == 4 and p[2] is not None]
+        for x, _, low, high in bars:
             parts.append(
                 f'<line class="chart-ci" x1="{self.px(x):.1f}" x2="{self.px(x):.1f}" '
                 f'y1="{self.py(low):.1f}" y2="{self.py(high):.1f}" stroke="{color}"/>'
@@ -182,9 +255,11 @@ class _Plot:
                 ci = f" [{p[2]:.3g}, {p[3]:.3g}] 95%" if len(p) == 4 and p[2] is not None else ""
                 href, note = links[j] if links else (None, "")
                 title = f"{label}: {y:.4g}{ci} at {x:g}" + (f"\n{note}" if note else "")
+                r = (3 if href else 1.8) if faint else (4 if href else 2.5)
+                pale = ' fill-opacity="0.5"' if faint else ""
                 dot = (
-                    f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="{4 if href else 2.5}" '
-                    f'fill="{color}"><title>{escape(title)}</title></circle>'
+                    f'<circle cx="{self.px(x):.1f}" cy="{self.py(y):.1f}" r="{r}" '
+                    f'fill="{color}"{pale}><title>{escape(title)}</title></circle>'
                 )
                 # a point that measured something opens it; the bigger dot is the target
                 parts.append(
@@ -200,32 +275,39 @@ def _frame() -> str:
     )
 
 
-def _legend_rows(labels: list[str]) -> list[str]:
-    """Label and line sample per series in rows under the plot, LEGEND_COLUMNS to a row."""
-    parts, column_w = [], (WIDTH - LEFT) / LEGEND_COLUMNS
-    chars = int(column_w / CHAR_W) - 5
-    for i, label in enumerate(labels):
-        row, column = divmod(i, LEGEND_COLUMNS)
+def _column_chars(columns: int) -> int:
+    """How many characters of a label fit in a legend column."""
+    return int((WIDTH - LEFT) / columns / CHAR_W) - 5
+
+
+def _legend_columns(entries: list[_Entry]) -> int:
+    """LEGEND_COLUMNS, or one when a label would be cut there (a seed group's says what its
+    band is: cut short, it would not)."""
+    fit = all(len(e.label) <= _column_chars(LEGEND_COLUMNS) for e in entries)
+    return LEGEND_COLUMNS if fit else 1
+
+
+def _legend_rows(entries: list[_Entry]) -> list[str]:
+    """Label and line sample per series in rows under the plot, in _legend_columns columns."""
+    columns = _legend_columns(entries)
+    parts, column_w, chars = [], (WIDTH - LEFT) / columns, _column_chars(columns)
+    for i, entry in enumerate(entries):
+        row, column = divmod(i, columns)
         x, y = LEFT + column * column_w, HEIGHT + row * LEGEND_ROW + 4
-        parts.append(
-            f'<line class="chart-line" x1="{x:.1f}" x2="{x + 22:.1f}" y1="{y - 4}" '
-            f'y2="{y - 4}" {_stroke(i)}/>'
-        )
+        parts.append(entry.sample(x, x + 22, y - 4))
+        label = entry.label
         text = label if len(label) <= chars else label[: chars - 1] + "\u2026"
         parts.append(_text(x + 28, y, text, "chart-legend", anchor="start"))
     return parts
 
 
-def _legend(labels: list[str]) -> list[str]:
+def _legend(entries: list[_Entry]) -> list[str]:
     """Label and line sample per series, right-aligned above the plot (text width estimated)."""
     parts, right = [], WIDTH - RIGHT
-    for i, label in reversed(list(enumerate(labels))):
-        parts.append(_text(right, 15, label, "chart-legend", anchor="end"))
-        right -= CHAR_W * len(label) + 6
-        parts.append(
-            f'<line class="chart-line" x1="{right - 18:.1f}" x2="{right:.1f}" y1="11" '
-            f'y2="11" {_stroke(i)}/>'
-        )
+    for entry in reversed(entries):
+        parts.append(_text(right, 15, entry.label, "chart-legend", anchor="end"))
+        right -= CHAR_W * len(entry.label) + 6
+        parts.append(entry.sample(right - 18, right, 11))
         right -= 32
     return parts
 
@@ -240,17 +322,36 @@ def line_chart(
     integer_x: bool = False,
     links: dict[str, Sequence[Link]] | None = None,
     bands: Sequence[Band] = (),
+    spreads: Sequence[Spread] = (),
+    faint: Mapping[str, str] | None = None,
 ) -> Markup:
     """An SVG chart of `series` (label -> points in x order); `links` gives a series' points
-    a link and more tooltip text each; `bands` are x ranges shaded behind the lines.
+    a link and more tooltip text each; `bands` are x ranges shaded behind the lines; `spreads`
+    are y ranges shaded around a line. `faint` maps a series to the series whose colour it
+    takes: it is drawn thin and pale under the rest, and left out of the legend (the seeds of
+    a group under their mean).
 
     The extents pin what the axes cover at least, e.g. 0..1 for rates, so curves from different
     pages compare; `integer_x` keeps x ticks on whole numbers (steps, rollout counts).
     """
+    faint = {name: of for name, of in (faint or {}).items() if name in series and of in series}
+    own = [name for name in series if name not in faint]
+    color = {name: i for i, name in enumerate(own)}  # the faint ones share another's colour
+    color.update({name: color[of] for name, of in faint.items()})
+    spread_of = {s.series: s for s in spreads if s.series in color}
+    entries = [
+        _Entry(
+            name,
+            _stroke(color[name], solid=name in spread_of),
+            COLORS[color[name] % len(COLORS)] if name in spread_of else None,
+        )
+        for name in own
+    ]
+    legend = len(own) > 1 or bool(spread_of)  # a spread is explained there, even alone
     # The legend goes beside the title when it fits there, else in rows under the plot.
-    legend_w = sum(CHAR_W * len(name) + 38 for name in series)
-    fits = len(series) < 2 or LEFT + CHAR_W * len(title) + 16 + legend_w <= WIDTH - RIGHT
-    rows = 0 if fits else -(-len(series) // LEGEND_COLUMNS)
+    legend_w = sum(CHAR_W * len(e.label) + 38 for e in entries)
+    fits = not legend or LEFT + CHAR_W * len(title) + 16 + legend_w <= WIDTH - RIGHT
+    rows = 0 if fits else -(-len(entries) // _legend_columns(entries))
     height = HEIGHT + rows * LEGEND_ROW + (8 if rows else 0)
     parts = [
         f'<svg class="chart" viewBox="0 0 {WIDTH} {height}" role="img" '
@@ -274,12 +375,17 @@ def line_chart(
         parts += plot.band(band)
     parts += plot.axes(x_label, y_label)
     parts.append(_frame())
-    for i, (label, pts) in enumerate(series.items()):
-        parts += plot.line(i, label, pts, (links or {}).get(label))
+    for name, spread in spread_of.items():  # under every line, their dots on top
+        parts += plot.spread(color[name], spread)
+    for name in [*faint, *own]:  # the faint first, so the others lie over them
+        stroke = "" if name in faint else _stroke(color[name], solid=name in spread_of)
+        parts += plot.line(
+            color[name], name, series[name], (links or {}).get(name), stroke, name in faint
+        )
     if rows:
-        parts += _legend_rows(list(series))
-    elif len(series) > 1:
-        parts += _legend(list(series))
+        parts += _legend_rows(entries)
+    elif legend:
+        parts += _legend(entries)
     return Markup("".join(parts) + "</svg>")
 
 

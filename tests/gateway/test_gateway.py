@@ -245,3 +245,36 @@ def test_a_conversation_is_stored_as_what_each_call_added_and_read_back_whole(
         traced = record(rollout, load_steps(s, [rollout_id])[rollout_id])
         assert [st["request"]["messages"] for st in traced["steps"]] == sent
         assert [e["messages"] for e in examples_from_rollouts(s, [rollout_id])] == sent
+
+
+def test_a_call_in_flight_when_its_rollout_ends_is_recorded_unanswered(
+    with_gateway, store, model_server
+):
+    """A harness that gives up on a model call (its own timeout) or dies mid-call ends its
+    rollout with the call in flight: the trace keeps the call, unanswered, with how long it ran,
+    and the answer that comes later is not recorded."""
+
+    async def body(gateway, client, rollout_id):
+        grant = Grant(rollout_id, model_server.model)
+        token = gateway.grant(grant)
+        call = asyncio.create_task(
+            client.post(
+                "/v1/chat/completions",
+                headers=auth(token),
+                json={"messages": HELLO, "max_tokens": 64, "temperature": 1.0},
+            )
+        )
+        while not grant.open_calls:  # sent to the model server
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        gateway.revoke(token)  # the rollout is over
+        answered = await call  # the harness's side: the answer still comes back
+        return answered
+
+    answered = with_gateway(body)
+    assert answered.status_code == 200
+    (step,) = steps(store[0])
+    assert step.kind == "model" and step.response is None
+    assert step.request["messages"] == HELLO and step.request["max_tokens"] == 64
+    assert step.error.startswith("no response: the rollout ended while it was in flight (")
+    assert step.latency_ms >= 200

@@ -148,6 +148,11 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
         jobs = con.execute("SELECT status, checkpoint_out_id FROM training_job").fetchall()
         assert all(status in ("done", "skipped") for status, _ in jobs)
     assert counts["rollout"] == con.execute("SELECT sum(n_tasks * k) FROM evaluation").fetchone()[0]
+    # the restarted server said what the run waited on while its model loaded
+    loading = con.execute(
+        "SELECT kind FROM event WHERE kind IN ('model_loading', 'model_ready') ORDER BY id"
+    ).fetchall()
+    assert loading == [("model_loading",), ("model_ready",)]
     assert [e["kind"] for e in events][:1] == ["run_start"] and events[-1]["kind"] == "run_end"
 
 

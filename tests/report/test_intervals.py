@@ -119,18 +119,21 @@ def test_the_headline_is_chosen_on_the_harness_split_not_on_test(store, workbenc
 
 
 def test_a_seed_group_is_drawn_as_its_mean_with_a_band_over_seeds():
-    from app.report.plot import seed_bands
+    from app.read.compare import seed_bands  # the PNG and the compare page both draw these
 
     runs = [
         Run(id=i, name=f"g seed {i}", kind="experiment", domain="arith", status="done",
             config={"group": {"name": "g", "seeds": [1, 2, 3]}} if i else {})
         for i in range(4)
     ]  # fmt: skip
-    curves = [([(0, 0.1, None, None)], "")] + [
-        ([(0, 0.2, None, None), (10 * i, y, None, None)], "") for i, y in ((1, 0.5), (2, 0.6), (3, 0.7))
+    curves = [[(0, 0.1, None, None)]] + [
+        [(0, 0.2, None, None), (10 * i, y, None, None)] for i, y in ((1, 0.5), (2, 0.6), (3, 0.7))
     ]  # fmt: skip
     (band,) = seed_bands(runs, curves)  # run 0 is in no group
-    assert (band["group"], band["first"], band["n"]) == ("g", 1, 3)
-    (x0, m0, lo0, hi0), (x1, m1, lo1, hi1) = band["points"]
-    assert x0 == 0 and m0 == pytest.approx(0.2) and lo0 == pytest.approx(hi0)  # seeds agree
-    assert x1 == 20 and abs(m1 - 0.6) < 1e-9 and abs((hi1 - m1) - 0.2484) < 1e-3
+    assert (band["group"], band["runs"], band["n_seeds"]) == ("g", [1, 2, 3], 3)
+    assert band["label"] == "g: mean of 3 seeds, band = 95% t interval over seeds"
+    first, second = band["points"]
+    assert first["x"] == 0 and first["mean"] == pytest.approx(0.2)
+    assert first["low"] == pytest.approx(first["high"])  # the seeds agree
+    assert second["x"] == 20 and abs(second["mean"] - 0.6) < 1e-9
+    assert abs((second["high"] - second["mean"]) - 0.2484) < 1e-3

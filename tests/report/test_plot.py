@@ -62,6 +62,31 @@ def test_ten_runs(session, store, tmp_path):
     assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "ten.png"))
 
 
+@pytest.mark.parametrize("x", ["rollouts", "wall_s"])
+def test_a_seed_group_as_its_mean_over_a_band(session, store, tmp_path, x):
+    group = {"name": "g", "seeds": [0, 1, 2]}
+    ids = []
+    for seed in range(3):
+        run = store.write(
+            Run(name=f"g seed {seed}", kind="experiment", domain="arith", config={"group": group})
+        )
+        store.write(
+            *[
+                Metric(
+                    run_id=run.id,
+                    series="test/mean@k",
+                    x=r,
+                    rollouts=r * 1000 + seed,
+                    y=0.2 + 0.1 * r + 0.05 * seed,
+                    wall_s=r * 60.0 + seed,
+                )
+                for r in range(4)
+            ]
+        )
+        ids.append(run.id)
+    assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "group.png", x))
+
+
 def test_refuses_unknown_x_and_runs(session, filled, tmp_path):
     with pytest.raises(ValueError, match="weight_steps"):
         plot_accuracy_vs_rollouts(session, [filled.runs["whale"].id], tmp_path / "a.png", "x")

@@ -79,3 +79,17 @@ def test_a_finished_run_waits_for_nothing(store, client):
     run, _ = started_run(store)
     store.write_values(run, status="done", finished_at=now())
     assert client.get(f"/api/runs/{run.id}").json()["dashboard"]["waiting"] is None
+
+
+def test_a_server_started_on_unfinished_runs_says_they_wait_for_the_model_to_load(store, client):
+    run, evaluation = started_run(store)
+    store.rollouts(evaluation, ["pass"])
+    store.write(Event(run_id=run.id, kind="model_loading", detail={"backend": "local"}))
+    d = client.get(f"/api/runs/{run.id}").json()["dashboard"]
+    assert d["waiting"]["on"] == "model_server"
+    line = waiting_line(client.get(f"/runs/{run.id}").text)
+    assert line.startswith("waiting for the model server to load (local backend)")
+    store.write(Event(run_id=run.id, kind="model_ready", detail={"load_s": 41.5}))
+    assert client.get(f"/api/runs/{run.id}").json()["dashboard"]["waiting"] is None
+    page = client.get(f"/runs/{run.id}").text
+    assert "the model server is up (loaded in 41.5 s)" in page

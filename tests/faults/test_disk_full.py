@@ -1,0 +1,137 @@
+"""The disk holding the store fills up while a loop writes rollouts and steps: writes wait (none
+is dropped), the loop starts no new rollout and asks for a pause naming the cause, reads keep
+answering; once there is room the pause lands, `resume` continues and the run finishes whole."""
+
+import asyncio
+import errno
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlmodel import select
+
+from app import control
+from app.db import Writer, open_engine, read_session
+from app.db.schema import Event, Rollout, Run
+from app.loop.driver import Loop, start_run
+from app.loop.experiment import config_hash, incoming_harness, parse
+from tests.conftest import MISSING, attached_settings, started_workbench
+from tests.loop.conftest import quick_toml, store_invariants
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 48 MiB filesystem of its own (tmpfs), to fill."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"{MISSING}mounting a tmpfs (root): {done.stderr.decode().strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Write a file until the disk has no room left; returns it (delete it to free the room)."""
+    filler = disk / "filler"
+    chunk = b"\0" * (1 << 20)
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(chunk)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    for size in (1 << 16, 1 << 12, 1):  # the last bytes too: nothing is left for a write
+        try:
+            with open(filler, "ab", buffering=0) as f:
+                while True:
+                    f.write(b"\0" * size)
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_store_holds_writes_until_there_is_room_and_drops_none(small_disk):
+    engine = open_engine(small_disk / "whale.db")
+    writer = Writer(engine)
+    run = Run(name="full", kind="experiment", domain="arith", status="running")
+    run = asyncio.run(writer.insert(run))
+    filler = fill(small_disk)
+    for i in range(200):  # steps of a busy rollout, each a few KiB
+        writer.append(Event, run_id=run.id, kind="note", detail={"i": i, "pad": "x" * 4000})
+    deadline = time.monotonic() + 30
+    while writer.full is None:
+        assert time.monotonic() < deadline, "the writer never said the disk is full"
+        time.sleep(0.05)
+    assert "database or disk is full" in writer.full and str(small_disk) in writer.full
+    with read_session(engine) as s:  # reads go on meanwhile
+        assert s.get(Run, run.id).name == "full"
+    filler.unlink()
+    writer.flush()
+    assert writer.full is None
+    with read_session(engine) as s:
+        notes = s.exec(select(Event).where(Event.kind == "note")).all()
+        assert sorted(e.detail["i"] for e in notes) == list(range(200))
+        assert s.execute(text("PRAGMA integrity_check")).scalar() == "ok"
+    writer.close()
+
+
+def test_a_loop_on_a_full_disk_pauses_naming_it_and_resumes_to_its_end(
+    small_disk, model_server, model_cache
+):
+    home = small_disk / "home"
+    settings = attached_settings(home, model_server, model_cache)
+    source = quick_toml("disk-full", "harness_only", rollouts=16, search={"tasks": 4})
+
+    async def main():
+        async with started_workbench(settings) as wb:
+            experiment = parse(source)
+            with wb.session() as s:
+                incoming = incoming_harness(experiment, s)
+            run = await start_run(wb, experiment, source, config_hash(source), incoming)
+            loop = asyncio.create_task(Loop(wb, run.id).run())
+
+            def finished() -> int:
+                with wb.session() as s:
+                    done = select(Rollout).where(Rollout.status != "pending")
+                    return len(s.exec(done).all())
+
+            while finished() < 1:
+                assert not loop.done(), loop
+                await asyncio.sleep(0.2)
+            filler = await asyncio.to_thread(fill, small_disk)
+            while wb.writer.full is None:
+                assert not loop.done(), loop
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(3)  # held: the rollouts in flight wait on their writes
+            with wb.session() as s:  # and the store still reads
+                assert s.get(Run, run.id).status == "running"
+            filler.unlink()
+            # the loop's own pause lands once there is room; the run stays paused
+            while True:
+                with wb.session() as s:
+                    if s.get(Run, run.id).status == "paused":
+                        break
+                assert not loop.done(), loop
+                await asyncio.sleep(0.2)
+            await control.apply(wb.writer, run.id, "resume", "room again", source="test")
+            await asyncio.wait_for(loop, 600)
+            return run.id
+
+    run_id = asyncio.run(main())
+    store_invariants(home / "whale.db")
+    engine = open_engine(home / "whale.db")
+    with read_session(engine) as s:
+        assert s.get(Run, run_id).status == "done"
+        pauses = [
+            e.detail
+            for e in s.exec(select(Event).where(Event.kind == "control")).all()
+            if e.detail["action"] == "pause"
+        ]
+        assert [p["source"] for p in pauses] == ["loop"]
+        assert pauses[0]["reason"].startswith("the disk is full: ")
+        assert str(small_disk) in pauses[0]["reason"]

@@ -1,0 +1,91 @@
+"""The compare page draws a seed group (`whale run --seeds`) as its PNG does: one curve, the mean
+over its seeds at each test point, shaded with the 95% t interval over seeds, its seeds faint
+beneath it; a run in no group draws as before. The JSON carries the band it draws."""
+
+import html
+import re
+import statistics
+
+import pytest
+
+from app.db.schema import Metric, Run
+
+T_975_DF2 = 4.302652729911275  # Student's t, 97.5% quantile, two degrees of freedom (3 seeds)
+# test mean@k of each seed at its three test points; the seeds' rollouts differ a little
+SEEDS = {0: [0.2, 0.4, 0.5], 1: [0.3, 0.5, 0.7], 2: [0.1, 0.6, 0.6]}
+LABEL = "arith-seeds: mean of 3 seeds, band = 95% t interval over seeds"
+
+
+def seed_group(store) -> tuple[list[Run], Run]:
+    group = {"name": "arith-seeds", "seeds": list(SEEDS)}
+    seeds = [
+        store.write(
+            Run(
+                name=f"arith-seeds seed {seed}",
+                kind="experiment",
+                strategy="whale",
+                domain="arith",
+                status="done",
+                config={"group": group, "seed": seed},
+            )
+        )
+        for seed in SEEDS
+    ]
+    solo = store.write(
+        Run(name="solo", kind="experiment", strategy="weight_only", domain="arith", status="done")
+    )
+    store.write(
+        *[
+            Metric(run_id=run.id, series="test/mean@k", x=j, rollouts=100 * (j + 1) + seed, y=y)
+            for run, (seed, ys) in zip(seeds, SEEDS.items())
+            for j, y in enumerate(ys)
+        ],
+        *[
+            Metric(run_id=solo.id, series="test/mean@k", x=j, rollouts=150 * (j + 1), y=y)
+            for j, y in enumerate([0.35, 0.45])
+        ],
+    )
+    return seeds, solo
+
+
+def test_a_seed_group_is_one_curve_with_a_band_over_its_seeds(store, client):
+    seeds, solo = seed_group(store)
+    query = "&".join(f"ids={run.id}" for run in [*seeds, solo])
+
+    (band,) = client.get(f"/api/runs/compare?{query}").json()["seed_bands"]
+    assert (band["group"], band["n_seeds"], band["label"]) == ("arith-seeds", 3, LABEL)
+    assert band["runs"] == [run.id for run in seeds]
+    assert len(band["points"]) == 3
+    for j, point in enumerate(band["points"]):
+        ys = [SEEDS[seed][j] for seed in SEEDS]
+        mean, half = statistics.mean(ys), T_975_DF2 * statistics.stdev(ys) / 3**0.5
+        assert point["x"] == pytest.approx(100 * (j + 1) + 1)  # the seeds' mean rollouts
+        assert point["mean"] == pytest.approx(mean)
+        assert (point["low"], point["high"]) == (
+            pytest.approx(mean - half),
+            pytest.approx(mean + half),
+        )
+
+    page = client.get(f"/runs/compare?{query}").text
+    svg = re.search(r'<svg class="chart".*?</svg>', page, re.S).group(0)
+    assert svg.count('<polygon class="seed-band"') == 1
+    # the mean's line: its dots carry the means, its legend entry says what the band is
+    tips = [html.unescape(t) for t in re.findall(r"<title>(.*?)</title>", svg, re.S)]
+    for point in band["points"]:
+        assert any(t.startswith(f"{LABEL}: {point['mean']:.4g} at {point['x']:g}") for t in tips)
+    legend = [html.unescape(t) for t in re.findall(r'class="chart-legend"[^>]*>(.*?)<', svg)]
+    assert LABEL in legend  # whole: not cut to fit a column
+    # the seeds faint beneath it, out of the legend; the run in no group drawn as before
+    assert svg.count('class="chart-line faint"') == 3
+    assert svg.count('<polyline class="chart-line" ') == 2  # the group's mean and the solo run
+    assert f"#{solo.id} weight_only: solo" in legend
+    assert not any(f"#{run.id} " in t for t in legend for run in seeds)
+    assert "95% t interval over seeds" in page  # the note under the chart
+
+
+def test_a_group_of_one_seed_among_the_runs_draws_as_a_plain_run(store, client):
+    seeds, solo = seed_group(store)
+    data = client.get(f"/api/runs/compare?ids={seeds[0].id}&ids={solo.id}").json()
+    assert data["seed_bands"] == []
+    svg = client.get(f"/runs/compare?ids={seeds[0].id}&ids={solo.id}").text
+    assert "seed-band" not in svg and "chart-line faint" not in svg
