@@ -101,8 +101,9 @@ def activity(s: Session, run: Run) -> str | None:
     return f"{where}between steps" if phase else "between phases"
 
 
-# What the workbench records in a run's log when the model server serving it crashes, is back,
-# or is given up on (app/workbench.py, from the supervisor's watcher).
+# What the workbench records in a run's log about the model server serving it: loading it for
+# a resumed run (app/loop/manager.py), and its crashes, restarts and being given up on
+# (app/workbench.py, from the supervisor's watcher).
 MODEL_SERVER_EVENTS = (
     "model_loading",
     "model_ready",

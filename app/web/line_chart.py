@@ -377,10 +377,15 @@ def line_chart(
     parts.append(_frame())
     for name, spread in spread_of.items():  # under every line, their dots on top
         parts += plot.spread(color[name], spread)
+    strokes = {e.label: e.stroke for e in entries}  # the faint ones draw their own
     for name in [*faint, *own]:  # the faint first, so the others lie over them
-        stroke = "" if name in faint else _stroke(color[name], solid=name in spread_of)
         parts += plot.line(
-            color[name], name, series[name], (links or {}).get(name), stroke, name in faint
+            color[name],
+            name,
+            series[name],
+            (links or {}).get(name),
+            strokes.get(name, ""),
+            name in faint,
         )
     if rows:
         parts += _legend_rows(entries)
