@@ -268,6 +268,14 @@ class _Plot:
         return parts
 
 
+def _empty(parts: list[str]) -> Markup:
+    """The chart begun in `parts`, finished as an empty frame that says so."""
+    middle = (LEFT + WIDTH - RIGHT) / 2, (TOP + HEIGHT - BOTTOM) / 2
+    return Markup(
+        "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
+    )
+
+
 def _frame() -> str:
     return (
         f'<rect class="chart-frame" x="{LEFT}" y="{TOP}" width="{WIDTH - LEFT - RIGHT}" '
@@ -361,10 +369,7 @@ def line_chart(
     ]
     points = [p for pts in series.values() for p in pts]
     if not points:
-        middle = (LEFT + WIDTH - RIGHT) / 2, (TOP + HEIGHT - BOTTOM) / 2
-        return Markup(
-            "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
-        )
+        return _empty(parts)
     # the x axis covers the bands too: a phase still running reaches past the last point
     xs = [p[0] for p in points] + [x for b in bands for x in (b.x0, b.x1)]
     plot = _Plot(
@@ -426,10 +431,7 @@ def scatter_chart(
         _text(LEFT, 15, title, "chart-title", anchor="start"),
     ]
     if not marks:
-        middle = (LEFT + WIDTH - RIGHT) / 2, (TOP + HEIGHT - BOTTOM) / 2
-        return Markup(
-            "".join([*parts, _frame(), _text(*middle, "no points yet", "chart-empty"), "</svg>"])
-        )
+        return _empty(parts)
     # left to right, ending at the right edge: an estimated width errs between entries, never
     # between a dot and its meaning
     x = WIDTH - RIGHT - sum(CHAR_W * len(meaning) + 22 for _, meaning in legend) + 10
