@@ -1,11 +1,13 @@
-"""The five strategies at the same rollout budget on arith with the demo model.
+"""The five strategies at the same rollout budget on arith with the demo model, several seeds each.
 
-    .venv/bin/python benchmarks/strategies.py [--home DIR] [experiments/arith-*.toml ...]
+    .venv/bin/python -m benchmarks.strategies [--seeds 0,1,2] [--home DIR] [experiments/arith-*.toml ...]
 
-Runs each experiment with `whale run` into one store (default: a fresh temporary one), then
-prints the comparison, writes the accuracy-vs-rollouts figure to docs/strategies.png and
-appends the table to docs/benchmarks.md. Run it again with the same --home after an
-interruption: the interrupted run resumes (finished ones would run again: list only the rest).
+Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
+then prints each strategy's mean over seeds with its interval, every strategy's difference from
+the first one paired by seed, writes the accuracy-vs-rollouts figure (seed bands) to
+docs/strategies.png and appends the tables to docs/benchmarks.md. Run it again with the same
+--home after an interruption: the interrupted run resumes (finished ones would run again: list
+only the rest).
 """
 
 import argparse
@@ -16,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from app.stats import seed_interval
 from benchmarks.common import REPO, report, table
 
 DEFAULT = [
@@ -35,6 +38,7 @@ def main() -> None:
         type=Path,
         default=[REPO / "experiments" / f"{n}.toml" for n in DEFAULT],
     )
+    parser.add_argument("--seeds", default="0,1,2", help="one run per seed and experiment")
     parser.add_argument("--home", type=Path, default=None, help="WHALE_HOME for the runs")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
@@ -42,13 +46,16 @@ def main() -> None:
     whale = str(Path(sys.executable).with_name("whale"))
     run_ids = []
     for path in args.experiments:
-        print(f"== {path.name} (store {home})", flush=True)
+        print(f"== {path.name}, seeds {args.seeds} (store {home})", flush=True)
         proc = subprocess.run(
-            [whale, "run", str(path), "--json"], env=env, stdout=subprocess.PIPE, text=True
+            [whale, "run", str(path), "--seeds", args.seeds, "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         if proc.returncode != 0:
             sys.exit(f"{path.name} failed (exit {proc.returncode})")
-        run_ids.append(json.loads(proc.stdout.strip().splitlines()[-1])["run_id"])
+        run_ids += [r["run_id"] for r in json.loads(proc.stdout.strip().splitlines()[-1])["runs"]]
     figure = REPO / "docs" / "strategies.png"
     proc = subprocess.run(
         [whale, "compare", *map(str, run_ids), "--plot", str(figure), "--json"],
@@ -57,36 +64,77 @@ def main() -> None:
         text=True,
         check=True,
     )
-    rows = json.loads(proc.stdout)["runs"]
-    ci = lambda v: f" [{v[0]:.3f}, {v[1]:.3f}]" if v else ""  # noqa: E731
-    body = table(
+    compared = json.loads(proc.stdout)
+    by_id = {r["id"]: r for r in compared["runs"]}
+    groups = compared["groups"]
+    report(
+        "Strategies at equal rollout budget, seeds (arith, demo model)",
+        strategy_table(groups, by_id)
+        + "\n\n"
+        + difference_table(groups, by_id)
+        + f"\n\n![accuracy vs rollouts](strategies.png)\n\nstore: {home}; runs {run_ids}",
+    )
+
+
+def _ci(low_high) -> str:
+    return f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else ""
+
+
+def _selected(group: dict, by_id: dict) -> list[float]:
+    """The group's selected test scores, one per seed, in seed order."""
+    return [by_id[i]["selected"] for i in group["runs"]]
+
+
+def strategy_table(groups: list[dict], by_id: dict) -> str:
+    return table(
         [
             "strategy",
-            "selected test mean@k [95%]",
-            "chosen by",
-            "max over test",
-            "rollouts to max",
-            "final",
-            "rollouts used",
-            "test points",
+            "seeds",
+            "selected test mean@k, mean [95% t over seeds]",
+            "per seed",
+            "max over test, mean",
+            "final, mean",
+            "rollouts used, mean",
         ],
         [
             [
-                r["strategy"],
-                f"{r['selected']:.3f}{ci(r['selected_ci'])}",
-                r["selected_by"],
-                f"{r['best']:.3f}",
-                r["rollouts_to_best"],
-                f"{r['final']:.3f}",
-                r["rollouts_used"],
-                r["test_points"],
+                g["strategy"],
+                g["n_seeds"],
+                f"{g['selected_mean']:.3f}{_ci(g['selected_ci'])}",
+                " / ".join(f"{v:.3f}" for v in _selected(g, by_id)),
+                f"{g['best_mean']:.3f}",
+                f"{g['final_mean']:.3f}",
+                round(sum(by_id[i]["rollouts_used"] for i in g["runs"]) / g["n_seeds"]),
             ]
-            for r in rows
+            for g in groups
         ],
     )
-    report(
-        "Strategies at equal rollout budget (arith, demo model)",
-        body + f"\n\n![accuracy vs rollouts](strategies.png)\n\nstore: {home}; runs {run_ids}",
+
+
+def difference_table(groups: list[dict], by_id: dict) -> str:
+    """Each strategy's selected score minus the first strategy's, paired by seed (seed s of one
+    against seed s of the other), with the 95% t interval and the paired t-test over seeds."""
+    from scipy import stats
+
+    first, rows = groups[0], []
+    base = _selected(first, by_id)
+    for g in groups[1:]:
+        other = _selected(g, by_id)
+        n = min(len(base), len(other))
+        diffs = [b - a for a, b in zip(base[:n], other[:n])]
+        mean, ci = seed_interval(diffs)
+        p = stats.ttest_rel(other[:n], base[:n]).pvalue if n > 1 and any(diffs) else 1.0
+        real = "yes" if ci and (ci[0] > 0 or ci[1] < 0) else "no"
+        rows.append([g["strategy"], n, f"{mean:+.3f}{_ci(ci)}", f"{p:.3f}", real])
+    return table(
+        [
+            f"strategy minus {first['strategy']}",
+            "paired seeds",
+            "difference of selected, mean [95% t]",
+            "paired t-test p",
+            "interval excludes 0",
+        ],
+        rows,
     )
 
 

@@ -126,6 +126,13 @@ class DockerLauncher:
         oom = " (out of memory)" if container.attrs["State"].get("OOMKilled") else ""
         return f"container exited with code {code}{oom}: {logs}".strip()
 
+    def unavailable(self) -> str | None:
+        try:
+            self.client.api.ping()
+            return None
+        except Exception as exc:  # noqa: BLE001 - requests' and docker's errors alike
+            return f"the Docker engine does not answer: {exc}"
+
     async def stop(self, container) -> None:
         def remove():
             try:

@@ -27,6 +27,8 @@ CONTROL_SOCKET = "runner.sock"
 # With a harness clock (time waited on the gateway left out) the runner's own wall-clock limit
 # is only a backstop, for a host that stopped watching: this much longer than the harness limit.
 WAIT_BACKSTOP_S = 6 * 3600
+# How long a retry waits for a backend that cannot start sandboxes (a Docker engine restarting).
+BACKEND_WAIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Launcher(Protocol):
 
     def exited(self, handle: Any) -> str | None:
         """Why the server is gone (its log tail), or None while it runs."""
+
+    def unavailable(self) -> str | None:
+        """Why no server can be started now (the Docker engine does not answer), or None."""
 
 
 @dataclass
@@ -136,6 +141,20 @@ class SandboxPool:
             server.in_flight -= 1
             if not self.warm or server.dead:
                 await self._retire(server)
+
+    async def backend_back(self, timeout: float = BACKEND_WAIT_S) -> None:
+        """Wait, at most `timeout`, until the launcher can start servers again: a retry after a
+        sandbox that did not start would otherwise fail the same way while a Docker engine
+        restarts."""
+        deadline = time.monotonic() + timeout
+        why = await asyncio.to_thread(self.launcher.unavailable)
+        if why is not None:
+            log.warning(
+                "the %s sandbox backend cannot start sandboxes (%s); waiting", self.name, why
+            )
+        while why is not None and time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+            why = await asyncio.to_thread(self.launcher.unavailable)
 
     async def _call(
         self,
@@ -315,7 +334,12 @@ class SandboxPool:
         server.dead = True
         handle, server.handle = server.handle, None  # retire once, even when asked twice
         if handle is not None:
-            await self.launcher.stop(handle)
+            try:
+                await self.launcher.stop(handle)
+            except Exception as exc:  # noqa: BLE001 - e.g. the Docker engine is restarting:
+                # the rollout's result stands; its container is removed with the store's
+                # leftovers when the workbench next starts
+                log.warning("could not stop a sandbox (%s): %s", self.launcher.name, exc)
         shutil.rmtree(server.control_dir, ignore_errors=True)
 
     async def release(self, harness: Path) -> None:

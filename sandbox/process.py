@@ -195,6 +195,9 @@ class ProcessLauncher:
         tail = proc.log_path.read_text(errors="replace")[-1000:] if proc.log_path.exists() else ""
         return f"runner exited with code {proc.returncode}: {tail}".strip()
 
+    def unavailable(self) -> str | None:
+        return None  # a process starts as long as the host does
+
     async def stop(self, proc) -> None:
         if proc.returncode is None:
             try:

@@ -210,10 +210,13 @@ class Evaluator:
         scoring: str,
     ) -> Rollout:
         started_at = now()
+        no_sandbox = False  # the last try's sandbox did not start
         for attempt in range(1, generation.infra_retries + 2):
             if attempt > 1:  # the failed try's steps go: the rollout runs again from the start
                 await self.writer.run(lambda s: _drop_steps(s, [rollout.id]))
                 await asyncio.sleep(INFRA_BACKOFF_S * 2 ** (attempt - 2))
+                if no_sandbox:  # e.g. the Docker engine restarting: wait until it answers
+                    await self.sandbox.backend_back()
             if self.backend_up:  # a try while the model server restarts would only fail
                 await self.backend_up()
             # this try's tools (a chess board keeps its state here) and its scorer
@@ -224,6 +227,7 @@ class Evaluator:
             infra = _infrastructure_failure(result, grant)
             if infra is None:
                 break
+            no_sandbox = result.reason == "sandbox_start"
         # The reward is computed here, from the returned answer: nothing inside the sandbox can set it.
         # in a thread: a verifier may take its time (an LLM judge, sympy) without stalling rollouts
         ok = result.reason is None and infra is None

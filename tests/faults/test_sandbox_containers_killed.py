@@ -1,8 +1,7 @@
-"""`docker kill` of an evaluation's warm sandbox containers while rollouts run in them: what a
-Docker engine restart does to them, on this store's containers only (the engine is shared with
-the rest of the suite, so it is never restarted here). The rollouts that were in them end as
-`crash`, naming the container's exit; the pool starts a new container for the rest, and the
-evaluation completes."""
+"""`docker kill` of an evaluation's warm sandbox containers while rollouts run in them, on this
+store's containers only (test_docker_engine_restarted.py restarts an engine of its own). The
+rollouts that were in them end as `crash`, naming the container's exit; the pool starts a new
+container for the rest, and the evaluation completes."""
 
 import json
 import sqlite3

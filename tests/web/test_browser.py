@@ -21,7 +21,7 @@ def test_click_from_runs_to_a_failing_trace(server_url, page):
     expect(page.locator("#run-live")).to_contain_text("Evaluations")
     expect(page.locator("#run-live")).to_contain_text("seed.py")
     failing = page.locator("#recent-failures a[href^='/rollouts/']")
-    assert failing.count() > 0, "the real evaluation should have at least one failing rollout"
+    expect(failing.first).to_be_attached()  # the real evaluation has at least one failing rollout
     failing.first.click()
 
     expect(page).to_have_url(re.compile(r"/rollouts/\d+$"))
