@@ -1,6 +1,7 @@
-"""SIGKILL of the local model server while a loop's evaluation has a model call in flight: the
-workbench restarts it, the rollouts whose calls failed are tried again once it is back (or
-recorded `infra`), the phase and the run end, and the run's log names the crash."""
+"""SIGKILL of the local model server while a loop's evaluation, or an RFT step's sampling, has
+a model call in flight: the workbench restarts it, the rollouts whose calls failed are tried
+again once it is back (or recorded `infra`), the server answers under the trained checkpoints
+too, the phase and the run end, and the run's log names the crash."""
 
 import os
 import signal
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import WHALE
 from tests.loop.conftest import quick_toml, store_invariants
@@ -52,17 +54,31 @@ def requests_in_flight(port: int) -> int:
     )
 
 
-def test_a_killed_local_model_server_is_restarted_and_the_run_ends(tmp_path, whale_env):
+# When the kill comes: a rollout of this split is pending (test: the test point at the start;
+# train: an RFT step's sampling, before its checkpoint is trained).
+PENDING_IN = """SELECT count(*) > 0 FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+    WHERE r.status = 'pending' AND e.split = '{split}'"""
+
+
+@pytest.mark.parametrize(
+    "strategy, split",
+    [("harness_only", "test"), ("weight_only", "train")],
+    ids=["mid-evaluation", "mid-rft-sampling"],
+)
+def test_a_killed_local_model_server_is_restarted_and_the_run_ends(
+    tmp_path, whale_env, strategy, split
+):
     db = tmp_path / "home" / "whale.db"
     env = {k: v for k, v in whale_env.items() if k not in ("WHALE_LLM_URL", "WHALE_LLM_MODEL")}
     path = tmp_path / "killed.toml"
-    path.write_text(quick_toml("killed", "harness_only", rollouts=8, search={"tasks": 4}))
+    # weight_only: one RFT step of 4 prompts x 2 samples, then a test point under its checkpoint
+    path.write_text(quick_toml("killed", strategy, rollouts=8, search={"tasks": 4}))
     proc = subprocess.Popen(
         [WHALE, "run", str(path)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         server, port = model_server_of(proc.pid)
-        wait_for(db, "SELECT count(*) > 0 FROM rollout WHERE status = 'pending'")
+        wait_for(db, PENDING_IN.format(split=split))
         deadline = time.monotonic() + 120
         while requests_in_flight(port) == 0:  # a rollout's model call is being answered
             assert time.monotonic() < deadline, "no model call reached the server"
@@ -79,13 +95,20 @@ def test_a_killed_local_model_server_is_restarted_and_the_run_ends(tmp_path, wha
     store_invariants(db)  # nothing pending, every evaluation and phase done, records whole
     con = sqlite3.connect(db)
     assert con.execute("SELECT status FROM run").fetchone() == ("done",)
-    tried = con.execute("SELECT status, reason, error FROM rollout WHERE attempts > 1").fetchall()
-    assert tried, "no rollout was hit by the crash"
-    for status, reason, error in tried:
+    tried = con.execute(
+        """SELECT r.status, r.reason, r.error, e.split FROM rollout r
+        JOIN evaluation e ON e.id = r.evaluation_id WHERE r.attempts > 1"""
+    ).fetchall()
+    assert split in {t[3] for t in tried}, f"no rollout of the {split} split was hit: {tried}"
+    for status, reason, error, _ in tried:
         if status == "infra":  # its every try failed: the cause is on the row
             assert reason == "infrastructure" and "model backend failed" in error
         else:  # tried again once the server was back, and scored
             assert status in ("pass", "fail", "error", "timeout"), (status, reason, error)
+    if strategy == "weight_only":  # the restarted server served the checkpoint trained after
+        under_trained = """SELECT count(*) FROM evaluation e JOIN checkpoint c
+            ON c.id = e.checkpoint_id WHERE e.status = 'done' AND c.kind != 'base'"""
+        assert con.execute(under_trained).fetchone()[0] >= 1  # the test point after the step
     con.close()
     events = {e.kind: e.detail for e in model_server_events(db)}
     assert set(events) == {"model_server_exited", "model_server_restarted"}, events
