@@ -1,7 +1,6 @@
 """SIGKILL of the local model server while a loop's evaluation, or an RFT step's sampling, has
 a model call in flight: the workbench restarts it, the rollouts whose calls failed are tried
-again once it is back (or recorded `infra`), the server answers under the trained checkpoints
-too, the phase and the run end, and the run's log names the crash."""
+again once it is back (or recorded `infra`), the phase and the run end, and the run's log names the crash."""
 
 import os
 import signal
@@ -105,10 +104,6 @@ def test_a_killed_local_model_server_is_restarted_and_the_run_ends(
             assert reason == "infrastructure" and "model backend failed" in error
         else:  # tried again once the server was back, and scored
             assert status in ("pass", "fail", "error", "timeout"), (status, reason, error)
-    if strategy == "weight_only":  # the restarted server served the checkpoint trained after
-        under_trained = """SELECT count(*) FROM evaluation e JOIN checkpoint c
-            ON c.id = e.checkpoint_id WHERE e.status = 'done' AND c.kind != 'base'"""
-        assert con.execute(under_trained).fetchone()[0] >= 1  # the test point after the step
     con.close()
     events = {e.kind: e.detail for e in model_server_events(db)}
     assert set(events) == {"model_server_exited", "model_server_restarted"}, events
