@@ -339,7 +339,7 @@ class SandboxPool:
             except Exception as exc:  # noqa: BLE001 - e.g. the Docker engine is restarting:
                 # the rollout's result stands; its container is removed with the store's
                 # leftovers when the workbench next starts
-                log.warning("could not stop a sandbox (%s): %s", self.launcher.name, exc)
+                log.warning("could not stop a sandbox (%s): %s", self.name, exc)
         shutil.rmtree(server.control_dir, ignore_errors=True)
 
     async def release(self, harness: Path) -> None:

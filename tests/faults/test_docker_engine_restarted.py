@@ -6,7 +6,6 @@ in them end as `crash`; those that asked for a container while it was down are t
 it answers (infrastructure failures, `[rollout] infra_retries`), in containers the pool starts
 anew, and the evaluation completes."""
 
-import json
 import shutil
 import signal
 import sqlite3
@@ -19,10 +18,9 @@ import pytest
 
 from sandbox import docker as docker_backend
 from sandbox import image
-from tests.conftest import MISSING, REPO, WHALE
-from tests.faults.test_sandbox_containers_killed import STARTED_AND_MORE_TO_COME
+from tests.conftest import MISSING
+from tests.faults.test_sandbox_containers_killed import evaluate_through
 from tests.loop.conftest import store_invariants
-from tests.loop.test_crash import wait_for
 
 
 class Engine:
@@ -100,24 +98,13 @@ def test_a_docker_engine_restart_mid_evaluation_fails_the_rollouts_it_hit_and_th
         "DOCKER_HOST": own_engine.host,
         "WHALE_CONCURRENCY": "2",  # two at a time: some are still to start at the restart
     }
-    seed = REPO / "harness_archive/seeds/arith/seed.py"
-    proc = subprocess.Popen(
-        [WHALE, "eval", str(seed), "--limit", "8", "-k", "1", "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(db, STARTED_AND_MORE_TO_COME, timeout=120)
+
+    def restart():
         own_engine.stop()
         time.sleep(2)  # the engine stays down a moment, as in a real restart
         own_engine.start()
-        out, err = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    assert result["n_rollouts"] == 8
+
+    evaluate_through(restart, env, db, limit=8)
 
     store_invariants(db)  # the evaluation is done, nothing pending, records whole
     con = sqlite3.connect(db)

@@ -1,6 +1,7 @@
 """SIGKILL of the local model server while a loop's evaluation, or an RFT step's sampling, has
 a model call in flight: the workbench restarts it, the rollouts whose calls failed are tried
-again once it is back (or recorded `infra`), the phase and the run end, and the run's log names the crash."""
+again once it is back (or recorded `infra`), the phase and the run end, and the run's log
+names the crash."""
 
 import os
 import signal
@@ -70,7 +71,7 @@ def test_a_killed_local_model_server_is_restarted_and_the_run_ends(
     db = tmp_path / "home" / "whale.db"
     env = {k: v for k, v in whale_env.items() if k not in ("WHALE_LLM_URL", "WHALE_LLM_MODEL")}
     path = tmp_path / "killed.toml"
-    # weight_only: one RFT step of 4 prompts x 2 samples, then a test point under its checkpoint
+    # weight_only: one RFT step of 4 prompts x 2 samples
     path.write_text(quick_toml("killed", strategy, rollouts=8, search={"tasks": 4}))
     proc = subprocess.Popen(
         [WHALE, "run", str(path)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

@@ -30,6 +30,27 @@ def docker_store(whale_env) -> dict[str, str]:
     return {**whale_env, "WHALE_SANDBOX": "docker", "WHALE_CONCURRENCY": "2"}
 
 
+def evaluate_through(fault, env: dict[str, str], db, limit: int) -> None:
+    """`whale eval` of the arith seed harness on `limit` tasks, k=1, with `fault()` injected once
+    some rollouts finished and more are to come; the evaluation still ends with every rollout."""
+    seed = REPO / "harness_archive/seeds/arith/seed.py"
+    proc = subprocess.Popen(
+        [WHALE, "eval", str(seed), "--limit", str(limit), "-k", "1", "--json"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(db, STARTED_AND_MORE_TO_COME, timeout=120)
+        fault()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    result = json.loads(out.decode().strip().splitlines()[-1])
+    assert result["n_rollouts"] == limit
+
+
 def test_killed_sandbox_containers_fail_their_rollouts_and_the_pool_starts_anew(
     tmp_path, docker_store
 ):
@@ -37,26 +58,15 @@ def test_killed_sandbox_containers_fail_their_rollouts_and_the_pool_starts_anew(
 
     home = tmp_path / "home"
     db = home / "whale.db"
-    seed = REPO / "harness_archive/seeds/arith/seed.py"
-    proc = subprocess.Popen(
-        [WHALE, "eval", str(seed), "--limit", "6", "-k", "1", "--json"],
-        env=docker_store,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(db, STARTED_AND_MORE_TO_COME, timeout=120)
+
+    def kill_containers():
         ours = {"label": f"{docker_backend.LABEL}={docker_backend.owner_label(home)}"}
         killed = docker.from_env().containers.list(filters=ours)
         assert killed, "no sandbox container of this store is running"
         for container in killed:
             container.kill()
-        out, err = proc.communicate(timeout=300)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    assert result["n_rollouts"] == 6
+
+    evaluate_through(kill_containers, docker_store, db, limit=6)
 
     store_invariants(db)  # the evaluation is done, nothing pending, records whole
     con = sqlite3.connect(db)
