@@ -1,6 +1,11 @@
 """The five strategies at the same rollout budget on arith with the demo model, several seeds each.
 
     .venv/bin/python -m benchmarks.strategies [--seeds 0,1,2] [--home DIR] [experiments/arith-*.toml ...]
+    .venv/bin/python -m benchmarks.strategies --harness harness_archive/seeds/arith/postfix.py
+
+`--harness` starts every experiment from that harness instead of the domain's seed (the
+experiment files are copied into the store with `harness` set and the harness's name added to
+theirs): the postfix seed is the configuration where the weights matter (its docstring).
 
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from
@@ -13,6 +18,7 @@ only the rest).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,8 +46,12 @@ def main() -> None:
     )
     parser.add_argument("--seeds", default="0,1,2", help="one run per seed and experiment")
     parser.add_argument("--home", type=Path, default=None, help="WHALE_HOME for the runs")
+    parser.add_argument("--harness", type=Path, default=None, help="the incoming harness")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
+    tag = args.harness.stem if args.harness else ""
+    if args.harness:
+        args.experiments = [with_harness(p, args.harness.resolve(), home) for p in args.experiments]
     env = {**os.environ, "WHALE_HOME": str(home)}
     whale = str(Path(sys.executable).with_name("whale"))
     run_ids = []
@@ -56,7 +66,7 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"{path.name} failed (exit {proc.returncode})")
         run_ids += [r["run_id"] for r in json.loads(proc.stdout.strip().splitlines()[-1])["runs"]]
-    figure = REPO / "docs" / "strategies.png"
+    figure = REPO / "docs" / (f"strategies-{tag}.png" if tag else "strategies.png")
     proc = subprocess.run(
         [whale, "compare", *map(str, run_ids), "--plot", str(figure), "--json"],
         env=env,
@@ -67,13 +77,28 @@ def main() -> None:
     compared = json.loads(proc.stdout)
     by_id = {r["id"]: r for r in compared["runs"]}
     groups = compared["groups"]
+    where = f"arith from the {tag} seed harness" if tag else "arith"
     report(
-        "Strategies at equal rollout budget, seeds (arith, demo model)",
+        f"Strategies at equal rollout budget, seeds ({where}, demo model)",
         strategy_table(groups, by_id)
         + "\n\n"
         + difference_table(groups, by_id)
-        + f"\n\n![accuracy vs rollouts](strategies.png)\n\nstore: {home}; runs {run_ids}",
+        + f"\n\n![accuracy vs rollouts]({figure.name})\n\nstore: {home}; runs {run_ids}",
     )
+
+
+def with_harness(experiment: Path, harness: Path, home: Path) -> Path:
+    """A copy of the experiment file in `home` that starts from `harness`, named after it."""
+    text = experiment.read_text()
+    text, named = re.subn(r'(?m)^name = "([^"]+)"', rf'name = "\1-{harness.stem}"', text)
+    text, placed = re.subn(
+        r"(?m)^domain = .*$", rf"\g<0>\nharness = {json.dumps(str(harness))}", text
+    )
+    assert named == placed == 1, f"{experiment}: no name or domain line"
+    home.mkdir(parents=True, exist_ok=True)
+    copy = home / f"{experiment.stem}-{harness.stem}.toml"
+    copy.write_text(text)
+    return copy
 
 
 def _ci(low_high) -> str:

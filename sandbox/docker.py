@@ -117,11 +117,14 @@ class DockerLauncher:
     def exited(self, container) -> str | None:
         try:
             container.reload()
+            if container.status in ("created", "running"):
+                return None
+            logs = container.logs(tail=20).decode(errors="replace")
         except docker.errors.NotFound:
             return "the container is gone"
-        if container.status in ("created", "running"):
-            return None
-        logs = container.logs(tail=20).decode(errors="replace")
+        except Exception as exc:  # noqa: BLE001 - requests' and docker's errors alike: an
+            # engine that does not answer (restarting) has stopped its containers, or soon will
+            return f"the Docker engine does not answer ({type(exc).__name__})"
         code = container.attrs["State"].get("ExitCode")
         oom = " (out of memory)" if container.attrs["State"].get("OOMKilled") else ""
         return f"container exited with code {code}{oom}: {logs}".strip()

@@ -70,6 +70,9 @@ def pytest_configure(config):
     """Under pytest-xdist (scripts/test.sh runs two workers) the controller serves the model for
     every worker: one server batches all their requests, where a server per worker would fight
     the others for the same cores."""
+    # A `whale` that crashes prints Python's own traceback: the framed one typer draws loses its
+    # origin from the tail a failing test shows.
+    os.environ["TYPER_STANDARD_TRACEBACK"] = "1"
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
     log = Path(tempfile.mkdtemp(prefix="whale-tests-")) / "model.log"

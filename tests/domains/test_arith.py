@@ -1,7 +1,12 @@
+import importlib.util
+import sqlite3
+from pathlib import Path
+
 import pytest
 
 from app.domains import SPLITS, Task, get_domain
 from app.domains.arith import Arith
+from tests.conftest import whale_eval_json
 
 
 def test_splits_are_fixed_disjoint_and_hide_the_answer():
@@ -45,3 +50,39 @@ def test_unknown_domain_and_split_are_named():
         get_domain("checkers")
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         get_domain("arith").tasks("dev")
+
+
+POSTFIX_SEED = Path(__file__).resolve().parents[2] / "harness_archive/seeds/arith/postfix.py"
+
+
+@pytest.mark.parametrize(
+    "reply,value",
+    [
+        ("23 45 +", "68"),
+        ("The calculation: 81 27 -", "54"),
+        ("7 8*", "56"),
+        ("23 + 45", None),  # infix is not the format
+        ("68", None),
+        ("", None),
+    ],
+)
+def test_the_postfix_seed_reads_postfix_only(reply, value):
+    spec = importlib.util.spec_from_file_location("postfix_seed", POSTFIX_SEED)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.postfix_value(reply) == value
+
+
+def test_the_postfix_seed_runs_under_its_postfix_solver(tmp_path, whale_env):
+    """Both of its solvers run in a sandbox on the real model: every rollout ends pass or fail,
+    none with an error (what a search of its knobs relies on)."""
+    from app.search.knobs import with_knob
+
+    harness = tmp_path / "postfix.py"
+    for solver in ("model", "postfix"):
+        harness.write_text(with_knob(POSTFIX_SEED.read_text(), "SOLVER", solver))
+        out = whale_eval_json(harness, whale_env, "--limit", "4", "-k", "1")
+        assert out["n_rollouts"] == 4
+    con = sqlite3.connect(tmp_path / "home" / "whale.db")
+    statuses = {s for (s,) in con.execute("SELECT status FROM rollout")}
+    assert statuses <= {"pass", "fail"}, statuses

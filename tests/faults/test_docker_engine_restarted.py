@@ -6,6 +6,7 @@ in them end as `crash`; those that asked for a container while it was down are t
 it answers (infrastructure failures, `[rollout] infra_retries`), in containers the pool starts
 anew, and the evaluation completes."""
 
+import asyncio
 import shutil
 import signal
 import sqlite3
@@ -18,7 +19,8 @@ import pytest
 
 from sandbox import docker as docker_backend
 from sandbox import image
-from tests.conftest import MISSING
+from sandbox.docker import DockerLauncher
+from tests.conftest import MISSING, REPO
 from tests.faults.test_sandbox_containers_killed import evaluate_through
 from tests.loop.conftest import store_invariants
 
@@ -30,6 +32,7 @@ class Engine:
         self.root = root
         self.host = f"unix://{root}/docker.sock"
         self.proc: subprocess.Popen | None = None
+        self.image = ""  # the sandbox image's tag, once loaded
 
     def start(self) -> None:
         import docker
@@ -82,6 +85,7 @@ def own_engine(whale_env):
             stdout=subprocess.DEVNULL,
         )
         assert save.wait() == 0
+        engine.image = tag
         yield engine
     finally:
         engine.stop()
@@ -122,3 +126,26 @@ def test_a_docker_engine_restart_mid_evaluation_fails_the_rollouts_it_hit_and_th
     assert retried and all(r[1] in ("pass", "fail") for r in retried), rows
     after = [r for r in rows if r[0] > max(c[0] for c in crashed)]
     assert after and all(r[1] in ("pass", "fail") for r in after), rows
+
+
+def test_a_runner_container_reads_as_gone_while_its_engine_does_not_answer(
+    tmp_path, monkeypatch, own_engine
+):
+    """A rollout whose runner stopped answering asks the launcher why: with the engine down that
+    question must answer (the container is taken as gone), not raise out of the evaluation."""
+    monkeypatch.setenv("DOCKER_HOST", own_engine.host)
+    launcher = DockerLauncher(own_engine.image, owner="engine-down-test")
+    harness, gateway, control = tmp_path / "harness.py", tmp_path / "gateway.sock", tmp_path / "c"
+    harness.write_text((REPO / "harness_archive/seeds/arith/seed.py").read_text())
+    gateway.touch()
+    control.mkdir()
+    container = asyncio.run(launcher.start(harness, gateway, control))
+    assert launcher.exited(container) is None and launcher.unavailable() is None
+
+    own_engine.stop()
+    assert "the Docker engine does not answer" in launcher.exited(container)
+    assert "the Docker engine does not answer" in launcher.unavailable()
+
+    own_engine.start()  # the restarted engine stopped the container; it says so again
+    assert launcher.unavailable() is None
+    assert launcher.exited(container).startswith("container exited with code")

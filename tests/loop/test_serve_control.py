@@ -100,10 +100,20 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
         assert status() == "running"
 
         assert act("force", kind="harness").status_code == 200
-        wait_for(db, "SELECT count(*) FROM phase WHERE ended_reason = 'manual'", 300)
-        wait_for(
-            db, "SELECT count(*) FROM phase WHERE status = 'running' AND kind = 'harness'", 120
+        # Landing inside a phase, the force ends it ('manual'); landing between two (during a
+        # test point) it picks the next one. Either way the next phase is a harness phase.
+        applied = "(SELECT created_at FROM event WHERE kind = 'control_applied')"
+        wait_for(db, f"SELECT count(*) FROM phase WHERE created_at > {applied}", 300)
+        con = sqlite3.connect(db)
+        ended, forced = (
+            con.execute(
+                f"SELECT kind, ended_reason FROM phase WHERE created_at {op} {applied} "
+                f"ORDER BY id {order} LIMIT 1"
+            ).fetchone()
+            for op, order in (("<", "DESC"), (">", "ASC"))
         )
+        con.close()
+        assert ended[1] is not None and forced[0] == "harness", (ended, forced)
 
         assert act("stop").status_code == 200
         wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'stopped'", 300)

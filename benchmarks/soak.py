@@ -1,0 +1,386 @@
+"""A soak: a WHALE loop on arith with the demo model and real sandboxes, for an hour
+(`--minutes`), with faults injected at random moments, ending with `whale stop` and
+`whale check`. The summary goes to docs/benchmarks.md.
+
+The moments are seeded (`--seed`): gaps drawn from an exponential distribution of mean
+`--mean-gap-s`, the fault chosen uniformly among those that have a target at that moment. Each
+fault is logged with its time, what it hit and how long the loop took to move on after it:
+
+  model_server  SIGKILL of the local model server `whale run` started (the workbench restarts it)
+  sandboxes     SIGKILL of the store's sandbox containers (docker) or runner processes (process)
+  training      SIGKILL of a running training process, once per job: a second kill of the same
+                job fails the run, as documented (docs/faults.md)
+  kill_9        kill -9 of `whale run`, then the same command again (it resumes the run)
+  sigterm       SIGTERM to `whale run`, then the same command again
+
+A fault is recovered when a rollout, an RFT step or a search iteration finishes after it.
+Rollouts lost: a finished rollout seen before a fault and missing or changed at the end (must be
+0). Rollouts that a fault failed are not lost: they are recorded with the reason (`crash`,
+`backend`, `infra`) and counted apart.
+
+    python -m benchmarks.soak [--minutes 60] [--seed 0] [--mean-gap-s 90] [--sandbox docker]
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from app.search.knobs import with_knob
+from benchmarks.common import REPO, report, table
+from sandbox import docker as docker_backend
+
+WHALE = str(Path(sys.executable).with_name("whale"))
+# The quick loop (two RFT steps, then one search iteration, test points after each phase) from a
+# harness whose rollouts mostly pass, so every RFT step trains (there is training to kill); a
+# budget the soak never reaches.
+EXPERIMENT = """
+name = "soak"
+domain = "arith"
+strategy = "whale"
+seed = 0
+harness_code = {harness}
+
+[switching]
+rule = "fixed"
+weight_steps = 2
+harness_iterations = 1
+
+[rft]
+prompts_per_step = 4
+samples_per_prompt = 4
+lora_rank = 4
+lr = 1e-3
+batch_size = 4
+
+[search]
+proposer = "knobs"
+candidates = 2
+tasks = 4
+
+[test]
+k = 1
+tasks = 4
+
+[budget]
+rollouts = 10000000
+max_phases = 10000
+"""
+FAULTS = ("model_server", "sandboxes", "training", "kill_9", "sigterm")
+FAILED_BY_A_FAULT = ("crash", "backend", "infra", "sandbox_start", "infrastructure")
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below `pid`."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except FileNotFoundError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(c) for c in (task / "children").read_text().split()]
+            except FileNotFoundError:
+                continue
+            for kid in kids:
+                try:
+                    cmd = Path(f"/proc/{kid}/cmdline").read_bytes().replace(b"\0", b" ")
+                except FileNotFoundError:
+                    continue
+                found.append((kid, cmd.decode(errors="replace")))
+                todo.append(kid)
+    return found
+
+
+class Store:
+    """Read-only looks at the soak's store."""
+
+    def __init__(self, db: Path):
+        self.db = db
+
+    def query(self, sql: str, *args) -> list[tuple]:
+        if not self.db.exists():
+            return []
+        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=30)
+        try:
+            return con.execute(sql, args).fetchall()
+        except sqlite3.OperationalError:
+            return []  # the store is being created
+        finally:
+            con.close()
+
+    def progress(self) -> int:
+        """Finished rollouts, RFT steps and search iterations: what moves while the loop works."""
+        rows = self.query(
+            """SELECT (SELECT count(*) FROM rollout WHERE status != 'pending')
+                    + (SELECT count(*) FROM training_job WHERE status IN ('done', 'skipped'))
+                    + (SELECT count(*) FROM search_iteration WHERE status = 'done')"""
+        )
+        return rows[0][0] if rows else 0
+
+    def finished(self) -> dict[int, tuple]:
+        rows = self.query("SELECT id, status, reward FROM rollout WHERE status != 'pending'")
+        return {i: (status, reward) for i, status, reward in rows}
+
+    def run_status(self) -> tuple[int, str] | None:
+        rows = self.query("SELECT id, status FROM run ORDER BY id LIMIT 1")
+        return rows[0] if rows else None
+
+    def training_jobs(self) -> list[int]:
+        return [i for (i,) in self.query("SELECT id FROM training_job WHERE status = 'training'")]
+
+
+class Soak:
+    def __init__(self, args, home: Path):
+        self.args = args
+        self.home = home
+        self.store = Store(home / "whale.db")
+        self.rng = random.Random(args.seed)
+        self.experiment = home.parent / "soak.toml"
+        harness = with_knob(
+            (REPO / "harness_archive/seeds/arith/seed.py").read_text(), "SOLVER", "program"
+        )
+        self.experiment.write_text(EXPERIMENT.format(harness=json.dumps(harness)))
+        self.env = {**os.environ, "WHALE_HOME": str(home), "WHALE_SANDBOX": args.sandbox}
+        for key in ("WHALE_LLM_URL", "WHALE_LLM_MODEL"):  # the run starts its own model server
+            self.env.pop(key, None)
+        self.proc: subprocess.Popen | None = None
+        self.log = open(home.parent / "whale-run.log", "ab")
+        self.killed_jobs: set[int] = set()
+        self.records: list[dict] = []
+        self.seen: dict[int, tuple] = {}  # every finished rollout seen, as first seen
+        self.unexpected: list[str] = []  # `whale run` ended without a fault asking it to
+        self.t0 = time.monotonic()  # the soak's start, once the loop runs
+
+    def say(self, what: str) -> None:
+        print(f"[soak {time.strftime('%H:%M:%S')}] {what}", flush=True)
+
+    def start_run(self) -> None:
+        self.proc = subprocess.Popen(
+            [WHALE, "run", str(self.experiment)],
+            env=self.env,
+            stdout=self.log,
+            stderr=self.log,
+            start_new_session=True,  # a kill -9 of it leaves the soak alone
+        )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def targets(self) -> dict[str, list[int]]:
+        """What each fault would hit now (pids, or container ids for docker sandboxes)."""
+        if not self.alive():
+            return {}
+        below = descendants(self.proc.pid)
+        # a retry of a killed job is not killed again (its second failure would fail the run)
+        fresh_job = set(self.store.training_jobs()) - self.killed_jobs
+        found = {
+            "model_server": [p for p, cmd in below if "app.llm.local_server" in cmd],
+            "training": [p for p, cmd in below if "-m app.training" in cmd and fresh_job],
+            "kill_9": [self.proc.pid],
+            "sigterm": [self.proc.pid],
+        }
+        if self.args.sandbox == "docker":
+            found["sandboxes"] = self._containers()
+        else:
+            found["sandboxes"] = [p for p, cmd in below if "runner.py serve" in cmd]
+        return {k: v for k, v in found.items() if v}
+
+    def _containers(self) -> list:
+        import docker
+
+        label = f"{docker_backend.LABEL}={docker_backend.owner_label(self.home)}"
+        return docker.from_env().containers.list(filters={"label": label})
+
+    def inject(self, kind: str, targets: list) -> str:
+        """Inject one fault; what it hit, in words."""
+        if kind == "sandboxes" and self.args.sandbox == "docker":
+            for container in targets:
+                container.kill()
+            return f"{len(targets)} container(s)"
+        if kind in ("kill_9", "sigterm"):
+            sig = signal.SIGKILL if kind == "kill_9" else signal.SIGTERM
+            self.proc.send_signal(sig)
+            code = self.proc.wait(120)
+            self.start_run()  # the same command: it resumes the run
+            return f"whale run (exit {code}), started again"
+        if kind == "training":
+            self.killed_jobs.update(self.store.training_jobs())
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return f"pid {', '.join(map(str, targets))}"
+
+    def recovered_within(self, before: int, timeout: float) -> float | None:
+        """Seconds until the loop moved on past `before`, or None if it did not in `timeout`."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.store.progress() > before:
+                return time.monotonic() - start
+            self.keep_running()
+            time.sleep(0.5)
+        return None
+
+    def keep_running(self) -> None:
+        """`whale run` ended without a fault asking: recorded, and started again."""
+        if self.proc is not None and self.proc.poll() is not None:
+            status = self.store.run_status()
+            self.unexpected.append(f"whale run exited {self.proc.returncode}, run {status}")
+            self.say(f"whale run exited on its own (code {self.proc.returncode}, run {status})")
+            if status and status[1] in ("done", "failed", "stopped"):
+                raise RuntimeError(f"the run ended: {status}")
+            self.start_run()
+
+    def soak(self) -> None:
+        self.start_run()
+        self.say("waiting for the loop to start")
+        if self.recovered_within(0, 600) is None:
+            raise RuntimeError("the loop did not start within 10 minutes")
+        self.t0 = time.monotonic()
+        end = self.t0 + self.args.minutes * 60
+        while True:
+            gap = self.rng.expovariate(1 / self.args.mean_gap_s)
+            if time.monotonic() + gap > end:
+                break
+            self._sleep(gap)
+            targets = self.targets()
+            kinds = [k for k in FAULTS if k in targets]
+            kind = self.rng.choice(kinds)
+            self.seen = {**self.store.finished(), **self.seen}
+            before, at = self.store.progress(), time.monotonic()
+            hit = self.inject(kind, targets[kind])
+            took = self.recovered_within(before, self.args.recover_timeout_s)
+            record = {
+                "at_s": round(at - self.t0, 1),
+                "fault": kind,
+                "hit": hit,
+                "recovered_s": None if took is None else round(took, 1),
+            }
+            self.records.append(record)
+            self.say(
+                f"{kind}: {hit}; "
+                + (f"moved on after {took:.0f} s" if took is not None else "NO PROGRESS")
+            )
+        self._sleep(max(0.0, end - time.monotonic()))
+
+    def _sleep(self, seconds: float) -> None:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            self.keep_running()
+            time.sleep(min(1.0, max(0.0, until - time.monotonic())))
+
+    def finish(self) -> tuple[int, list[dict]]:
+        """`whale stop` and `whale check`: (the run id, the checks)."""
+        run_id = self.store.run_status()[0]
+        self.say(f"stopping run {run_id}")
+        subprocess.run([WHALE, "stop", str(run_id), "--reason", "soak over"], env=self.env)
+        if self.alive():
+            self.proc.wait(900)
+        checked = subprocess.run(
+            [WHALE, "check", str(run_id), "--json"], env=self.env, capture_output=True, text=True
+        )
+        return run_id, json.loads(checked.stdout)
+
+
+def summarize(soak: Soak, run_id: int, checks: list[dict], minutes: float) -> None:
+    store, records = soak.store, soak.records
+    final = store.finished()
+    lost = [i for i, row in soak.seen.items() if final.get(i) != row]
+    rows = []
+    for kind in FAULTS:
+        mine = [r for r in records if r["fault"] == kind]
+        took = [r["recovered_s"] for r in mine if r["recovered_s"] is not None]
+        rows.append(
+            [
+                kind,
+                len(mine),
+                len(took),
+                f"{statistics.median(took):.0f} / {max(took):.0f}" if took else "-",
+            ]
+        )
+    by_reason = dict(
+        store.query(
+            f"""SELECT reason, count(*) FROM rollout WHERE reason IN
+                ({",".join("?" * len(FAILED_BY_A_FAULT))}) GROUP BY reason""",
+            *FAILED_BY_A_FAULT,
+        )
+    )
+    (counts,) = store.query(
+        """SELECT (SELECT count(*) FROM rollout WHERE status != 'pending'),
+                  (SELECT count(*) FROM rollout WHERE status = 'pending'),
+                  (SELECT count(*) FROM training_job WHERE status = 'done'),
+                  (SELECT count(*) FROM search_iteration WHERE status = 'done'),
+                  (SELECT count(*) FROM phase)"""
+    )
+    (status,) = store.query("SELECT status FROM run WHERE id = ?", run_id)[0]
+    broken = [f"{c['name']} ({len(c['broken'])})" for c in checks if not c["ok"]]
+    recovered = sum(r["recovered_s"] is not None for r in records)
+    body = table(["fault", "injected", "recovered", "time to move on, median / max s"], rows)
+    body += (
+        f"\n\n{len(records)} faults in {minutes:g} minutes, {recovered} recovered. "
+        f"**Rollouts lost: {len(lost)}** (of {len(soak.seen):,} seen finished before a fault). "
+        f"The store at the end: {counts[0]:,} rollouts finished, {counts[1]} pending, "
+        f"{counts[2]} RFT steps trained, {counts[3]} search iterations, {counts[4]} phases; "
+        f"run {run_id} {status}. Rollouts failed by a fault, recorded with the reason: "
+        + (", ".join(f"{r} {n}" for r, n in sorted(by_reason.items())) or "none")
+        + ". `whale run` ended without a fault asking: "
+        + (", ".join(soak.unexpected) or "never")
+        + ". `whale check`: "
+        + ("every invariant holds" if not broken else "broken: " + ", ".join(broken))
+        + "."
+    )
+    notes = (
+        f"`python -m benchmarks.soak --minutes {minutes:g} --seed {soak.args.seed} --mean-gap-s "
+        f"{soak.args.mean_gap_s:g} --sandbox {soak.args.sandbox}`: `whale run` of a WHALE loop "
+        "on arith (two RFT steps of 16 rollouts, then one knobs search iteration, test points "
+        "after each phase) on the demo model and its local server. Faults come at seeded "
+        "exponential gaps, each chosen among those with a target at that moment (a training "
+        "process only while one trains, each job killed at most once). Recovered: a rollout, "
+        "RFT step or search iteration finished after the fault (the time is from the fault to "
+        "then, and includes the restart of `whale run` and its model for kill_9 and sigterm). "
+        "The run ends with `whale stop` and `whale check`. The fault log: "
+        f"{soak.home.parent}/faults.jsonl."
+    )
+    report("Soak: a loop under injected faults", body, notes, replace=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mean-gap-s", type=float, default=90)
+    parser.add_argument("--recover-timeout-s", type=float, default=600)
+    parser.add_argument("--sandbox", default="docker", choices=("docker", "process"))
+    parser.add_argument("--home", type=Path, help="the store (default: a new temporary one)")
+    args = parser.parse_args()
+    if args.sandbox == "docker" and (why := docker_backend.engine_available()):
+        sys.exit(f"soak: {why}")
+    home = args.home or Path(tempfile.mkdtemp(prefix="whale-soak-")) / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    soak = Soak(args, home)
+    soak.say(f"store {home}; {args.minutes:g} minutes, mean gap {args.mean_gap_s:g} s")
+    try:
+        soak.soak()
+        run_id, checks = soak.finish()
+    finally:
+        if soak.alive():
+            soak.proc.terminate()
+        with open(home.parent / "faults.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in soak.records)
+    summarize(soak, run_id, checks, args.minutes)
+
+
+if __name__ == "__main__":
+    main()
