@@ -25,7 +25,7 @@ from app.llm.supervisor import SupervisedServer
 from app.llm.vllm import VLLMBackend
 from app.rollout.admission import Admission, ServerQueue
 from app.rollout.evaluate import Evaluator
-from sandbox.pool import Limits, SandboxPool
+from sandbox.pool import Limits, SandboxPool, SandboxUnavailable
 from sandbox.process import ProcessLauncher
 
 log = logging.getLogger(__name__)
@@ -114,8 +114,9 @@ class Workbench:
         """The sandbox backend: docker where an engine and the image exist, else process."""
         s = self.settings
         if s.sandbox == "process":
+            launcher = ProcessLauncher()
             self.say("sandbox: process (chosen in settings)")
-            return ProcessLauncher()
+            return launcher
         from sandbox import docker as docker_backend
         from sandbox import image
 
@@ -124,9 +125,13 @@ class Workbench:
             why_not = "the sandbox image is not built (whale sandbox build)"
         if why_not is not None:
             if s.sandbox == "docker":
-                raise RuntimeError(f"the docker sandbox is not available: {why_not}")
+                raise SandboxUnavailable(f"the docker sandbox is not available: {why_not}")
+            try:
+                launcher = ProcessLauncher()
+            except SandboxUnavailable as exc:
+                raise SandboxUnavailable(f"docker is not used ({why_not}), and {exc}") from None
             self.say(f"sandbox: process (docker not used: {why_not})")
-            return ProcessLauncher()
+            return launcher
         tag = s.sandbox_image or image.build(say=self.say)
         launcher = docker_backend.DockerLauncher(
             tag, docker_backend.owner_label(s.home), runtime=s.sandbox_runtime

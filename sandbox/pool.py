@@ -31,6 +31,10 @@ WAIT_BACKSTOP_S = 6 * 3600
 BACKEND_WAIT_S = 300.0
 
 
+class SandboxUnavailable(RuntimeError):
+    """No backend can run harnesses safely here; the message says why and what to do."""
+
+
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 60.0  # per rollout: the harness's own time (see SandboxPool.run)

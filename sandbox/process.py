@@ -7,7 +7,8 @@ loopback), uid 65534 inside, no capabilities, no further user namespaces (bubble
 rollout, set by the runner), and the seccomp filter of sandbox/seccomp.py, which the runner
 loads. Weaker than the docker backend: no cgroup memory or pid accounting, and the sandbox
 shares the invoking uid outside its namespace. Without bubblewrap only the filter, the rlimits
-and the kills remain, and a warning says so.
+and the kills remain, and a warning says so; as root that is refused, since a harness would then
+run as root on the host.
 """
 
 import asyncio
@@ -20,11 +21,16 @@ import sys
 from pathlib import Path
 
 from sandbox import seccomp
-from sandbox.pool import CONTROL_SOCKET
+from sandbox.pool import CONTROL_SOCKET, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 RUNNER = Path(__file__).with_name("runner.py")
 MAX_EXTRA_PROCESSES = 256  # what one runner server and all its rollouts may add
+ROOT_WITHOUT_BWRAP = (
+    "bubblewrap is not installed and the workbench runs as root: a harness would run as root on "
+    "this host with only rlimits around it. Install bubblewrap (apt-get install bubblewrap), "
+    "use the docker backend, or run the workbench as an unprivileged user."
+)
 TMP_BYTES = 64 << 20  # the private /tmp lives in memory: cap it
 
 
@@ -121,18 +127,25 @@ def _uid_of(proc_dir: Path) -> int | None:
 class ProcessLauncher:
     name = "process"
 
-    def __init__(self):
+    def __init__(self, root_without_bwrap: bool = False):
         self.bwrap = shutil.which("bwrap") is not None
+        # rlimits alone as root: only the sandbox tests ask for it (on throwaway machines)
+        self.root_without_bwrap = root_without_bwrap
         # bubblewrap 0.8+ can forbid new user namespaces inside (the seccomp filter does too)
         self.disable_userns = (
             self.bwrap
             and "--disable-userns"
             in subprocess.run(["bwrap", "--help"], capture_output=True, text=True).stdout
         )
+        self.refuse_root()
         if not self.bwrap:
             log.warning(
                 "bubblewrap not found: the process sandbox runs with rlimits only (weak isolation)"
             )
+
+    def refuse_root(self) -> None:
+        if not self.bwrap and os.geteuid() == 0 and not self.root_without_bwrap:
+            raise SandboxUnavailable(ROOT_WITHOUT_BWRAP)
 
     def command(
         self, harness: Path, gateway_socket: Path, control_dir: Path
@@ -164,6 +177,7 @@ class ProcessLauncher:
         ], env
 
     async def start(self, harness: Path, gateway_socket: Path, control_dir: Path):
+        self.refuse_root()
         cmd, env = self.command(harness, gateway_socket, control_dir)
         # RLIMIT_NPROC counts every process of the real uid, sandboxed or not: allow what runs now
         # plus a bounded number more, so a fork bomb stops there.

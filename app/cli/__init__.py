@@ -17,8 +17,16 @@ cli.add_typer(sandbox.cli, name="sandbox")
 
 
 def main() -> None:
+    from app.cli.base import BAD_INPUT
+    from app.progress import err
+    from sandbox.pool import SandboxUnavailable
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    cli()
+    try:
+        cli()
+    except SandboxUnavailable as exc:  # a refusal to run harnesses here, said in one line
+        err.print(f"[red]{exc}[/red]", soft_wrap=True)
+        sys.exit(BAD_INPUT)
 
 
 if __name__ == "__main__":
