@@ -5,7 +5,7 @@
 
 `--harness` starts every experiment from that harness instead of the domain's seed (the
 experiment files are copied into the store with `harness` set and the harness's name added to
-theirs): the postfix seed is the configuration where the weights matter (its docstring).
+theirs), e.g. the postfix seed (its docstring says what it was meant to show).
 
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from

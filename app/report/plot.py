@@ -43,8 +43,10 @@ def plot_accuracy_vs_rollouts(
     ks = {test_k(run) for run in runs}
     metric = f"mean@{ks.pop()}" if len(ks) == 1 and None not in ks else "mean@k"
 
-    columns = 2 if len(runs) > 3 else max(len(runs), 1)
-    legend_rows = -(-len(runs) // columns)
+    bands = seed_bands(runs, [points for points, _ in curves])
+    entries = len(runs) + len(bands)  # legend lines: a run each, a seed group each
+    columns = 2 if entries > 3 else max(entries, 1)
+    legend_rows = -(-entries // columns)
     fig = Figure(figsize=(7, 4 + 0.2 * legend_rows), dpi=200, layout="constrained")
     ax = fig.add_subplot()
     scale, xlabel = x_axis(x, max((p[0] for c, _ in curves for p in c), default=0))
@@ -95,23 +97,23 @@ def plot_accuracy_vs_rollouts(
                 linestyle="none",
                 clip_on=False,
             )
-    _draw_bands(ax, runs, seed_bands(runs, [points for points, _ in curves]), scale, colors)
+    _draw_bands(ax, runs, bands, scale, colors)
     style_axes(ax, x, xlabel, metric)
-    fig.text(
-        0.01,
-        0.005,
-        "bars: 95% interval, test tasks resampled (one run each); ring: the point chosen on "
-        "the harness split (else the final one)",
-        fontsize=7,
-        color="0.4",
+    # Below the axes, not on them: ten curves leave no free corner. The key to the marks heads it.
+    legend = ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncols=columns,
+        fontsize=8,
+        frameon=False,
+        title="bars: 95% interval, test tasks resampled (one run each); ring: the point chosen "
+        "on the harness split (else the final one)",
+        title_fontsize=7,
     )
-    # Below the axes, not on them: ten curves leave no free corner.
-    ax.legend(
-        loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=columns, fontsize=8, frameon=False
-    )
+    legend.get_title().set_color("0.4")
     FigureCanvasAgg(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # the legend's long lines widen the canvas, uncut
     return path
 
 

@@ -1,10 +1,10 @@
 """A restart of the Docker engine itself in the middle of an evaluation. The suite's engine is
 shared by every test, so this one starts an engine of its own (its own socket, data and state
-folders, no bridge network: sandboxes have none), loads the sandbox image into it and points the
-workbench at it with DOCKER_HOST. Restarted, the engine kills the containers it ran: the rollouts
-in them end as `crash`; those that asked for a container while it was down are tried again once
-it answers (infrastructure failures, `[rollout] infra_retries`), in containers the pool starts
-anew, and the evaluation completes."""
+folders and network namespace, no bridge network: sandboxes have none), loads the sandbox image
+into it and points the workbench at it with DOCKER_HOST. Restarted, the engine kills the
+containers it ran: the rollouts in them end as `crash`; those that asked for a container while it
+was down are tried again once it answers (infrastructure failures, `[rollout] infra_retries`), in
+containers the pool starts anew, and the evaluation completes."""
 
 import asyncio
 import shutil
@@ -39,6 +39,10 @@ class Engine:
 
         self.proc = subprocess.Popen(
             [
+                # a network namespace of its own: started without a bridge, dockerd deletes
+                # the host's docker0, which the suite's engine needs to build images
+                "unshare",
+                "--net",
                 "dockerd",
                 f"--host={self.host}",
                 f"--data-root={self.root}/data",
@@ -73,6 +77,7 @@ def own_engine(whale_env):
     if docker_backend.engine_available() is not None or shutil.which("dockerd") is None:
         pytest.skip(f"{MISSING}the Docker engine")
     tag = image.build(say=lambda m: None)
+    host_bridge = Path("/sys/class/net/docker0").exists()  # the suite's engine's; left alone
     # a short path: a unix socket's path has at most 107 bytes
     engine = Engine(Path(tempfile.mkdtemp(prefix="whale-dockerd-", dir="/tmp")))
     engine.start()
@@ -90,6 +95,7 @@ def own_engine(whale_env):
     finally:
         engine.stop()
         shutil.rmtree(engine.root, ignore_errors=True)
+    assert Path("/sys/class/net/docker0").exists() == host_bridge, "the host's docker0 was removed"
 
 
 def test_a_docker_engine_restart_mid_evaluation_fails_the_rollouts_it_hit_and_the_rest_run(

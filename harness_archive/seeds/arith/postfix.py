@@ -1,5 +1,5 @@
-"""A second seed harness for arith, where the weights matter: the one mechanism that can beat
-the model's own arithmetic needs a format the model must first learn.
+"""A second seed harness for arith, meant to make the weights matter: its one mechanism that
+can beat the model's own arithmetic needs a format the model must first learn.
 
 The same plain prompt as seed.py, with no Python-expression solver. SOLVER "postfix" asks the
 model for the calculation in postfix notation ("23 45 +": operands first, then the operator),
