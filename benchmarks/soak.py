@@ -102,6 +102,10 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+class RunEnded(Exception):
+    """The soak's run ended by itself (failed, or done) before the soak's time was up."""
+
+
 class Store:
     """Read-only looks at the soak's store."""
 
@@ -135,6 +139,13 @@ class Store:
     def run_status(self) -> tuple[int, str] | None:
         rows = self.query("SELECT id, status FROM run ORDER BY id LIMIT 1")
         return rows[0] if rows else None
+
+    def last_error(self) -> str:
+        """Why the last failed training job failed (its last line), or the run's own status."""
+        rows = self.query("SELECT error FROM training_job WHERE status = 'failed' ORDER BY id")
+        if rows and rows[-1][0]:
+            return rows[-1][0].strip().splitlines()[-1][:300]
+        return "the run ended: " + str(self.run_status())
 
     def training_jobs(self) -> list[int]:
         return [i for (i,) in self.query("SELECT id FROM training_job WHERE status = 'training'")]
@@ -239,13 +250,14 @@ class Soak:
         return None
 
     def keep_running(self) -> None:
-        """`whale run` ended without a fault asking: recorded, and started again."""
+        """`whale run` ended without a fault asking: recorded, and started again, unless its
+        run has ended (RunEnded: the soak stops there and reports why)."""
         if self.proc is not None and self.proc.poll() is not None:
             status = self.store.run_status()
             self.unexpected.append(f"whale run exited {self.proc.returncode}, run {status}")
             self.say(f"whale run exited on its own (code {self.proc.returncode}, run {status})")
             if status and status[1] in ("done", "failed", "stopped"):
-                raise RuntimeError(f"the run ended: {status}")
+                raise RunEnded(self.store.last_error())
             self.start_run()
 
     def soak(self) -> None:
@@ -303,7 +315,9 @@ class Soak:
         return run_id, json.loads(checked.stdout)
 
 
-def summarize(soak: Soak, run_id: int, checks: list[dict], minutes: float) -> None:
+def summarize(
+    soak: Soak, run_id: int, checks: list[dict], minutes: float, ended: str | None
+) -> None:
     store, records = soak.store, soak.records
     final = store.finished()
     lost = [i for i, row in soak.seen.items() if final.get(i) != row]
@@ -339,8 +353,9 @@ def summarize(soak: Soak, run_id: int, checks: list[dict], minutes: float) -> No
     recovered = sum(r["recovered_s"] is not None for r in records)
     body = table(["fault", "injected", "recovered", "time to move on, median / max s"], rows)
     body += (
-        f"\n\n{len(records)} faults in {minutes:g} minutes, {recovered} recovered. "
-        f"**Rollouts lost: {len(lost)}** (of {len(soak.seen):,} seen finished before a fault). "
+        f"\n\n{len(records)} faults in {minutes:.0f} minutes, {recovered} recovered. "
+        + (f"**The run ended by itself before the soak's time was up: {ended}.** " if ended else "")
+        + f"**Rollouts lost: {len(lost)}** (of {len(soak.seen):,} seen finished before a fault). "
         f"The store at the end: {counts[0]:,} rollouts finished, {counts[1]} pending, "
         f"{counts[2]} RFT steps trained, {counts[3]} search iterations, {counts[4]} phases; "
         f"run {run_id} {status}. Rollouts failed by a fault, recorded with the reason: "
@@ -353,7 +368,7 @@ def summarize(soak: Soak, run_id: int, checks: list[dict], minutes: float) -> No
         + "."
     )
     notes = (
-        f"`python -m benchmarks.soak --minutes {minutes:g} --seed {soak.args.seed} --mean-gap-s "
+        f"`python -m benchmarks.soak --minutes {soak.args.minutes:g} --seed {soak.args.seed} --mean-gap-s "
         f"{soak.args.mean_gap_s:g} --sandbox {soak.args.sandbox}`: `whale run` of a WHALE loop "
         "on arith (two RFT steps of 16 rollouts, then one knobs search iteration, test points "
         "after each phase) on the demo model and its local server. Faults come at seeded "
@@ -382,13 +397,19 @@ def main() -> None:
     home.mkdir(parents=True, exist_ok=True)
     soak = Soak(args, home)
     soak.say(f"store {home}; {args.minutes:g} minutes, mean gap {args.mean_gap_s:g} s")
+    ended = None
     try:
-        soak.soak()
+        try:
+            soak.soak()
+        except RunEnded as exc:
+            ended = str(exc)
+            soak.say(f"the run ended by itself: {ended}")
+        minutes = (time.monotonic() - soak.t0) / 60 if ended else args.minutes
         run_id, checks = soak.finish()
     finally:
         if soak.alive():
             soak.proc.terminate()
-    summarize(soak, run_id, checks, args.minutes)
+    summarize(soak, run_id, checks, minutes, ended)
 
 
 if __name__ == "__main__":
