@@ -1,12 +1,11 @@
 import importlib.util
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from app.domains import SPLITS, Task, get_domain
 from app.domains.arith import Arith
-from tests.conftest import whale_eval_json
+from tests.conftest import REPO, whale_eval_json
 
 
 def test_splits_are_fixed_disjoint_and_hide_the_answer():
@@ -52,7 +51,7 @@ def test_unknown_domain_and_split_are_named():
         get_domain("arith").tasks("dev")
 
 
-POSTFIX_SEED = Path(__file__).resolve().parents[2] / "harness_archive/seeds/arith/postfix.py"
+POSTFIX_SEED = REPO / "harness_archive/seeds/arith/postfix.py"
 
 
 @pytest.mark.parametrize(
