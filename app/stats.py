@@ -71,6 +71,8 @@ def paired(
     interval = mean_interval(d, seed)
     if np.all(d == 0):
         p = 1.0
+    elif len(d) == 1:  # one task: its two sign flips are the whole null distribution
+        p = 0.5 if alternative == "greater" and d[0] > 0 else 1.0
     else:
         from scipy import stats
 

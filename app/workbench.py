@@ -229,14 +229,15 @@ class Workbench:
     async def serve_checkpoint(self, folder: Path) -> str:
         """Make a trained checkpoint servable; returns the model name requests use for it.
 
-        The local model server loads a weights folder on its first request by path, so the merged
-        weights are the name; a LoRA-capable server hot-loads the adapter instead.
+        The local model server loads a weights or adapter folder on its first request by path,
+        so the folder is the name; vLLM hot-loads the adapter.
         """
+        adapter = folder / "adapter"
         if self.vllm:  # hot-load the adapter; a full fine-tune restarts vLLM on its weights
-            if (folder / "adapter").is_dir():
-                return await self.vllm.load_adapter(str(folder / "adapter"), folder / "adapter")
+            if adapter.is_dir():
+                return await self.vllm.load_adapter(str(adapter), adapter)
             return await self.vllm.serve_weights(folder / "merged")
-        return str(folder / "merged")
+        return str(adapter if adapter.is_dir() else folder / "merged")
 
     async def evaluate_file(
         self,

@@ -2,10 +2,12 @@
 
     .venv/bin/python -m benchmarks.strategies [--seeds 0,1,2] [--home DIR] [experiments/arith-*.toml ...]
     .venv/bin/python -m benchmarks.strategies --harness harness_archive/seeds/arith/postfix.py
+    .venv/bin/python -m benchmarks.strategies --domain arith-glyphs
 
-`--harness` starts every experiment from that harness instead of the domain's seed (the
-experiment files are copied into the store with `harness` set and the harness's name added to
-theirs), e.g. the postfix seed (its docstring says what it was meant to show).
+`--harness` starts every experiment from that harness instead of the domain's seed, e.g. the
+postfix seed (its docstring says what it was meant to show); `--domain` runs them on another
+domain, e.g. arith-glyphs (app/domains/arith.py says why). Either way the experiment files are
+copied into the store with the line changed and the harness's or domain's name added to theirs.
 
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from
@@ -47,11 +49,13 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2", help="one run per seed and experiment")
     parser.add_argument("--home", type=Path, default=None, help="WHALE_HOME for the runs")
     parser.add_argument("--harness", type=Path, default=None, help="the incoming harness")
+    parser.add_argument("--domain", default=None, help="the domain, instead of the files' own")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
-    tag = args.harness.stem if args.harness else ""
-    if args.harness:
-        args.experiments = [with_harness(p, args.harness.resolve(), home) for p in args.experiments]
+    tag = args.harness.stem if args.harness else args.domain or ""
+    if args.harness or args.domain:
+        harness = args.harness.resolve() if args.harness else None
+        args.experiments = [variant(p, home, tag, harness, args.domain) for p in args.experiments]
     env = {**os.environ, "WHALE_HOME": str(home)}
     whale = str(Path(sys.executable).with_name("whale"))
     run_ids = []
@@ -77,7 +81,7 @@ def main() -> None:
     compared = json.loads(proc.stdout)
     by_id = {r["id"]: r for r in compared["runs"]}
     groups = compared["groups"]
-    where = f"arith from the {tag} seed harness" if tag else "arith"
+    where = f"arith from the {tag} seed harness" if args.harness else args.domain or "arith"
     report(
         f"Strategies at equal rollout budget, seeds ({where}, demo model)",
         strategy_table(groups, by_id)
@@ -87,16 +91,22 @@ def main() -> None:
     )
 
 
-def with_harness(experiment: Path, harness: Path, home: Path) -> Path:
-    """A copy of the experiment file in `home` that starts from `harness`, named after it."""
+def variant(
+    experiment: Path, home: Path, tag: str, harness: Path | None, domain: str | None
+) -> Path:
+    """A copy of the experiment file in `home` that starts from `harness` and/or runs on
+    `domain`, its name suffixed with `tag`."""
     text = experiment.read_text()
-    text, named = re.subn(r'(?m)^name = "([^"]+)"', rf'name = "\1-{harness.stem}"', text)
-    text, placed = re.subn(
-        r"(?m)^domain = .*$", rf"\g<0>\nharness = {json.dumps(str(harness))}", text
-    )
+    text, named = re.subn(r'(?m)^name = "([^"]+)"', rf'name = "\1-{tag}"', text)
+
+    def lines(match: re.Match) -> str:
+        new = f"domain = {json.dumps(domain)}" if domain else match.group(0)
+        return new + (f"\nharness = {json.dumps(str(harness))}" if harness else "")
+
+    text, placed = re.subn(r"(?m)^domain = .*$", lines, text)
     assert named == placed == 1, f"{experiment}: no name or domain line"
     home.mkdir(parents=True, exist_ok=True)
-    copy = home / f"{experiment.stem}-{harness.stem}.toml"
+    copy = home / f"{experiment.stem}-{tag}.toml"
     copy.write_text(text)
     return copy
 

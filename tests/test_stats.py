@@ -71,6 +71,13 @@ def test_paired_uses_the_shared_tasks_only():
     assert paired(a, dict(a)).p_value == 1.0
 
 
+def test_one_shared_task_is_compared_without_an_interval():
+    one = paired({"x": 0.0}, {"x": 1.0})
+    assert (one.n_tasks, one.difference, one.low, one.high) == (1, 1.0, None, None)
+    assert one.p_value == 1.0  # +1 and -1 are equally likely under no difference
+    assert paired({"x": 0.0}, {"x": 1.0}, alternative="greater").p_value == 0.5
+
+
 def test_the_interval_over_seeds_is_a_t_interval():
     from app.stats import seed_interval
 

@@ -25,7 +25,8 @@ def _problem(rng: random.Random) -> tuple[str, int]:
     return f"{a} * {b}", a * b
 
 
-def _generate() -> dict[str, list[Task]]:
+def _generate(operators: dict[str, str] | None = None) -> dict[str, list[Task]]:
+    """The three splits; `operators` rewrites each operator of the questions (never the gold)."""
     rng = random.Random(_SEED)
     seen: set[str] = set()
     splits: dict[str, list[Task]] = {s: [] for s in SPLITS}
@@ -36,6 +37,8 @@ def _generate() -> dict[str, list[Task]]:
                 continue
             seen.add(expr)
             i = len(splits[split])
+            for op, glyph in (operators or {}).items():
+                expr = expr.replace(f" {op} ", f" {glyph} ")
             question = f"What is {expr}?"
             splits[split].append(Task(f"{split}-{i}", {"question": question}, str(value)))
     return splits
@@ -66,3 +69,18 @@ class Arith:
             return 0.0
         numbers = _NUMBER.findall(answer.replace(",", ""))
         return float(bool(numbers) and numbers[-1] == task.gold)
+
+
+# arith-glyphs: the same problems with the operators written as glyphs the model has no reason
+# to read as arithmetic. Nothing the harness is told (question, skill) says which glyph is which
+# operation: only the gold answers carry it, so a model can learn it from rewards (RFT) while
+# no prompt or decoding knob can state it. The weights should matter here (docs/benchmarks.md).
+GLYPHS = {"+": "#", "-": "@", "*": "&"}
+
+
+class ArithGlyphs(Arith):
+    name = "arith-glyphs"
+    skill = SKILLS / "arith-glyphs.md"
+
+    def __init__(self):
+        self._splits = _generate(GLYPHS)

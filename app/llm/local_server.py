@@ -8,12 +8,15 @@ seed is not its own, and temperature alone never turns sampling on. Here each re
 own temperature, top_p, max_tokens, stop strings and seed (a torch.Generator per request), and
 requests that arrive together are decoded together in one batch.
 
-The `model` field of a request is a weights folder (the base, or a trained checkpoint's merged
-weights); folders are loaded on first use and the least recently used is dropped past a few.
+The `model` field of a request is a weights folder (the base, or a full fine-tune's weights)
+or a LoRA adapter folder, merged into its base on load (`load_weights`): a LoRA checkpoint keeps
+its adapter only, a few MB, where a merged copy is the whole model again. Folders are loaded on
+first use and the least recently used is dropped past a few.
 """
 
 import argparse
 import asyncio
+import json
 import os
 import queue
 import secrets
@@ -22,6 +25,7 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 import uvicorn
@@ -39,6 +43,19 @@ MAX_MODELS = 3
 # none arrived for QUIET_S, at most GATHER_S, since a request that misses a batch waits for it.
 QUIET_S = 0.03
 GATHER_S = 0.25
+
+
+def load_weights(path: str | Path, dtype: torch.dtype) -> torch.nn.Module:
+    """A causal LM from a weights folder, or from a LoRA adapter folder (its
+    `adapter_config.json` names the base): base plus adapter, merged in float32, then cast."""
+    config = Path(path) / "adapter_config.json"
+    if not config.exists():
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from peft import PeftModel
+
+    base_path = json.loads(config.read_text())["base_model_name_or_path"]
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    return PeftModel.from_pretrained(base, str(path)).merge_and_unload().to(dtype)
 
 
 class ChatRequest(BaseModel):
@@ -92,7 +109,7 @@ class Engine:
         if path not in self.models:
             tokenizer = AutoTokenizer.from_pretrained(path)
             tokenizer.padding_side = "left"
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).eval()
+            model = load_weights(path, self.dtype).eval()
             self.models[path] = (model, tokenizer)
             while len(self.models) > MAX_MODELS:
                 self.models.popitem(last=False)

@@ -14,10 +14,11 @@ from dataclasses import asdict
 from typing import Any, Literal
 
 from fastapi import HTTPException
+from pydantic import Field
 from sqlalchemy import case, func
 from sqlmodel import Session, select
 
-from app.db.schema import Rollout
+from app.db.schema import Evaluation, Rollout
 from app.read.rollout_filters import FormParams, RolloutFilters, id_param, scope
 from app.read.rollouts import items_by_id
 from app.stats import paired
@@ -33,6 +34,10 @@ class ContrastQuery(FormParams):
     b_harness: int | None = id_param("side B: rollouts under this harness")
     b_checkpoint: int | None = id_param("side B: rollouts under this checkpoint")
     run: int | None = id_param("both sides: only this run's rollouts")
+    # a pass rate over train and test tasks together is no figure: the split keeps them apart
+    split: Literal["train", "harness", "test"] | None = Field(
+        default=None, description="both sides: only rollouts of evaluations on this split"
+    )
     a_fails: Literal["all", "most"] = "all"
 
     def picked(self) -> bool:
@@ -50,9 +55,9 @@ class ContrastQuery(FormParams):
         )
 
 
-def _per_task(side: RolloutFilters, name: str):
-    """Finished rollouts per task under one side: how many, how many passed, the first failing
-    and the first passing one."""
+def _per_task(side: RolloutFilters, name: str, split: str | None):
+    """Finished rollouts per task under one side (on one split, if named): how many, how many
+    passed, the first failing and the first passing one."""
     passed = Rollout.status == "pass"
     terms = [
         column == value
@@ -63,18 +68,17 @@ def _per_task(side: RolloutFilters, name: str):
         )
         if value is not None
     ]
-    return (
-        select(
-            Rollout.task_id,
-            func.count().label("n"),
-            func.sum(case((passed, 1), else_=0)).label("n_pass"),
-            func.min(case((passed, None), else_=Rollout.id)).label("failing_id"),
-            func.min(case((passed, Rollout.id), else_=None)).label("passing_id"),
-        )
-        .where(*terms, Rollout.status != "pending")
-        .group_by(Rollout.task_id)
-        .subquery(name)
+    query = select(
+        Rollout.task_id,
+        func.count().label("n"),
+        func.sum(case((passed, 1), else_=0)).label("n_pass"),
+        func.min(case((passed, None), else_=Rollout.id)).label("failing_id"),
+        func.min(case((passed, Rollout.id), else_=None)).label("passing_id"),
     )
+    if split is not None:
+        query = query.join(Evaluation, Evaluation.id == Rollout.evaluation_id)
+        terms.append(Evaluation.split == split)
+    return query.where(*terms, Rollout.status != "pending").group_by(Rollout.task_id).subquery(name)
 
 
 def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
@@ -90,7 +94,7 @@ def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
             )
     side_a, side_b = query.side("a"), query.side("b")
     names = {"a": scope(s, side_a), "b": scope(s, side_b)}  # an unknown id is a 404
-    a, b = _per_task(side_a, "a"), _per_task(side_b, "b")
+    a, b = _per_task(side_a, "a", query.split), _per_task(side_b, "b", query.split)
     both = s.exec(
         select(
             a.c.task_id,
@@ -139,7 +143,9 @@ def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
         "truncated": len(found) > len(shown),
         # B's pass rate minus A's over every task both sides ran, paired task by task
         "paired": {
-            "design": f"paired on {compared.n_tasks} tasks both sides ran; pass rates per task",
+            "design": f"paired on {compared.n_tasks} tasks both sides ran"
+            + (f" ({query.split} split)" if query.split else " (every split)")
+            + "; pass rates per task",
             **asdict(compared),
         }
         if compared

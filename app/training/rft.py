@@ -8,6 +8,7 @@
 4. register the new checkpoint with its parent and job, and make it servable (hot-load).
 """
 
+import asyncio
 import json
 import logging
 import random
@@ -18,6 +19,7 @@ from pathlib import Path
 from sqlalchemy import delete
 from sqlmodel import select
 
+from app import control
 from app.config import RFTConfig
 from app.db.schema import (
     Checkpoint,
@@ -32,12 +34,37 @@ from app.db.schema import (
 )
 from app.domains import Domain, Task
 from app.llm.generation import generation_for
+from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
 from app.training.job import OPTIMIZER_FILE, TrainingError, run_trainer, trainer_command
 
 log = logging.getLogger(__name__)
 TRAINING_TRIES = 2  # a training process that fails is started once more (docs/faults.md)
+NO_SPACE = "No space left on device"  # how Python's and safetensors' ENOSPC both read
+ROOM_POLL_S = 1.0  # how often a training paused for want of disk looks for the resume
+
+
+async def wait_for_room(workbench, run_id: int, job_id: int, out: Path) -> bool:
+    """After a training that found no room for its checkpoint: ask the run to pause, naming
+    the path, and wait until it is resumed (True: train again) or stopped (RunStopped). False
+    when nothing can pause it (a single `whale train`, not a loop): then it is a failure."""
+    reason = f"the disk is full: training job {job_id} could not write {out} ({NO_SPACE})"
+    log.error("%s; the run pauses until it is resumed", reason)
+    try:
+        await control.apply(workbench.writer, run_id, "pause", reason, source="loop")
+    except control.Refused:
+        pass  # already paused or stopping (the run's log records the refusal), or no loop
+    waited = False
+    while True:
+        with workbench.session() as s:
+            desired = s.get(Run, run_id).desired
+        if desired == "stopped":
+            raise RunStopped()
+        if desired != "paused":
+            return waited
+        waited = True
+        await asyncio.sleep(ROOM_POLL_S)
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -121,8 +148,9 @@ async def rft_step(
 
     async def clean_slate() -> None:
         """A training interrupted (a crash here, a killed process there) is retried cleanly:
-        whatever it wrote goes first."""
+        whatever it wrote goes first, its temporary folder too (app/training/train.py)."""
         shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)
         await writer.run(
             lambda s: s.exec(
                 delete(Metric).where(
@@ -148,14 +176,21 @@ async def rft_step(
         workbench.settings.train_accelerate_config, workbench.settings.train_accelerate_args
     )
     # The policy on a failed training process (killed, out of memory, crashed): try once more,
-    # logged; a second failure fails the job with its log tail, and the step with it.
-    for attempt in range(1, TRAINING_TRIES + 1):
+    # logged; a second failure fails the job with its log tail, and the step with it. A full
+    # disk is no failure of the training: the run pauses naming it, and trains again on resume.
+    attempt = 0
+    while True:
         await clean_slate()
         try:
             result = await run_trainer(spec, job_dir, on_batch, command)
             break
         except TrainingError as exc:
             error = str(exc)[-4000:]
+            if NO_SPACE in error:
+                await clean_slate()  # the half-written checkpoint goes, and its room with it
+                if await wait_for_room(workbench, run_id, job.id, out):
+                    continue
+            attempt += 1
             if attempt < TRAINING_TRIES:
                 log.warning("training job %s failed, trying again: %s", job.id, error[-300:])
                 detail = {"job_id": job.id, "step": step, "attempt": attempt, "error": error}

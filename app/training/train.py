@@ -9,9 +9,9 @@ The loop goes through `accelerate.Accelerator`, so one plain process and an `acc
 of several (DDP, FSDP, DeepSpeed; GPUs or machines) run the same code: each process trains on its
 shard of every batch, and only the main process prints progress and writes the checkpoint.
 
-The checkpoint folder holds `adapter/` (LoRA, what vLLM hot-loads) and `merged/` (full weights,
-what servers without adapter support load), and, when the weight phase carries one optimizer
-across its steps, `optimizer.pt`; written to a temporary folder and renamed at the end so a
+The checkpoint folder holds `adapter/` (LoRA: what vLLM hot-loads and the local server merges
+into its base on load) or `merged/` (a full fine-tune's weights), each with the tokenizer, and,
+when the weight phase carries one optimizer across its steps, `optimizer.pt`; written to a temporary folder and renamed at the end so a
 crash or a full disk never leaves a half checkpoint.
 """
 
@@ -198,21 +198,18 @@ def save(accelerator: Accelerator, model, tokenizer, spec: dict, optimizer=None)
     with the optimizer's state when the phase carries it (`optimizer.pt`).
 
     get_state_dict gathers FSDP- or ZeRO-sharded weights into full tensors; every process must
-    take part in it. The merged weights are the base reloaded plus the saved adapter, because
-    under sharding the trained model holds only its shard of the base."""
+    take part in it: under sharding the trained model holds only its shard of the weights."""
     state = accelerator.get_state_dict(model)
     if accelerator.is_main_process:
         out = Path(spec["output"])
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         trained = accelerator.unwrap_model(model)
-        if spec["lora"]:
-            trained.save_pretrained(tmp / "adapter", state_dict=state)
-            merged = load_model(spec, str(tmp / "adapter")).merge_and_unload()
-            merged.save_pretrained(tmp / "merged")
-        else:
-            trained.save_pretrained(tmp / "merged", state_dict=state)
-        tokenizer.save_pretrained(tmp / "merged")
+        # a LoRA checkpoint is its adapter (served merged on load, app/llm/local_server.py); a
+        # merged copy on disk would be the whole model again at every step
+        weights = tmp / ("adapter" if spec["lora"] else "merged")
+        trained.save_pretrained(weights, state_dict=state)
+        tokenizer.save_pretrained(weights)
         if optimizer is not None:
             torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         tmp.rename(out)

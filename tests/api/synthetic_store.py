@@ -65,10 +65,9 @@ class Store:
                 run_id=run.id,
                 harness_id=harness.id,
                 checkpoint_id=checkpoint.id,
-                split="test",
                 k=k,
                 n_tasks=n_tasks,
-                **kw,
+                **{"split": "test", **kw},
             )
         )
 

@@ -44,6 +44,21 @@ def write(store, evaluation, side: int) -> dict[str, list[Rollout]]:
     return written
 
 
+def one(store, evaluation, task: str, status: str) -> Rollout:
+    """One finished rollout of `task` under the evaluation's harness and checkpoint."""
+    return store.write(
+        Rollout(
+            run_id=evaluation.run_id,
+            evaluation_id=evaluation.id,
+            harness_id=evaluation.harness_id,
+            checkpoint_id=evaluation.checkpoint_id,
+            task_id=task,
+            sample=0,
+            status=status,
+        )
+    )
+
+
 @pytest.fixture
 def harness_pair(store):
     run = store.run()
@@ -104,17 +119,7 @@ def test_sides_can_be_checkpoints_within_a_run(store, client):
     write(store, store.evaluation(run, harness, tuned, n_tasks=9), 1)
     # the same checkpoints in another run pass t1 under B: left out when the run is named
     other = store.evaluation(elsewhere, store.harness(elsewhere), tuned, n_tasks=1)
-    store.write(
-        Rollout(
-            run_id=elsewhere.id,
-            evaluation_id=other.id,
-            harness_id=other.harness_id,
-            checkpoint_id=tuned.id,
-            task_id="t1",
-            sample=0,
-            status="pass",
-        )
-    )
+    one(store, other, "t1", "pass")
 
     params = {"a_checkpoint": base.id, "b_checkpoint": tuned.id}
     within = client.get("/api/rollouts/contrast", params={**params, "run": run.id}).json()
@@ -124,6 +129,35 @@ def test_sides_can_be_checkpoints_within_a_run(store, client):
     assert sorted(t["task_id"] for t in anywhere["tasks"]) == ["t0", "t1", "t3"]
     assert (
         within["a"]["checkpoint"]["name"] == "base" and within["b"]["checkpoint"]["name"] == "tuned"
+    )
+
+
+def test_a_split_keeps_other_splits_out_of_the_tasks_and_the_paired_figure(store, client):
+    run = store.run()
+    a, b = store.harness(run, name="a.py"), store.harness(run, name="b.py")
+    checkpoint = store.checkpoint()
+    write(store, store.evaluation(run, a, checkpoint, n_tasks=9), 0)
+    write(store, store.evaluation(run, b, checkpoint, n_tasks=9), 1)
+    # the same harnesses on the harness split: B fixes t1 there, and breaks nothing
+    for harness, status in ((a, "fail"), (b, "pass")):
+        searched = store.evaluation(run, harness, checkpoint, n_tasks=1, split="harness")
+        one(store, searched, "t-harness", status)
+
+    params = {"a_harness": a.id, "b_harness": b.id}
+    test = client.get("/api/rollouts/contrast", params={**params, "split": "test"}).json()
+    searched = client.get("/api/rollouts/contrast", params={**params, "split": "harness"}).json()
+    every = client.get("/api/rollouts/contrast", params=params).json()
+
+    assert sorted(t["task_id"] for t in test["tasks"]) == ["t0", "t3"]
+    assert [t["task_id"] for t in searched["tasks"]] == ["t-harness"]
+    assert sorted(t["task_id"] for t in every["tasks"]) == ["t-harness", "t0", "t3"]
+    assert test["paired"]["n_tasks"] + 1 == every["paired"]["n_tasks"]
+    assert "(test split)" in test["paired"]["design"]
+    assert "(every split)" in every["paired"]["design"]
+    page = client.get("/rollouts/contrast", params={**params, "split": "test"}).text
+    assert '<option value="test" selected>' in page
+    assert (
+        client.get("/api/rollouts/contrast", params={**params, "split": "dev"}).status_code == 422
     )
 
 

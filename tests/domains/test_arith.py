@@ -27,6 +27,21 @@ def test_gold_answers_are_right():
         assert str(eval(expr)) == task.gold
 
 
+def test_glyphs_hide_the_operator_and_keep_the_problems_and_answers():
+    plain, glyphs = get_domain("arith").tasks("test"), get_domain("arith-glyphs").tasks("test")
+    for a, g in zip(plain, glyphs, strict=True):
+        assert (g.id, g.gold) == (a.id, a.gold)
+        question = g.public["question"]
+        assert not set("+-*") & set(question.removeprefix("What is "))
+        for op, glyph in {"+": "#", "-": "@", "*": "&"}.items():
+            question = question.replace(glyph, op)
+        assert question == a.public["question"]
+    # the skill a proposer reads names the glyphs but never says what they mean
+    skill = get_domain("arith-glyphs").skill.read_text()
+    assert "#" in skill and "not stated" in skill
+    assert not any(f"{g}` means" in skill or f"{g} means" in skill for g in "#@&")
+
+
 @pytest.mark.parametrize(
     "answer,score",
     [

@@ -4,6 +4,7 @@ answering; once there is room the pause lands, `resume` continues and the run fi
 
 import asyncio
 import errno
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from sqlmodel import select
 
 from app import control
 from app.db import Writer, open_engine, read_session
-from app.db.schema import Event, Rollout, Run
+from app.db.schema import Checkpoint, Event, Rollout, Run, TrainingJob
 from app.loop.driver import Loop, start_run
 from app.loop.experiment import config_hash, incoming_harness, parse
 from tests.conftest import MISSING, attached_settings, started_workbench
@@ -55,6 +56,15 @@ def fill(disk: Path) -> Path:
     return filler
 
 
+async def started_loop(wb, source: str):
+    """A new run of the experiment `source` and the task driving its loop."""
+    experiment = parse(source)
+    with wb.session() as s:
+        incoming = incoming_harness(experiment, s)
+    run = await start_run(wb, experiment, source, config_hash(source), incoming)
+    return run, asyncio.create_task(Loop(wb, run.id).run())
+
+
 def test_a_full_store_holds_writes_until_there_is_room_and_drops_none(small_disk):
     engine = open_engine(small_disk / "whale.db")
     writer = Writer(engine)
@@ -89,11 +99,7 @@ def test_a_loop_on_a_full_disk_pauses_naming_it_and_resumes_to_its_end(
 
     async def main():
         async with started_workbench(settings) as wb:
-            experiment = parse(source)
-            with wb.session() as s:
-                incoming = incoming_harness(experiment, s)
-            run = await start_run(wb, experiment, source, config_hash(source), incoming)
-            loop = asyncio.create_task(Loop(wb, run.id).run())
+            run, loop = await started_loop(wb, source)
 
             def finished() -> int:
                 with wb.session() as s:
@@ -135,3 +141,68 @@ def test_a_loop_on_a_full_disk_pauses_naming_it_and_resumes_to_its_end(
         assert [p["source"] for p in pauses] == ["loop"]
         assert pauses[0]["reason"].startswith("the disk is full: ")
         assert str(small_disk) in pauses[0]["reason"]
+
+
+def test_a_training_with_no_room_for_its_checkpoint_pauses_the_run_and_trains_again_on_resume(
+    tmp_path, model_server, model_cache
+):
+    """The checkpoints live on a 256 KiB disk of their own (the store has room): the step's
+    adapter and tokenizer do not fit. The run pauses naming the path, registers no half checkpoint,
+    counts no failed try; once the disk is grown and the run resumed, the step trains and the
+    run ends `done`."""
+    from tests.training.test_rft import ORACLE
+
+    home = tmp_path / "home"
+    checkpoints = home / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(checkpoints)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"{MISSING}mounting a tmpfs (root): {mounted.stderr.decode().strip()}")
+    settings = attached_settings(home, model_server, model_cache)
+    source = quick_toml(
+        "training-disk-full", "weight_only", rollouts=8, test={"at_start": "false"}
+    ).replace('domain = "arith"', f'domain = "arith"\nharness_code = {json.dumps(ORACLE)}')
+
+    async def main():
+        async with started_workbench(settings) as wb:
+            run, loop = await started_loop(wb, source)
+            while True:
+                with wb.session() as s:
+                    if s.get(Run, run.id).status == "paused":
+                        job = s.exec(select(TrainingJob)).one()
+                        registered = s.exec(select(Checkpoint)).all()
+                        break
+                assert not loop.done(), loop
+                await asyncio.sleep(0.5)
+            assert job.status == "training"
+            assert [c.training_job_id for c in registered] == [None]  # the base alone
+            # the half-written weights are gone, and the room they took
+            assert [p for p in checkpoints.rglob("*") if p.is_file()] == []
+            grown = subprocess.run(
+                ["mount", "-o", "remount,size=4g", str(checkpoints)], capture_output=True
+            )
+            assert grown.returncode == 0, grown.stderr
+            await control.apply(wb.writer, run.id, "resume", "room again", source="test")
+            await asyncio.wait_for(loop, 600)
+            return run.id
+
+    try:
+        run_id = asyncio.run(main())
+        store_invariants(home / "whale.db")  # the new checkpoint's files, on the small disk, load
+        engine = open_engine(home / "whale.db")
+        with read_session(engine) as s:
+            assert s.get(Run, run_id).status == "done"
+            job = s.exec(select(TrainingJob)).one()
+            assert job.status == "done" and job.checkpoint_out_id is not None
+            events = s.exec(select(Event)).all()
+        engine.dispose()
+    finally:
+        subprocess.run(["umount", "-l", str(checkpoints)], check=False)
+    pauses = [e.detail for e in events if e.kind == "control" and e.detail["action"] == "pause"]
+    assert [p["source"] for p in pauses] == ["loop"]
+    assert pauses[0]["reason"].startswith(f"the disk is full: training job {job.id}")
+    assert str(checkpoints) in pauses[0]["reason"]
+    assert "No space left on device" in pauses[0]["reason"]
+    assert not [e for e in events if e.kind == "training_retry"]  # no try was spent

@@ -404,14 +404,10 @@ def test_new_full_weights_restart_the_server_on_them(vllm, loop, base, tmp_path)
     assert _chat(vllm, loop, str(weights)) == before
 
 
-@needs_vllm
-def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path, model_cache):
-    """The issue's path end to end: rollouts through sandbox + gateway + vLLM, one RFT step with
-    LoRA on the CPU, the adapter hot-loaded, and completions under it differ from the base."""
-    from app.config import RFTConfig, Settings
-    from app.domains import get_domain
-    from app.training.rft import rft_step
-    from app.workbench import Workbench
+def oracle_on_vllm(tmp_path, model_cache, **vllm_settings):
+    """The oracle harness (every rollout accepted, tests/training/test_rft.py) written out, and
+    settings for a workbench on vLLM with process sandboxes."""
+    from app.config import Settings
     from tests.training.test_rft import ORACLE
 
     harness_path = tmp_path / "oracle.py"
@@ -421,8 +417,21 @@ def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path
         model_cache=model_cache,
         sandbox="process",
         backend="vllm",
-        vllm_urls=vllm.urls[0],
+        **vllm_settings,
     )
+    return harness_path, settings
+
+
+@needs_vllm
+def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path, model_cache):
+    """The issue's path end to end: rollouts through sandbox + gateway + vLLM, one RFT step with
+    LoRA on the CPU, the adapter hot-loaded, and completions under it differ from the base."""
+    from app.config import RFTConfig
+    from app.domains import get_domain
+    from app.training.rft import rft_step
+    from app.workbench import Workbench
+
+    harness_path, settings = oracle_on_vllm(tmp_path, model_cache, vllm_urls=vllm.urls[0])
     # a strong step on few examples, so the new weights surely sample differently
     cfg = RFTConfig(
         prompts_per_step=2, samples_per_prompt=2, lora_rank=8, lr=5e-3, epochs=3, batch_size=2
@@ -443,3 +452,73 @@ def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path
     assert (job.status, job.n_accepted) == ("done", 4)
     assert checkpoint.kind == "lora" and checkpoint.name in _served(vllm.urls[0])
     assert _chat(vllm, loop, checkpoint.name) != _chat(vllm, loop, vllm.model)
+
+
+@needs_vllm
+def test_a_vllm_killed_mid_rft_sampling_is_restarted_and_the_step_still_trains(
+    tmp_path, model_cache
+):
+    """The workbench's own vLLM (not the module's) is SIGKILLed while an RFT step's sampling
+    has rollouts to run: it is restarted, the rollouts its death failed are tried again once it
+    is back (or recorded `infra`), none stays pending, and the step trains an adapter that the
+    restarted server serves."""
+    from sqlmodel import select
+
+    from app.config import RFTConfig
+    from app.db.schema import Event, Rollout
+    from app.domains import get_domain
+    from app.training.rft import rft_step
+    from app.workbench import Workbench
+
+    harness_path, settings = oracle_on_vllm(
+        tmp_path, model_cache, vllm_python=VLLM_PYTHON, vllm_max_lora_rank=MAX_LORA_RANK
+    )
+    cfg = RFTConfig(prompts_per_step=4, samples_per_prompt=2, lora_rank=8, batch_size=4)
+
+    async def kill_when_sampling(workbench) -> int:
+        """SIGKILL the server once the sampling's rollouts are written, before they finish."""
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with workbench.session() as s:
+                if s.exec(select(Rollout).where(Rollout.status == "pending")).first():
+                    pid = workbench.vllm.server.proc.pid
+                    os.killpg(pid, signal.SIGKILL)
+                    return pid
+            await asyncio.sleep(0.02)
+        raise AssertionError("the sampling never started")
+
+    async def step():
+        workbench = Workbench(settings, say=lambda m: None)
+        await workbench.start()
+        try:
+            run, harness, base = await workbench.start_run(
+                "rft", "rft", "arith", read_harness(harness_path), {}
+            )
+            killer = asyncio.create_task(kill_when_sampling(workbench))
+            job, checkpoint = await rft_step(
+                workbench, run.id, harness, base, get_domain("arith"), cfg, 0
+            )
+            killed = await killer
+            workbench.writer.flush()
+            with workbench.session() as s:
+                rollouts = s.exec(select(Rollout)).all()
+                events = s.exec(select(Event)).all()
+            served = _served(workbench.vllm.urls[0])
+            return job, checkpoint, killed, rollouts, events, served, workbench.vllm.server
+        finally:
+            await workbench.stop()
+
+    job, checkpoint, killed, rollouts, events, served, server = asyncio.run(step())
+    assert server.restarts == 1 and server.proc.pid != killed
+    assert len(rollouts) == 8 and not [r for r in rollouts if r.status == "pending"]
+    hit = [r for r in rollouts if r.attempts > 1 or r.status == "infra"]
+    assert hit, [(r.status, r.attempts) for r in rollouts]  # the kill reached the sampling
+    for r in hit:
+        assert r.status in ("pass", "infra"), (r.status, r.reason, r.error)
+        if r.status == "infra":
+            assert r.reason == "infrastructure" and "model backend failed" in r.error
+    exited = [e.detail for e in events if e.kind == "model_server_exited"]
+    assert exited and "killed by SIGKILL" in exited[0]["why"], exited
+    passed = sum(r.status == "pass" for r in rollouts)
+    assert job.n_accepted == passed > 0 and job.status == "done"
+    assert checkpoint.kind == "lora" and checkpoint.name in served

@@ -125,9 +125,14 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
                       (SELECT count(*) FROM rollout WHERE status = 'pending'),
                       (SELECT count(*) FROM phase WHERE status = 'running')"""
         ).fetchone()
+        # the rollouts in flight at the stop finished as rollouts do: none was cut off
+        cut = con.execute(
+            "SELECT count(*) FROM rollout "
+            "WHERE reason IN ('crash', 'infrastructure') OR error LIKE '%stopped answering%'"
+        ).fetchone()
         last = con.execute("SELECT ended_reason FROM phase ORDER BY id DESC LIMIT 1").fetchone()
         con.close()
-        assert left == (0, 0, 0) and last == ("stopped",)
+        assert left == (0, 0, 0) and last == ("stopped",) and cut == (0,)
         checked = whale("check", str(run_id), env=whale_env, timeout=60)
         assert checked.returncode == 0, checked.stdout
         late = act("pause")

@@ -10,6 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.llm.local import prepare_model
+from app.llm.local_server import load_weights
 from app.llm.vllm import check_adapter
 from app.training.examples import encode
 from app.training.job import run_trainer, trainer_command
@@ -63,7 +64,7 @@ def test_two_processes_train_one_checkpoint_written_once(tmp_path, model_cache, 
     assert (ckpt / "adapter" / "adapter_model.safetensors").exists()
     assert not (tmp_path / "ckpt.tmp").exists()
     check_adapter(ckpt / "adapter", base)
-    merged = AutoModelForCausalLM.from_pretrained(ckpt / "merged").state_dict()
+    merged = load_weights(ckpt / "adapter", torch.float32).state_dict()
     original = AutoModelForCausalLM.from_pretrained(base).state_dict()
     assert merged.keys() == original.keys()
     assert any(not torch.equal(merged[k], original[k]) for k in original)
