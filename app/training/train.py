@@ -11,8 +11,8 @@ shard of every batch, and only the main process prints progress and writes the c
 
 The checkpoint folder holds `adapter/` (LoRA: what vLLM hot-loads and the local server merges
 into its base on load) or `merged/` (a full fine-tune's weights), each with the tokenizer, and,
-when the weight phase carries one optimizer across its steps, `optimizer.pt`; written to a temporary folder and renamed at the end so a
-crash or a full disk never leaves a half checkpoint.
+when the weight phase carries one optimizer across its steps, `optimizer.pt`. It is written to a
+temporary folder and renamed at the end, so a crash or a full disk never leaves a half checkpoint.
 """
 
 import json
