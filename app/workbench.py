@@ -18,6 +18,7 @@ from app.config import Settings
 from app.db import Writer, open_engine, read_session
 from app.db.schema import Checkpoint, Evaluation, Event, Harness, Rollout, Run, now, sha_of
 from app.domains import get_domain
+from app.faults import Outage
 from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
@@ -85,13 +86,13 @@ class Workbench:
             await asyncio.to_thread(self.model_server.start)
             self.endpoint = ChatEndpoint(self.model_server.base_url, self.model_server.model)
         if self.supervised:
-            self.supervised.on_event = self._model_server_event
+            self.supervised.on_event = self.record_fault
         # Files the sandboxes bind: the gateway socket, harness copies, runner control sockets.
         # A short path (Unix socket paths are limited to ~100 bytes, WHALE_HOME may be long),
         # and one the Docker engine sees at the same place when the workbench runs in a container.
         self._runtime = Path(tempfile.mkdtemp(prefix="whale-", dir=s.runtime_dir))
         self._runtime.chmod(0o755)
-        self.gateway = Gateway(self.writer, self.endpoint)
+        self.gateway = Gateway(self.writer, self.endpoint, Outage("model_calls", self.record_fault))
         # One admission for every evaluation: they share the model server (vLLM and the local
         # server report their queue; a hosted endpoint does not, and is then not held back).
         self._server_queue = ServerQueue(
@@ -102,7 +103,14 @@ class Workbench:
         launcher = await asyncio.to_thread(self._launcher)
         limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
         self.sandbox = SandboxPool(
-            launcher, self.gateway_socket, self._runtime / "sandboxes", limits
+            launcher,
+            self.gateway_socket,
+            self._runtime / "sandboxes",
+            limits,
+            starts=Outage("sandbox_start", self.record_fault),
+            on_lost=lambda why: self.record_fault(
+                "sandbox_lost", {"backend": launcher.name, "why": why}
+            ),
         )
 
     def _vllm_model_path(self) -> Path:
@@ -148,14 +156,19 @@ class Workbench:
         """The model server this process launched and restarts when it dies (none attached)."""
         return self.model_server or (self.vllm.server if self.vllm else None)
 
-    def _model_server_event(self, kind: str, detail: dict) -> None:
-        """A crash, restart or giving up of the model server (told from its watcher thread),
-        recorded in the log of every run it was serving: their rollouts' retries and
-        infrastructure failures then have their cause beside them."""
+    def record_fault(self, kind: str, detail: dict) -> None:
+        """A fault of a part around the loops (app/faults.py), recorded in the log of every run
+        it may have hit: their retried and failed rollouts then have the cause beside them.
+        Called from the event loop and from the model server's watcher thread alike; the event
+        carries the time of the call, whenever the writer gets it."""
+        at = now()
+        log.warning("%s: %s", kind, detail)
 
-        def record():
-            runs = set(self.gates) | set(self.evaluating)
-            self.writer.add(*(Event(run_id=r, kind=kind, detail=detail) for r in sorted(runs)))
+        def record():  # in the event loop's thread, where the runs' tables change
+            runs = sorted(set(self.gates) | set(self.evaluating))
+            self.writer.add(
+                *(Event(run_id=r, kind=kind, detail=detail, created_at=at) for r in runs)
+            )
 
         try:
             self._loop.call_soon_threadsafe(record)

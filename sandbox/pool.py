@@ -77,6 +77,7 @@ class _Server:
     handle: Any = None
     in_flight: int = 0
     dead: bool = False
+    lost_told: bool = False  # on_lost was told of it
 
 
 @dataclass
@@ -93,7 +94,14 @@ class SandboxPool:
         root: Path,
         limits: Limits = Limits(),
         warm: bool = True,
+        starts: Any = None,
+        on_lost: Callable[[str], None] | None = None,
     ):
+        """`starts` is told each server that fails to start and each that starts (an
+        app.faults.Outage: failed(why), back()); `on_lost` is told why, once per server, when
+        one stops answering a rollout (killed, its engine gone, wedged)."""
+        self.starts = starts
+        self.on_lost = on_lost
         self.launcher = launcher
         self.name = launcher.name
         self.gateway_socket = gateway_socket
@@ -124,12 +132,10 @@ class SandboxPool:
         try:
             server = await (self._acquire(harness) if self.warm else self._start(harness))
         except Exception as exc:  # noqa: BLE001 - a sandbox that cannot start fails the rollout
-            return SandboxResult(
-                None,
-                "sandbox_start",
-                f"the sandbox did not start: {exc}",
-                wall_s=time.monotonic() - start,
-            )
+            error = f"the sandbox did not start: {exc}"
+            if self.starts:
+                self.starts.failed(f"{self.name}: {error}")
+            return SandboxResult(None, "sandbox_start", error, wall_s=time.monotonic() - start)
         try:
             return await self._call(
                 server,
@@ -222,6 +228,9 @@ class SandboxPool:
             if why is not None or wedged:
                 server.dead = True  # gone or wedged: no more work for it; it is replaced
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
+            if self.on_lost and not server.lost_told:  # once per server, however many it held
+                server.lost_told = True
+                self.on_lost(why or ("no answer in time (wedged)" if wedged else detail))
             return SandboxResult(
                 None,
                 "crash",
@@ -332,6 +341,8 @@ class SandboxPool:
                 await self._retire(server)
                 raise RuntimeError(why)
             await asyncio.sleep(0.01)
+        if self.starts:
+            self.starts.back()
         return server
 
     async def _retire(self, server: _Server) -> None:

@@ -40,7 +40,7 @@ def end_on_sigterm(task: asyncio.Task, what: str) -> None:
 
     def on_term():
         err.print(f"[yellow]SIGTERM: stopping; {what}[/yellow]")
-        task.cancel()
+        task.cancel("SIGTERM")  # the run's log says so (run_interrupted)
         timer = threading.Timer(GRACE_S, lambda: os._exit(TERMINATED))
         timer.daemon = True
         timer.start()

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse
 from app.db.schema import Step
 from app.db.steps import compact
 from app.db.writer import Writer
+from app.faults import Outage
 from app.llm.client import BackendError, ChatEndpoint
 from app.llm.generation import Generation, refused_fields
 
@@ -99,9 +100,11 @@ async def _json_body(request: Request) -> dict | None:
 
 
 class Gateway:
-    def __init__(self, writer: Writer, backend: ChatEndpoint):
+    def __init__(self, writer: Writer, backend: ChatEndpoint, outage: Outage | None = None):
+        """`outage` is told of model calls that the backend fails and of its next answer."""
         self.writer = writer
         self.backend = backend
+        self.outage = outage
         self.grants: dict[str, Grant] = {}
         self.app = self._build_app()
         self._server: uvicorn.Server | None = None
@@ -192,10 +195,14 @@ class Gateway:
                 latency = (time.perf_counter() - start) * 1000
                 if is_infrastructure(exc):
                     grant.infra_errors.append(str(exc))
+                    if self.outage:
+                        self.outage.failed(f"model backend error: {exc}")
                 self._record(
                     grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
                 )
                 return _refuse(502, "backend", f"model backend error: {exc}")
+            if self.outage:
+                self.outage.back()
             if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
                 return response
             latency = (time.perf_counter() - start) * 1000

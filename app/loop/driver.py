@@ -10,9 +10,11 @@ starts), skip, force and promote at the next step or iteration boundary.
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy import func
 from sqlmodel import col, select
 
 from app import control
@@ -22,6 +24,7 @@ from app.db.schema import (
     Event,
     Harness,
     Phase,
+    Rollout,
     Run,
     SearchIteration,
     now,
@@ -39,6 +42,8 @@ from app.training.weight_phase import steps_done, weight_phase
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
+# The log's record of the processes that drove a run: its start, each stop and each resume.
+DRIVER_EVENTS = ("run_start", "run_interrupted", "run_resumed")
 UNLIMITED = 1_000_000  # iterations handed to a harness phase: the loop's end check decides
 
 
@@ -130,6 +135,7 @@ class Loop:
         watcher = asyncio.create_task(self._watch())
         self.wb.gates[self.run_id] = self  # its gate() and holds(): app/rollout/evaluate.py
         try:
+            await self._log_resume()
             await self._status("resuming" if self._phases() else "running")
             await self._resume_checkpoint()
             await self._complete_test_points()
@@ -140,14 +146,45 @@ class Loop:
             return await self._finish("done", reason)
         except RunStopped:
             return await self._finish("stopped", "stopped by request")
-        except asyncio.CancelledError:
-            raise  # the server is shutting down: the run resumes when it starts again
+        except asyncio.CancelledError as exc:
+            # the process is stopping (SIGTERM, Ctrl-C, a server shutting down; the message of
+            # the cancel says which): the run resumes when one starts again
+            why = exc.args[0] if exc.args else "the process driving the run stopped"
+            detail = {"why": why, "pid": os.getpid()}
+            self.wb.writer.add(Event(run_id=self.run_id, kind="run_interrupted", detail=detail))
+            raise
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
             return await self._finish("failed", f"{type(exc).__name__}: {exc}")
         finally:
             watcher.cancel()
             self.wb.gates.pop(self.run_id, None)
+
+    async def _log_resume(self) -> None:
+        """A run started again says so in its log: how its last process ended (the reason it
+        wrote, or none: killed, crashed or the power went) and what it left pending."""
+        with self.wb.session() as s:
+            last = s.exec(
+                select(Event)
+                .where(Event.run_id == self.run_id, col(Event.kind).in_(DRIVER_EVENTS))
+                .order_by(col(Event.id).desc())
+                .limit(1)
+            ).first()
+            started = s.exec(select(Evaluation.id).where(Evaluation.run_id == self.run_id)).first()
+            if last is not None and last.kind == "run_start" and started is None:
+                return  # a new run, not a resumed one
+            pending = s.exec(
+                select(func.count())
+                .select_from(Rollout)
+                .where(Rollout.run_id == self.run_id, Rollout.status == "pending")
+            ).one()
+        after = (
+            last.detail["why"]
+            if last is not None and last.kind == "run_interrupted"
+            else "an end its process did not record (kill -9, a crash or a power loss)"
+        )
+        detail = {"after": after, "pending_rollouts": pending, "pid": os.getpid()}
+        await self.wb.writer.insert(Event(run_id=self.run_id, kind="run_resumed", detail=detail))
 
     async def _phases_until_the_end(self) -> str:
         while True:

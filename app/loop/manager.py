@@ -91,7 +91,7 @@ class LoopManager:
     async def stop(self) -> None:
         """Server shutdown: loops are cancelled where they are; they resume on the next start."""
         for task in list(self.tasks.values()):
-            task.cancel()
+            task.cancel("the server shut down")
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
 

@@ -196,6 +196,22 @@ def describe(event: Event) -> str:
         "model_server_exited": lambda: d.get("why") or "the model server exited",
         "model_server_restarted": lambda: f"the model server is back (down {d.get('down_s')} s)",
         "model_server_gave_up": lambda: d.get("why") or "the model server is not restarted again",
+        "model_calls_failing": lambda: f"model calls failing: {d.get('why')}",
+        "model_calls_back": lambda: f"model calls answered again (failing for {d.get('down_s')} s)",
+        "sandbox_start_failing": lambda: f"sandboxes do not start: {d.get('why')}",
+        "sandbox_start_back": lambda: f"sandboxes start again (failing for {d.get('down_s')} s)",
+        "sandbox_lost": lambda: (
+            f"a {d.get('backend')} sandbox stopped answering ({d.get('why')}): "
+            "the rollouts in it end as crash"
+        ),
+        "run_interrupted": lambda: f"interrupted ({d.get('why')}): resumes when started again",
+        "run_resumed": lambda: (
+            f"resumed after {d.get('after')}; {d.get('pending_rollouts')} pending rollouts run"
+        ),
+        "training_retry": lambda: (
+            f"training job {d.get('job_id')} failed, tried again: "
+            + ((d.get("error") or "").strip().splitlines() or ["no output"])[0]
+        ),
     }.get(event.kind, lambda: f"{event.kind} {d}")()
 
 

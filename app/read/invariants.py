@@ -13,9 +13,15 @@ from sqlalchemy import text
 from sqlmodel import Session, col, or_, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Run, sha_of
+from app.faults import FAULT_EVENTS
+from app.phases import TEST_SERIES
 from app.read.runs import get_runs
+from app.rollout.usage import usage
 
 FINISHED = ("done", "stopped", "failed")  # a run in one of these has nothing in flight
+SANDBOX_STOPPED = (
+    "the sandbox stopped answering"  # how a lost sandbox's rollouts end (sandbox/pool.py)
+)
 
 
 @dataclass
@@ -201,6 +207,56 @@ def _story_told(s: Session, run: Run) -> list[str]:
     return broken
 
 
+def _faults_logged(s: Session, run: Run) -> list[str]:
+    """Rollouts that the parts around the loop failed (model calls failing past their retries,
+    a sandbox that stopped answering) each have a fault of those parts logged before they
+    ended (app/faults.py)."""
+    kinds = ", ".join(f"'{k}'" for k in FAULT_EVENTS)
+    rows = _rows(
+        s,
+        f"""SELECT r.id, r.status, r.reason FROM rollout r
+            WHERE r.run_id = :run AND (r.status = 'infra' OR (r.reason = 'crash'
+                  AND r.error LIKE '{SANDBOX_STOPPED}%'))
+              AND NOT EXISTS (SELECT 1 FROM event e WHERE e.run_id = r.run_id
+                  AND e.kind IN ({kinds}) AND e.created_at <= r.finished_at)""",
+        run=run.id,
+    )
+    return [
+        f"rollout {i} ({status}, {reason}): no fault logged before it ended"
+        for i, status, reason in rows
+    ]
+
+
+def _curve_and_budget(s: Session, run: Run) -> list[str]:
+    """The run's curve plots what its evaluations scored, at rollout counts it had used, and it
+    used no more rollouts than its budget allows."""
+    broken = [
+        f"curve point {m} plots {y} for evaluation {e} ({status}, mean@k {mean})"
+        for m, y, e, status, mean in _rows(
+            s,
+            """SELECT m.id, m.y, e.id, e.status, e.mean_at_k FROM metric m
+               JOIN evaluation e ON e.id = m.evaluation_id
+               WHERE m.run_id = :run AND m.series = :series
+                 AND (e.status != 'done' OR e.mean_at_k IS NOT m.y)""",
+            run=run.id,
+            series=TEST_SERIES,
+        )
+    ]
+    used = usage(s, run.id).rollouts
+    last = _rows(
+        s,
+        "SELECT max(rollouts) FROM metric WHERE run_id = :run AND series = :series",
+        run=run.id,
+        series=TEST_SERIES,
+    )[0][0]
+    if last is not None and last > used:
+        broken.append(f"a curve point at {last} rollouts; the run used {used}")
+    limit = ((run.config or {}).get("experiment") or {}).get("budget", {}).get("rollouts")
+    if limit is not None and used > limit:
+        broken.append(f"the run used {used} rollouts of a budget of {limit}")
+    return broken
+
+
 RUN_CHECKS = (
     (
         "rollouts finished",
@@ -226,6 +282,16 @@ RUN_CHECKS = (
         _checkpoints_load,
     ),
     ("event log", "a finished run and every failure say why in the event log", _story_told),
+    (
+        "faults logged",
+        "every rollout the model server or a sandbox failed has that fault in the log before it",
+        _faults_logged,
+    ),
+    (
+        "curve and budget",
+        "curve points are their evaluations' scores at rollouts used; the budget holds",
+        _curve_and_budget,
+    ),
 )
 
 

@@ -40,16 +40,15 @@ from app.training.examples import examples_from_rollouts
 from app.training.job import OPTIMIZER_FILE, TrainingError, run_trainer, trainer_command
 
 log = logging.getLogger(__name__)
-TRAINING_TRIES = 2  # a training process that fails is started once more (docs/faults.md)
+TRAINING_TRIES = 2  # a training process that fails is started once more, then the run pauses
 NO_SPACE = "No space left on device"  # how Python's and safetensors' ENOSPC both read
-ROOM_POLL_S = 1.0  # how often a training paused for want of disk looks for the resume
+RESUME_POLL_S = 1.0  # how often a training that paused its run looks for the resume
 
 
-async def wait_for_room(workbench, run_id: int, job_id: int, out: Path) -> bool:
-    """After a training that found no room for its checkpoint: ask the run to pause, naming
-    the path, and wait until it is resumed (True: train again) or stopped (RunStopped). False
-    when nothing can pause it (a single `whale train`, not a loop): then it is a failure."""
-    reason = f"the disk is full: training job {job_id} could not write {out} ({NO_SPACE})"
+async def pause_until_resumed(workbench, run_id: int, reason: str) -> bool:
+    """Ask the run to pause, saying why, and wait until it is resumed (True: go on) or stopped
+    (RunStopped). False when nothing can pause it (a single `whale train`, not a loop): then
+    the caller fails instead."""
     log.error("%s; the run pauses until it is resumed", reason)
     try:
         await control.apply(workbench.writer, run_id, "pause", reason, source="loop")
@@ -64,7 +63,7 @@ async def wait_for_room(workbench, run_id: int, job_id: int, out: Path) -> bool:
         if desired != "paused":
             return waited
         waited = True
-        await asyncio.sleep(ROOM_POLL_S)
+        await asyncio.sleep(RESUME_POLL_S)
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -115,6 +114,9 @@ async def rft_step(
                 phase_id=phase_id,
             )
         )
+
+    if job.status == "failed":  # its run was paused on it and is resumed (after a restart)
+        job = await writer.run(lambda s: _retrain(s, job.id))
 
     # 1. sample (the evaluation is named on the job before any rollout runs)
     if job.status == "sampling":
@@ -176,8 +178,10 @@ async def rft_step(
         workbench.settings.train_accelerate_config, workbench.settings.train_accelerate_args
     )
     # The policy on a failed training process (killed, out of memory, crashed): try once more,
-    # logged; a second failure fails the job with its log tail, and the step with it. A full
-    # disk is no failure of the training: the run pauses naming it, and trains again on resume.
+    # logged; a second failure marks the job failed with its log tail and pauses the run, naming
+    # the job; `resume` trains it again (TRAINING_TRIES more tries) from the same accepted
+    # rollouts. A full disk is no failed try: the run pauses naming the path. Nothing to pause
+    # (a single `whale train`): the failure ends the step. docs/faults.md
     attempt = 0
     while True:
         await clean_slate()
@@ -188,7 +192,10 @@ async def rft_step(
             error = str(exc)[-4000:]
             if NO_SPACE in error:
                 await clean_slate()  # the half-written checkpoint goes, and its room with it
-                if await wait_for_room(workbench, run_id, job.id, out):
+                reason = (
+                    f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
+                )
+                if await pause_until_resumed(workbench, run_id, reason):
                     continue
             attempt += 1
             if attempt < TRAINING_TRIES:
@@ -201,7 +208,11 @@ async def rft_step(
                     s, job.id, status="failed", error=error, finished_at=now()
                 )
             )
-            raise
+            reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
+            if not await pause_until_resumed(workbench, run_id, reason):
+                raise
+            await writer.run(lambda s: _retrain(s, job.id))
+            attempt = 0
 
     # 4. register and serve
     name = await workbench.serve_checkpoint(out)
@@ -371,6 +382,23 @@ def _spec(
     elif checkpoint.kind == "full":
         spec["base_model"] = str(Path(checkpoint.path) / "merged")
     return spec
+
+
+def _gist(error: str) -> str:
+    """A training error in one line: how the process ended, and the last line of its log when
+    that says more than the command line (e.g. an exception's message)."""
+    lines = [line for line in error.strip().splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    first, last = lines[0].rstrip(":"), lines[-1].strip()
+    if last == lines[0] or last.startswith("$ "):
+        return first
+    return f"{first}: {last[:200]}"
+
+
+def _retrain(s, job_id: int) -> TrainingJob:
+    """A job whose training failed, trained again after its run was resumed."""
+    return _update(s, job_id, status="training", error=None, finished_at=None)
 
 
 def _update(s, job_id: int, **values) -> TrainingJob:

@@ -54,7 +54,8 @@ async def weight_phase(
     unfinished is finished first (its sampling is not repeated), then new steps run while
     `end_check` says go on; `after_step` sees each step's checkpoint (e.g. for a test point)."""
     jobs = phase_jobs(workbench, phase.id)
-    unfinished = next((j for j in jobs if j.status in ("sampling", "training")), None)
+    # a failed job in a running phase paused its run (app/training/rft.py) and trains again
+    unfinished = next((j for j in jobs if j.status in ("sampling", "training", "failed")), None)
     done = [j.checkpoint_out_id for j in jobs if j.checkpoint_out_id]
     with workbench.session() as s:
         start = unfinished.checkpoint_in_id if unfinished else (done[-1] if done else checkpoint.id)

@@ -132,6 +132,10 @@ def test_a_docker_engine_restart_mid_evaluation_fails_the_rollouts_it_hit_and_th
     assert retried and all(r[1] in ("pass", "fail") for r in retried), rows
     after = [r for r in rows if r[0] > max(c[0] for c in crashed)]
     assert after and all(r[1] in ("pass", "fail") for r in after), rows
+    # the log tells it: sandboxes lost, sandboxes failing to start, starting again
+    kinds = [k for (k,) in con.execute("SELECT kind FROM event ORDER BY id")]
+    assert "sandbox_lost" in kinds, kinds
+    assert kinds.index("sandbox_start_failing") < kinds.index("sandbox_start_back"), kinds
 
 
 def test_a_runner_container_reads_as_gone_while_its_engine_does_not_answer(

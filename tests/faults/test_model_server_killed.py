@@ -13,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.read.dashboard import MODEL_SERVER_EVENTS
 from tests.conftest import WHALE
-from tests.loop.conftest import quick_toml, store_invariants
+from tests.loop.conftest import logged, quick_toml, store_invariants
 from tests.loop.test_crash import wait_for
 
 
@@ -106,21 +107,12 @@ def test_a_killed_local_model_server_is_restarted_and_the_run_ends(
         else:  # tried again once the server was back, and scored
             assert status in ("pass", "fail", "error", "timeout"), (status, reason, error)
     con.close()
-    events = {e.kind: e.detail for e in model_server_events(db)}
+    events = {e.kind: e.detail for e in logged(db, *MODEL_SERVER_EVENTS)}
     assert set(events) == {"model_server_exited", "model_server_restarted"}, events
+    # and the calls it failed: told once when they began to fail, once when answered again
+    calls = logged(db, "model_calls_failing", "model_calls_back")
+    assert [e.kind for e in calls] == ["model_calls_failing", "model_calls_back"], calls
+    assert "model backend error" in calls[0].detail["why"]
     assert "killed by SIGKILL" in events["model_server_exited"]["why"]
     assert events["model_server_exited"]["pid"] == server
     assert events["model_server_restarted"]["pid"] != server
-
-
-def model_server_events(db) -> list:
-    from sqlmodel import col, select
-
-    from app.db import open_engine, read_session
-    from app.db.schema import Event
-
-    engine = open_engine(db)
-    with read_session(engine) as s:
-        events = s.exec(select(Event).where(col(Event.kind).startswith("model_server"))).all()
-    engine.dispose()
-    return events

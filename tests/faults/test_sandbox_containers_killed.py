@@ -12,7 +12,7 @@ import pytest
 from sandbox import docker as docker_backend
 from sandbox import image
 from tests.conftest import MISSING, REPO, WHALE
-from tests.loop.conftest import store_invariants
+from tests.loop.conftest import logged, store_invariants
 from tests.loop.test_crash import wait_for
 
 STARTED_AND_MORE_TO_COME = """SELECT
@@ -81,3 +81,7 @@ def test_killed_sandbox_containers_fail_their_rollouts_and_the_pool_starts_anew(
     # the rollouts started after the kill ran in a container the pool started for them
     after = [r for r in rows if r[0] > max(c[0] for c in crashed)]
     assert after and not {r[2] for r in after} & {"crash", "sandbox_start", "infrastructure"}, rows
+    # the run's log says which sandboxes were lost and why, once each
+    lost = logged(db, "sandbox_lost")
+    assert 1 <= len(lost) <= len(crashed), lost
+    assert all(e.detail["backend"] == "docker" for e in lost), lost

@@ -49,3 +49,17 @@ def store_invariants(db: Path) -> dict:
         }
     engine.dispose()
     return counts
+
+
+def logged(db: Path, *kinds: str) -> list:
+    """The events of these kinds in the store's logs, oldest first (their details decoded)."""
+    from sqlmodel import col, select
+
+    from app.db import open_engine, read_session
+    from app.db.schema import Event
+
+    engine = open_engine(db)
+    with read_session(engine) as s:
+        events = s.exec(select(Event).where(col(Event.kind).in_(kinds)).order_by(Event.id)).all()
+    engine.dispose()
+    return list(events)

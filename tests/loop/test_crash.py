@@ -15,8 +15,9 @@ import pytest
 
 from app.cli.base import GRACE_S, TERMINATED
 from app.llm.local import free_port
+from app.loop.driver import DRIVER_EVENTS
 from tests.conftest import WHALE, csrf_headers, whale
-from tests.loop.conftest import quick_toml, store_invariants
+from tests.loop.conftest import logged, quick_toml, store_invariants
 from tests.search.conftest import seed_with
 
 
@@ -154,6 +155,11 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     ).fetchall()
     assert loading == [("model_loading",), ("model_ready",)]
     assert [e["kind"] for e in events][:1] == ["run_start"] and events[-1]["kind"] == "run_end"
+    # the log tells the story: the kill -9 left no word, the next server says so on resuming
+    drivers = [e for e in events if e["kind"] in DRIVER_EVENTS]
+    assert [e["kind"] for e in drivers] == ["run_start", "run_resumed"], drivers
+    assert "did not record (kill -9" in drivers[1]["detail"]["after"]
+    assert drivers[1]["detail"]["pending_rollouts"] > 0 or moment == "weight"
 
 
 @pytest.mark.slow
@@ -187,3 +193,8 @@ def test_sigterm_ends_whale_run_within_its_grace_and_the_run_resumes(tmp_path, w
     assert again.returncode == 0 and "resuming run 1" in again.stderr, again.stderr[-2000:]
     assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "done"
     store_invariants(db)
+    # the log tells the story: stopped by SIGTERM, then resumed after it with what was pending
+    drivers = logged(db, *DRIVER_EVENTS)
+    assert [e.kind for e in drivers] == ["run_start", "run_interrupted", "run_resumed"], drivers
+    assert drivers[1].detail["why"] == "SIGTERM" and drivers[2].detail["after"] == "SIGTERM"
+    assert drivers[2].detail["pending_rollouts"] > 0

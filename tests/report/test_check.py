@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from app.cli.report import check
-from app.db.schema import Checkpoint, Event, Phase, Run
+from app.db.schema import Checkpoint, Event, Metric, Phase, Run, now
 
 app = typer.Typer()
 app.command()(check)
@@ -58,7 +58,7 @@ def test_a_consistent_run_passes_every_check(whale, consistent):
     result = whale(consistent["run"].id)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert len(lines) == 10 and all(line.startswith("ok ") for line in lines), lines
+    assert len(lines) == 12 and all(line.startswith("ok ") for line in lines), lines
     assert "ok integrity: PRAGMA integrity_check is ok" in lines
 
 
@@ -93,6 +93,38 @@ def test_each_break_is_named_with_its_rows(whale, store, consistent):
 
     plain = whale(run.id)  # the same as text: the broken checks first say how many rows
     assert plain.exit_code == 1 and "1 broken phase counts" in plain.stdout
+
+
+def test_a_fault_left_out_of_the_log_a_wrong_curve_point_and_an_overspent_budget_break(
+    whale, store, consistent
+):
+    run, (first, _) = consistent["run"], consistent["rollouts"]
+    ended = now()
+    # an infrastructure failure with no fault of the model server or the sandboxes logged
+    store.write_values(first, status="infra", reason="infrastructure", finished_at=ended)
+    test = store.evaluation(
+        run, consistent["harness"], store.checkpoint("other"), n_tasks=1, status="done"
+    )
+    store.write_values(test, mean_at_k=0.25)
+    point = store.write(
+        Metric(run_id=run.id, series="test/mean@k", x=0, rollouts=3, y=0.5, evaluation_id=test.id)
+    )
+    store.write_values(run, config={"experiment": {"budget": {"rollouts": 1}}})
+
+    found = broken(whale(run.id, "--json"))
+    assert found["faults logged"] == [
+        f"rollout {first.id} (infra, infrastructure): no fault logged before it ended"
+    ]
+    assert found["curve and budget"] == [
+        f"curve point {point.id} plots 0.5 for evaluation {test.id} (done, mean@k 0.25)",
+        "a curve point at 3 rollouts; the run used 2",
+        "the run used 2 rollouts of a budget of 1",
+    ]
+    # a fault logged before the rollout ended tells its story; one logged after does not
+    late = store.write(Event(run_id=run.id, kind="model_calls_failing", detail={"why": "x"}))
+    assert "faults logged" in broken(whale(run.id, "--json"))
+    store.write_values(late, created_at=ended)
+    assert "faults logged" not in broken(whale(run.id, "--json"))
 
 
 def test_the_run_page_warns_when_a_check_breaks(client, store, consistent):

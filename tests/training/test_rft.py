@@ -33,16 +33,17 @@ NEVER = (
 )
 
 
-def kill_training(tmp_path, times: int) -> list[int]:
-    """SIGKILL the first `times` training processes of this test's store as they appear (an
-    OOM kill, seen from the workbench); returns their pids as it goes."""
+def kill_training(where, times: int) -> list[int]:
+    """SIGKILL the first `times` training processes whose spec lies under `where` (the test's
+    folder, or one job's) as they appear (an OOM kill, seen from the workbench); returns their
+    pids as it goes."""
     killed: list[int] = []
 
     def watch():
         deadline = time.monotonic() + 600
         while len(killed) < times and time.monotonic() < deadline:
             found = subprocess.run(
-                ["pgrep", "-f", f"app.training {tmp_path}"], capture_output=True, text=True
+                ["pgrep", "-f", f"app.training {where}"], capture_output=True, text=True
             ).stdout.split()
             for pid in map(int, found):
                 if pid not in killed:
