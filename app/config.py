@@ -61,6 +61,9 @@ class Settings(BaseSettings):
         "answers to, comma-separated (e.g. a reverse proxy's)",
     )
     concurrency: int = 32  # rollouts in flight at once
+    # How much lower the CPU priority of `whale serve`'s loop process, and of what it starts,
+    # is than its pages' (nice; 0: the same): on a busy machine a page then waits on nothing
+    loop_nice: int = Field(default=10, ge=0, le=19)
     # seconds of the harness's own time one rollout may take: the wait on its model and tool
     # calls is not counted (that is bounded by the call and token budgets)
     rollout_timeout: float = 180.0

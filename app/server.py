@@ -10,7 +10,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from app import ROOT
-from app.loop.manager import LoopManager
 from app.web import actions, pages, security
 from app.web.templating import from_htmx, refusal, render
 from app.workbench import Workbench
@@ -44,7 +43,6 @@ def create_app(workbench: Workbench, token: str | None = None, host: str = "127.
         hosts=hosts,
         any_ip=host in security.WILDCARD_HOSTS,
     )
-    app.state.loops = LoopManager(workbench)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError):

@@ -197,22 +197,24 @@ class Workbench:
         return self._runtime / "gateway.sock"
 
     async def stop(self) -> None:
-        if self.sandbox:
-            await self.sandbox.close()
-        if self.gateway:
-            await self.gateway.stop()
-        if self._server_queue:
-            await self._server_queue.close()
-        if self.endpoint:
-            await self.endpoint.close()
-        if self.model_server:
-            await asyncio.to_thread(self.model_server.stop)
-        if self.vllm:
-            await self.vllm.stop()
-        if self._runtime:
-            shutil.rmtree(self._runtime, ignore_errors=True)
-        self.writer.close()
-        self.engine.dispose()
+        try:
+            if self.sandbox:
+                await self.sandbox.close()
+            if self.gateway:
+                await self.gateway.stop()
+            if self._server_queue:
+                await self._server_queue.close()
+            if self.endpoint:
+                await self.endpoint.close()
+            if self.model_server:
+                await asyncio.to_thread(self.model_server.stop)
+            if self.vllm:
+                await self.vllm.stop()
+            if self._runtime:
+                shutil.rmtree(self._runtime, ignore_errors=True)
+        finally:  # what is queued is written, whatever failed above
+            self.writer.close()
+            self.engine.dispose()
 
     @property
     def backend_name(self) -> str:
@@ -293,21 +295,28 @@ class Workbench:
     ) -> tuple[Run, Harness, Checkpoint]:
         """A new running run with its starting harness (file name, code) and the base checkpoint."""
         harness_name, code = harness
-        model = self.endpoint.model
-        base_path = str(self.base_model_path) if self.base_model_path else None
 
         def create(s):
             run = Run(name=name, kind=kind, domain=domain_name, status="running", config=config)
             s.add(run)
             s.flush()
             harness = Harness(run_id=run.id, name=harness_name, code=code, sha=sha_of(code))
-            checkpoint = s.exec(select(Checkpoint).where(Checkpoint.name == model)).first()
-            if checkpoint is None:
-                checkpoint = Checkpoint(kind="base", name=model, path=base_path)
-            s.add_all([harness, checkpoint])
-            return run, harness, checkpoint
+            s.add(harness)
+            return run, harness, self.base_checkpoint(s)
 
         return await self.writer.run(create)
+
+    def base_checkpoint(self, s) -> Checkpoint:
+        """The row of the weights the model server serves as they came (found or added in the
+        writer's session `s`); needs start()."""
+        model = self.endpoint.model
+        checkpoint = s.exec(select(Checkpoint).where(Checkpoint.name == model)).first()
+        if checkpoint is None:
+            path = str(self.base_model_path) if self.base_model_path else None
+            checkpoint = Checkpoint(kind="base", name=model, path=path)
+            s.add(checkpoint)
+            s.flush()
+        return checkpoint
 
     async def finish_run(self, run_id: int, status: str) -> Run:
         return await self.writer.run(lambda s: _set_status(s, run_id, status))

@@ -3,7 +3,7 @@ drives writes as fast as a zero-latency model lets it.
 
 A real `whale serve` on a fresh store, attached to the zero-latency endpoint
 (benchmarks/zero_llm.py), runs a harness_only loop with large evaluations (rollout rows, steps,
-phases, curve points, all through the single writer, in the process that serves the pages).
+phases, curve points, all through the single writer of the loop process beside the pages).
 Meanwhile one client GETs the run page, its live part (what an open run page polls), the
 rollout list and a trace page, as HTML and as JSON, one after the other, over HTTP. Then the
 run is stopped and the same pages are timed on the idle server, for contrast.
@@ -80,6 +80,7 @@ def pages(run_id: int, rollout_id: int) -> list[tuple[str, str, str]]:
     for name, path in (
         ("run page", f"/runs/{run_id}"),
         ("run page, live part", f"/runs/{run_id}/live"),
+        ("run page, its checks", f"/runs/{run_id}/checks"),
         ("rollout list of the run", f"/rollouts?run={run_id}"),
         (f"trace page (rollout {rollout_id})", f"/rollouts/{rollout_id}"),
     ):
@@ -192,8 +193,8 @@ def main() -> None:
         f"Slowest p95 under load: {worst[1]}, {worst[0]:.0f} ms ({verdict} the {GOAL_MS} ms "
         "goal). A real `whale serve` drives a harness_only loop on arith (evaluations of 2048 "
         f"rollouts, 32 in flight, sandbox {args.sandbox}) against the zero-latency endpoint "
-        "(benchmarks/zero_llm.py), so it writes as fast as the workbench can; the same process "
-        "serves the pages. One client GETs each URL in turn over HTTP (keep-alive), without "
+        "(benchmarks/zero_llm.py), so it writes as fast as the workbench can; its loop process "
+        "writes, the web process serves the pages (app/loop/manager.py). One client GETs each URL in turn over HTTP (keep-alive), without "
         "pause, for the whole window; the idle column is the same pages once the run is "
         "stopped. The machine is shared with other work (1-minute load average "
         f"{load:.1f} on its {os.cpu_count()} cores while timed, this benchmark's own processes "

@@ -8,12 +8,15 @@ fault is logged with its time, what it hit and how long the loop took to move on
 
   model_server  SIGKILL of the local model server `whale run` started (the workbench restarts it)
   sandboxes     SIGKILL of the store's sandbox containers (docker) or runner processes (process)
-  training      SIGKILL of a running training process, once per job: a second kill of the same
-                job fails the run, as documented (docs/faults.md)
+  training      SIGKILL of a running training process: tried once more; a second kill of the
+                same job pauses the run naming it (docs/faults.md), and the soak resumes it
+                (`whale resume`), as a researcher would
   kill_9        kill -9 of `whale run`, then the same command again (it resumes the run)
   sigterm       SIGTERM to `whale run`, then the same command again
 
-A fault is recovered when a rollout, an RFT step or a search iteration finishes after it.
+A fault is recovered when a rollout, an RFT step or a search iteration finishes after it. Each
+fault should also be in the run's log as the event that names it (LOGGED_AS): the report counts
+them.
 Rollouts lost: a finished rollout seen before a fault and missing or changed at the end (must be
 0). Rollouts that a fault failed are not lost: they are recorded with the reason (`crash`, or
 `infrastructure` once their retries are spent) and counted apart, as are those retried and run.
@@ -75,6 +78,15 @@ rollouts = 10000000
 max_phases = 10000
 """
 FAULTS = ("model_server", "sandboxes", "training", "kill_9", "sigterm")
+# The event of the run's log that tells each fault (app/faults.py, docs/faults.md), and a test of
+# its detail: kill -9 leaves no word, the next process says so when it resumes the run.
+LOGGED_AS = {
+    "model_server": ("model_server_exited", lambda d: "SIGKILL" in d.get("why", "")),
+    "sandboxes": ("sandbox_lost", lambda d: True),
+    "training": ("training_retry", lambda d: "code -9" in d.get("error", "")),
+    "kill_9": ("run_resumed", lambda d: "did not record" in d.get("after", "")),
+    "sigterm": ("run_interrupted", lambda d: d.get("why") == "SIGTERM"),
+}
 FAILED_BY_A_FAULT = ("crash", "sandbox_start", "infrastructure")
 
 
@@ -147,8 +159,32 @@ class Store:
             return rows[-1][0].strip().splitlines()[-1][:300]
         return "the run ended: " + str(self.run_status())
 
-    def training_jobs(self) -> list[int]:
-        return [i for (i,) in self.query("SELECT id FROM training_job WHERE status = 'training'")]
+    def paused_by_loop(self) -> str | None:
+        """Why the loop paused the run (a training failed twice, a full disk), if it is paused
+        and the last pause asked was the loop's."""
+        status = self.run_status()
+        if not status or status[1] != "paused":
+            return None
+        pauses = [e for e in self.events("control") if e.detail.get("action") == "pause"]
+        if pauses and pauses[-1].detail.get("source") == "loop":
+            return pauses[-1].detail.get("reason")
+        return None
+
+    def events(self, *kinds: str) -> list:
+        """The run log's events of these kinds (their details decoded, as the workbench reads
+        them), oldest first."""
+        from sqlmodel import col, select
+
+        from app.db import open_engine, read_session
+        from app.db.schema import Event
+
+        engine = open_engine(self.db)
+        try:
+            with read_session(engine) as s:
+                query = select(Event).where(col(Event.kind).in_(kinds)).order_by(Event.id)
+                return list(s.exec(query))
+        finally:
+            engine.dispose()
 
 
 class Soak:
@@ -167,7 +203,7 @@ class Soak:
             self.env.pop(key, None)
         self.proc: subprocess.Popen | None = None
         self.log = open(home.parent / "whale-run.log", "ab")
-        self.killed_jobs: set[int] = set()
+        self.resumed: list[str] = []  # why each pause the loop asked was for
         self.records: list[dict] = []
         self.seen: dict[int, tuple] = {}  # every finished rollout seen, as first seen
         self.unexpected: list[str] = []  # `whale run` ended without a fault asking it to
@@ -193,11 +229,9 @@ class Soak:
         if not self.alive():
             return {}
         below = descendants(self.proc.pid)
-        # a retry of a killed job is not killed again (its second failure would fail the run)
-        fresh_job = set(self.store.training_jobs()) - self.killed_jobs
         found = {
             "model_server": [p for p, cmd in below if "app.llm.local_server" in cmd],
-            "training": [p for p, cmd in below if "-m app.training" in cmd and fresh_job],
+            "training": [p for p, cmd in below if "-m app.training" in cmd],
             "kill_9": [self.proc.pid],
             "sigterm": [self.proc.pid],
         }
@@ -230,8 +264,6 @@ class Soak:
             code = self.proc.wait(120)
             self.start_run()  # the same command: it resumes the run
             return f"whale run (exit {code}), started again"
-        if kind == "training":
-            self.killed_jobs.update(self.store.training_jobs())
         for pid in targets:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -251,7 +283,18 @@ class Soak:
 
     def keep_running(self) -> None:
         """`whale run` ended without a fault asking: recorded, and started again, unless its
-        run has ended (RunEnded: the soak stops there and reports why)."""
+        run has ended (RunEnded: the soak stops there and reports why). A run the loop paused
+        (a training failed twice) is resumed, and that is recorded too."""
+        why = self.store.paused_by_loop()
+        if why is not None:
+            run_id = self.store.run_status()[0]
+            self.say(f"the loop paused run {run_id} ({why}); resuming it")
+            self.resumed.append(why)
+            subprocess.run(
+                [WHALE, "resume", str(run_id), "--reason", "soak: resumed after the loop's pause"],
+                env=self.env,
+                capture_output=True,
+            )
         if self.proc is not None and self.proc.poll() is not None:
             status = self.store.run_status()
             self.unexpected.append(f"whale run exited {self.proc.returncode}, run {status}")
@@ -325,12 +368,15 @@ def summarize(
     for kind in FAULTS:
         mine = [r for r in records if r["fault"] == kind]
         took = [r["recovered_s"] for r in mine if r["recovered_s"] is not None]
+        event, telling = LOGGED_AS[kind]
+        told = sum(telling(e.detail or {}) for e in store.events(event))
         rows.append(
             [
                 kind,
                 len(mine),
                 len(took),
                 f"{statistics.median(took):.0f} / {max(took):.0f}" if took else "-",
+                f"{told} `{event}`",
             ]
         )
     by_reason = dict(
@@ -351,7 +397,10 @@ def summarize(
     (status,) = store.query("SELECT status FROM run WHERE id = ?", run_id)[0]
     broken = [f"{c['name']} ({len(c['broken'])})" for c in checks if not c["ok"]]
     recovered = sum(r["recovered_s"] is not None for r in records)
-    body = table(["fault", "injected", "recovered", "time to move on, median / max s"], rows)
+    body = table(
+        ["fault", "injected", "recovered", "time to move on, median / max s", "in the run's log"],
+        rows,
+    )
     body += (
         f"\n\n{len(records)} faults in {minutes:.0f} minutes, {recovered} recovered. "
         + (f"**The run ended by itself before the soak's time was up: {ended}.** " if ended else "")
@@ -361,6 +410,8 @@ def summarize(
         f"run {run_id} {status}. Rollouts failed by a fault, recorded with the reason: "
         + (", ".join(f"{r} {n}" for r, n in sorted(by_reason.items())) or "none")
         + f"; tried again after an infrastructure failure and then run: {counts[5]}"
+        + ". Pauses the loop asked, resumed by the soak: "
+        + (", ".join(soak.resumed) or "none")
         + ". `whale run` ended without a fault asking: "
         + (", ".join(soak.unexpected) or "never")
         + ". `whale check`: "
@@ -373,7 +424,8 @@ def summarize(
         "on arith (two RFT steps of 16 rollouts, then one knobs search iteration, test points "
         "after each phase) on the demo model and its local server. Faults come at seeded "
         "exponential gaps, each chosen among those with a target at that moment (a training "
-        "process only while one trains, each job killed at most once). Recovered: a rollout, "
+        "process only while one trains; a job killed twice pauses the run, which the soak "
+        "resumes). Recovered: a rollout, "
         "RFT step or search iteration finished after the fault (the time is from the fault to "
         "then, and includes the restart of `whale run` and its model for kill_9 and sigterm). "
         "The run ends with `whale stop` and `whale check`. The fault log: "

@@ -32,7 +32,7 @@ TERMINATED = 143  # 128 + SIGTERM, what a shell reports for a process SIGTERM en
 GRACE_S = 30.0  # after SIGTERM, the most a command takes to wind down before it exits anyway
 
 
-def end_on_sigterm(task: asyncio.Task, what: str) -> None:
+def end_on_sigterm(task: asyncio.Task, what: str, why: str = "SIGTERM") -> None:
     """SIGTERM (what systemd and `docker stop` send) ends the command the way Ctrl-C does: the
     task is cancelled, so rollouts in flight stop, their rows stay pending and are run again
     when the run resumes, and the model server and sandboxes are shut down. Should that take
@@ -40,7 +40,7 @@ def end_on_sigterm(task: asyncio.Task, what: str) -> None:
 
     def on_term():
         err.print(f"[yellow]SIGTERM: stopping; {what}[/yellow]")
-        task.cancel("SIGTERM")  # the run's log says so (run_interrupted)
+        task.cancel(why)  # the runs' logs say so (run_interrupted)
         timer = threading.Timer(GRACE_S, lambda: os._exit(TERMINATED))
         timer.daemon = True
         timer.start()

@@ -1,13 +1,16 @@
 """`whale serve` and `whale demo`: the UI and API over a store, and the first-contact demo."""
 
 import asyncio
+import os
+import signal
+from collections.abc import Callable
 from typing import Annotated, Optional
 
 import typer
 import uvicorn
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 
-from app.cli.base import make_workbench
+from app.cli.base import GRACE_S, TERMINATED, make_workbench
 from app.cli.single import evaluate, summary_line
 from app.config import Settings
 from app.domains import get_domain
@@ -30,6 +33,21 @@ def _link(server: uvicorn.Server, path: str = "/") -> str:
     return f"http://{host}:{server.config.port}{path}" + (f"?token={token}" if token else "")
 
 
+def _after_the_web(first: Callable[[], None], then: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT end the web server (uvicorn's own handlers, in place while it
+    serves), which then raises the signal again for its default action, killing the process
+    before its `finally` stops the runs. Installed before the web starts, these take that
+    repeat instead: `first` on it, `then` on any further signal (stop waiting)."""
+    seen = []
+
+    def handler(signum, frame):
+        (then if seen else first)()
+        seen.append(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
 async def _start_web(server: uvicorn.Server) -> asyncio.Task:
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -45,8 +63,10 @@ def serve(
     ] = None,
     port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
 ):
-    """Serve the UI and API over the store in $WHALE_HOME; resume its unfinished runs."""
+    """Serve the UI and API over the store in $WHALE_HOME; its runs, unfinished and new, are
+    driven by a loop process beside it (app/loop/manager.py)."""
     from app.loop.lock import StoreBusy, StoreLock
+    from app.loop.manager import LoopProcess
 
     settings = Settings()
     try:
@@ -56,18 +76,19 @@ def serve(
         raise typer.Exit(2) from None
 
     async def main():
-        workbench = make_workbench()
+        workbench = make_workbench()  # reads, and writes control requests: never started here
         server = _web_server(workbench, host or settings.host, port or settings.port)
-        loops = server.config.app.state.loops
+        loops = LoopProcess(
+            lock, say=lambda m: err.print(f"[yellow]{m}[/yellow]"), nice=settings.loop_nice
+        )
+        _after_the_web(first=lambda: None, then=loops.kill)  # the web's end stops the loops
         err.print(f"serving {settings.db_path} at {_link(server)}", soft_wrap=True)
         try:
             web = await _start_web(server)
-            resumed = await loops.resume_all()
-            if resumed:
-                err.print(f"resumed runs {', '.join(map(str, resumed))}")
+            loops.start()
             await web
         finally:
-            await loops.stop()
+            await loops.stop(GRACE_S + 5)
             await workbench.stop()
             lock.release()
 
@@ -82,17 +103,32 @@ def demo(
     port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
 ):
     """Evaluate the arith seed harness with the embedded model while the UI shows it."""
+    from app.loop.lock import StoreBusy, StoreLock
+    from app.loop.manager import LoopWorker
+
     settings = Settings()
     limit, k = (16, 2) if quick else (None, 4)
     domain = get_domain("arith")
+    try:  # its UI can start runs: it drives the store, as a server does
+        lock = StoreLock(settings.home).acquire()
+    except StoreBusy as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
 
     async def main():
         workbench = make_workbench()
         server = _web_server(workbench, host or settings.host, port or settings.port)
-        web = None
+        web = loops = None
         try:
             await workbench.start()
+            main_task, loop = asyncio.current_task(), asyncio.get_running_loop()
+            _after_the_web(  # the web's end ends the demo, mid-evaluation too
+                first=lambda: loop.call_soon_threadsafe(main_task.cancel),
+                then=lambda: os._exit(TERMINATED),
+            )
             web = await _start_web(server)
+            # runs started from the UI are driven here (by `whale serve`, in a process apart)
+            loops = asyncio.create_task(LoopWorker(workbench).serve())
             err.print(f"UI: {_link(server)}", soft_wrap=True)
             run, evaluation, statuses, reasons = await evaluate(
                 workbench,
@@ -115,11 +151,18 @@ def demo(
                 await web
         finally:
             server.should_exit = True
+            if loops:
+                loops.cancel("the server shut down")
+                await asyncio.gather(loops, return_exceptions=True)
             if web:
                 await web
             await workbench.stop()
+            lock.release()
 
-    uvloop.run(main())
+    try:
+        uvloop.run(main())
+    except asyncio.CancelledError:  # Ctrl-C or SIGTERM
+        raise typer.Exit(TERMINATED) from None
 
 
 COMMANDS = [(serve, "serve"), (demo, "demo")]

@@ -33,5 +33,25 @@ def open_engine(path: Path) -> Engine:
     return engine
 
 
+def writing_engine(engine: Engine) -> Engine:
+    """An engine on the same file whose transactions begin IMMEDIATE: the writer's. A deferred
+    transaction that read, then writes, fails at once (SQLITE_BUSY, no waiting) if another
+    process committed meanwhile: the loop process and the web's control requests, or `whale
+    pause` from a shell, write the same store. IMMEDIATE takes the write lock first, waiting
+    up to busy_timeout for it (SQLAlchemy's recipe for pysqlite, which SAVEPOINTs need too)."""
+    writing = create_engine(engine.url, connect_args={"check_same_thread": False, "timeout": 10})
+
+    @event.listens_for(writing, "connect")
+    def connect(dbapi_conn, record):
+        _pragmas(dbapi_conn, record)
+        dbapi_conn.isolation_level = None  # pysqlite begins nothing itself; "begin" below does
+
+    @event.listens_for(writing, "begin")
+    def begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return writing
+
+
 def read_session(engine: Engine) -> Session:
     return Session(engine, expire_on_commit=False)

@@ -1,7 +1,9 @@
 """The single writer: every write goes through one thread that batches them into transactions.
 
 SQLite allows one writer at a time; funnelling writes through a queue turns many small
-transactions (a step per model call) into few large ones and removes lock contention. Rows
+transactions (a step per model call) into few large ones and removes lock contention within a
+process. Between processes (the loop process and the web's, a `whale pause` from a shell) each
+transaction takes the write lock as it begins, and waits for it (app/db/engine.py). Rows
 appended with `append` skip the ORM altogether: consecutive ones of a table are inserted by one
 executemany, which is what lets the gateway record thousands of steps a second.
 """
@@ -13,13 +15,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import TypeVar
 
 from pydantic_core import PydanticUndefined
 from sqlalchemy import Table
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, SQLModel
+
+from app.db.engine import writing_engine
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,6 +64,7 @@ def _defaults(model: type[SQLModel]) -> list[tuple[str, object]]:
 class Writer:
     def __init__(self, engine: Engine, max_batch: int = 512):
         self.engine = engine
+        self._writing = writing_engine(engine)  # its transactions take the write lock first
         self.max_batch = max_batch
         self._queue: queue.Queue = queue.Queue()
         self._defaults: dict[type, list] = {}
@@ -110,9 +115,10 @@ class Writer:
     def close(self) -> None:
         self._queue.put(_STOP)
         self._thread.join()
+        self._writing.dispose()
 
     def _loop(self) -> None:
-        with Session(self.engine, expire_on_commit=False) as session:
+        with Session(self._writing, expire_on_commit=False) as session:
             while True:
                 batch = [self._queue.get()]
                 while len(batch) < self.max_batch:
@@ -179,10 +185,13 @@ class Writer:
             results = [(fut, None, exc) for fut, _, _ in results]
         session.expunge_all()  # returned rows stay usable; the identity map does not grow
         for fut, result, exc in results:
-            if exc is not None:
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
+            try:
+                if exc is not None:
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
+            except InvalidStateError:  # its caller was cancelled meanwhile: the write stands
+                pass
 
     @staticmethod
     def _insert(rows: list[_Row], session: Session) -> None:

@@ -28,6 +28,7 @@ from app.db.schema import (
     Run,
     SearchIteration,
     now,
+    sha_of,
     utc,
 )
 from app.domains import get_domain
@@ -55,7 +56,8 @@ class Loop:
         with workbench.session() as s:
             run = s.get(Run, run_id)
         self.exp = Experiment.model_validate(run.config["experiment"])
-        self.start = run.config["start"]  # the incoming harness and checkpoint ids
+        # the incoming harness and checkpoint ids (checkpoint None: submitted, not begun)
+        self.start = run.config["start"]
         self.created_at = run.created_at
         self.domain = get_domain(self.exp.domain)
         self.desired = run.desired or "running"
@@ -135,6 +137,11 @@ class Loop:
         watcher = asyncio.create_task(self._watch())
         self.wb.gates[self.run_id] = self  # its gate() and holds(): app/rollout/evaluate.py
         try:
+            if self.start["checkpoint_id"] is None:  # submitted over HTTP: it begins here
+                run = await self.wb.writer.run(
+                    lambda s: begin(s, self.run_id, self.wb.base_checkpoint(s))
+                )
+                self.start = run.config["start"]
             await self._log_resume()
             await self._status("resuming" if self._phases() else "running")
             await self._resume_checkpoint()
@@ -456,6 +463,47 @@ class Loop:
         return await self.wb.writer.run(finish)
 
 
+def new_run(
+    s,
+    experiment: Experiment,
+    source: str,
+    config_hash: str,
+    incoming: tuple[str, str],
+    group: dict | None = None,
+) -> Run:
+    """A run of an experiment as submitted, in the writer's session `s`: its row (`created`) and
+    its incoming harness (name, code: see incoming_harness). It has no checkpoint yet: the base
+    one is known once the model is loaded (begin). `group`: its seed group ({name, seeds})."""
+    config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
+    if group:
+        config["group"] = group
+    run = Run(
+        name=experiment.name,
+        kind="experiment",
+        domain=experiment.domain,
+        status="created",
+        strategy=experiment.strategy,
+        desired="running",
+        config=config,
+    )
+    s.add(run)
+    s.flush()
+    name, code = incoming
+    harness = Harness(run_id=run.id, name=name, code=code, sha=sha_of(code))
+    s.add(harness)
+    s.flush()
+    run.config = {**config, "start": {"harness_id": harness.id, "checkpoint_id": None}}
+    return run
+
+
+def begin(s, run_id: int, checkpoint: Checkpoint) -> Run:
+    """The submitted run starts from `checkpoint` (the base weights), with its run_start event."""
+    run = s.get(Run, run_id)
+    run.config = {**run.config, "start": {**run.config["start"], "checkpoint_id": checkpoint.id}}
+    s.add(Event(run_id=run.id, kind="run_start", detail={"strategy": run.strategy}))
+    return run
+
+
 async def start_run(
     workbench,
     experiment: Experiment,
@@ -464,23 +512,14 @@ async def start_run(
     incoming: tuple[str, str],
     group: dict | None = None,
 ) -> Run:
-    """A new run of an experiment: its incoming harness (name, code: see incoming_harness) and
-    base checkpoint are recorded. `group`: the seed group it belongs to ({name, seeds})."""
-    config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
-    if group:
-        config["group"] = group
-    run, harness, checkpoint = await workbench.start_run(
-        experiment.name, "experiment", experiment.domain, incoming, config
-    )
+    """A new run of an experiment, begun (the workbench is started: its base checkpoint is
+    known)."""
 
-    def finish(s):
-        row = s.get(Run, run.id)
-        row.strategy, row.desired = experiment.strategy, "running"
-        row.config = {**config, "start": {"harness_id": harness.id, "checkpoint_id": checkpoint.id}}
-        s.add(Event(run_id=run.id, kind="run_start", detail={"strategy": experiment.strategy}))
-        return row
+    def create(s):
+        run = new_run(s, experiment, source, config_hash, incoming, group)
+        return begin(s, run.id, workbench.base_checkpoint(s))
 
-    return await workbench.writer.run(finish)
+    return await workbench.writer.run(create)
 
 
 def unfinished_runs(workbench) -> list[Run]:

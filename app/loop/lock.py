@@ -35,6 +35,10 @@ class StoreLock:
         self._file = f
         return self
 
+    def fileno(self) -> int:
+        """The locked file's descriptor: a child process given it holds the lock with us."""
+        return self._file.fileno()
+
     def release(self) -> None:
         if self._file:
             fcntl.flock(self._file, fcntl.LOCK_UN)

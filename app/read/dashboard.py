@@ -107,6 +107,7 @@ def activity(s: Session, run: Run) -> str | None:
 MODEL_SERVER_EVENTS = (
     "model_loading",
     "model_ready",
+    "model_failed",
     "model_server_exited",
     "model_server_restarted",
     "model_server_gave_up",
@@ -126,23 +127,25 @@ def waiting(s: Session, run: Run) -> dict[str, Any] | None:
         .order_by(col(Event.id).desc())
         .limit(1)
     ).first()
-    if last is not None and last.kind == "model_loading":  # a server started on unfinished runs
+    if last is not None and last.kind == "model_loading":  # the loop worker loads it for them
         return {
             "on": "model_server",
             "text": f"waiting for the model server to load ({(last.detail or {}).get('backend')} "
-            "backend): the run resumes once it answers",
+            "backend): the run goes on once it answers",
             "why": None,
             "since": utc(last.created_at),
         }
     if last is not None and last.kind not in ("model_server_restarted", "model_ready"):
-        gone = last.kind == "model_server_gave_up"
         return {
             "on": "model_server",
-            "text": (
-                "the model server is down and is not restarted again: rollouts fail as "
-                "infrastructure failures"
-                if gone
-                else "waiting for the model server to come back: rollouts wait, then try again"
+            "text": {
+                "model_server_gave_up": "the model server is down and is not restarted again: "
+                "rollouts fail as infrastructure failures",
+                "model_failed": "the model server did not start: the loop process tries "
+                "again when the server starts it again",
+            }.get(
+                last.kind,
+                "waiting for the model server to come back: rollouts wait, then try again",
             ),
             "why": (last.detail or {}).get("why"),
             "since": utc(last.created_at),
@@ -193,6 +196,7 @@ def describe(event: Event) -> str:
         "phase_end": lambda: f"{d.get('kind')} phase {d.get('round')} ended: {d.get('reason')}",
         "model_loading": lambda: f"waiting for the model server to load ({d.get('backend')})",
         "model_ready": lambda: f"the model server is up (loaded in {d.get('load_s')} s)",
+        "model_failed": lambda: f"the model server did not start: {d.get('why')}",
         "model_server_exited": lambda: d.get("why") or "the model server exited",
         "model_server_restarted": lambda: f"the model server is back (down {d.get('down_s')} s)",
         "model_server_gave_up": lambda: d.get("why") or "the model server is not restarted again",

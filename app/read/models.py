@@ -175,7 +175,7 @@ class ControlButton(Open):
 class Waiting(Open):
     on: str = Field(description="model_server (down or given up) or start (nothing finished)")
     text: str
-    why: str | None = Field(description="what the model server's watcher said, if it did")
+    why: str | None = Field(description="why, as the model server or its watcher said, if one did")
     since: datetime = Field(description="when the wait began (UTC)")
 
 
@@ -228,7 +228,7 @@ class HarnessPhase(Open):
 
 
 class RunLive(Open):
-    """The polled part of the run page: all of it but the invariant checks."""
+    """The run page, and its polled part: all of it but the invariant checks (RunChecks)."""
 
     run: Row
     evaluations: list[Row]
@@ -243,7 +243,8 @@ class RunLive(Open):
     message: str | None = Field(description="what a control button just did")
 
 
-class RunPage(RunLive):
+class RunChecks(Open):
+    run_id: int
     broken: list[Row] = Field(description="invariants its records break (`whale check`)")
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from app import control
 from app.loop.experiment import ExperimentError
+from app.loop.manager import submit
 from app.read.common import NotFound, RowId, SessionDep, as_dict
 from app.read.dashboard import XAxis
 from app.web.pages import run_data, runs_data
@@ -38,9 +39,10 @@ class ControlRequest(BaseModel):
 
 @api.post("/runs", status_code=201)
 async def start(body: StartRequest, request: Request):
-    """Start a run of an experiment given as TOML text."""
+    """Start a run of an experiment given as TOML text: it is checked, stored (`created`, with
+    its first harness) and started by the loop process, which loads the model first if need be."""
     try:
-        run = await request.app.state.loops.start(body.experiment)
+        run = await submit(request.app.state.workbench, body.experiment)
     except ExperimentError as exc:
         raise HTTPException(422, str(exc)) from None
     return {"run": as_dict(run)}
@@ -71,7 +73,7 @@ async def start_form(request: Request, s: SessionDep, experiment: Annotated[str,
     try:
         if not experiment.strip():
             raise ExperimentError(EMPTY_EXPERIMENT)
-        run = await request.app.state.loops.start(experiment, source="ui")
+        run = await submit(request.app.state.workbench, experiment, source="ui")
     except ExperimentError as exc:
         context = runs_data(s, str(exc), experiment)
         return render(request, "_start_run.html", context, status_code=422)

@@ -17,9 +17,10 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from app import ROOT
+from app.db.schema import Run
 from app.read import models
 from app.read.checkpoints import get_checkpoint
-from app.read.common import RowId, SessionDep
+from app.read.common import NotFound, RowId, SessionDep
 from app.read.compare import RunIds, get_comparison
 from app.read.contrast import ContrastQuery, contrast
 from app.read.dashboard import BaselineQuery, XQuery, get_dashboard, run_choices, run_log
@@ -133,13 +134,23 @@ def run_data(s, run_id: int, x: str, baseline: int | None, message: str | None =
     }
 
 
-@page("/runs/{run_id}", "run.html", models.RunPage)
+@page("/runs/{run_id}", "run.html", models.RunLive)
 def run(run_id: RowId, s: SessionDep, x: XQuery = "rollouts", baseline: BaselineQuery = None):
     """A run with its evaluations, rollout counts per status, newest failures, its weight and
     harness phases, and its dashboard: timeline, budgets, activity, controls, event log and
-    curves against x, with a baseline run overlaid; and the invariants its records break
-    (`whale check`'s, the store-wide ones aside)."""
-    return {**run_data(s, run_id, x, baseline), "broken": broken_checks(s, run_id)}
+    curves against x, with a baseline run overlaid. The invariants its records break come
+    apart (/runs/{id}/checks), as the page loads."""
+    return run_data(s, run_id, x, baseline)
+
+
+@page("/runs/{run_id}/checks", "_run_checks.html", models.RunChecks)
+def run_checks(run_id: RowId, s: SessionDep) -> Data:
+    """The invariants the run's records break (`whale check`'s, the store-wide ones aside),
+    each with its first rows: the run page's warning. They read all of the run's rows, so
+    the page fetches them on its own instead of waiting on them."""
+    if s.get(Run, run_id) is None:
+        raise NotFound("run", run_id)
+    return {"run_id": run_id, "broken": broken_checks(s, run_id)}
 
 
 @page("/runs/{run_id}/live", "_run_live.html", models.RunLive)

@@ -88,3 +88,32 @@ def _add_run(s):
     run = Run(name="r", kind="eval", domain="arith")
     s.add(run)
     return run
+
+
+def test_a_write_whose_caller_is_cancelled_lands_and_the_writer_goes_on(store):
+    """A task awaiting a write is cancelled while the write runs (a shutdown, a SIGTERM): the
+    write still lands, and so does every later one (the writer thread does not die on it)."""
+    import asyncio
+    import time
+
+    engine, writer = store
+    running = threading.Event()
+
+    def slow(s):
+        running.set()
+        time.sleep(0.3)  # the caller is cancelled meanwhile
+        s.add(Run(name="cancelled caller", kind="eval", domain="arith"))
+
+    async def main():
+        caller = asyncio.ensure_future(writer.run(slow))
+        await asyncio.to_thread(running.wait)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        # a dead writer thread would never answer
+        return await asyncio.wait_for(writer.insert(Event(kind="after", detail={})), 10)
+
+    after = asyncio.run(main())
+    with read_session(engine) as s:
+        assert [r.name for r in s.exec(select(Run))] == ["cancelled caller"]
+        assert s.get(Event, after.id).kind == "after"

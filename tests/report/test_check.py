@@ -129,16 +129,19 @@ def test_a_fault_left_out_of_the_log_a_wrong_curve_point_and_an_overspent_budget
 
 def test_the_run_page_warns_when_a_check_breaks(client, store, consistent):
     run, phase = consistent["run"], consistent["phase"]
-    page = client.get(f"/runs/{run.id}")
-    assert page.status_code == 200 and 'id="broken-checks"' not in page.text
-    assert client.get(f"/api/runs/{run.id}").json()["broken"] == []
+    page = client.get(f"/runs/{run.id}").text
+    # the page asks for its checks as it loads, apart: they read all of the run's rows
+    assert f'hx-get="/runs/{run.id}/checks" hx-trigger="load"' in page
+    assert 'id="broken-checks"' not in client.get(f"/runs/{run.id}/checks").text
+    assert client.get(f"/api/runs/{run.id}/checks").json() == {"run_id": run.id, "broken": []}
 
     store.write_values(phase, rollouts=5)
-    page = client.get(f"/runs/{run.id}").text
-    assert 'id="broken-checks"' in page and f"whale check {run.id}" in page
-    assert f"phase {phase.id} says 5 rollouts, its evaluations hold 2" in page
-    (broken,) = client.get(f"/api/runs/{run.id}").json()["broken"]
+    checks = client.get(f"/runs/{run.id}/checks").text
+    assert 'id="broken-checks"' in checks and f"whale check {run.id}" in checks
+    assert f"phase {phase.id} says 5 rollouts, its evaluations hold 2" in checks
+    (broken,) = client.get(f"/api/runs/{run.id}/checks").json()["broken"]
     assert (broken["name"], broken["n"]) == ("phase counts", 1)
+    assert client.get("/api/runs/999/checks").status_code == 404
 
 
 def test_an_unknown_run_is_refused(whale, consistent):

@@ -310,15 +310,15 @@ def test_a_baseline_on_another_domain_is_named_on_the_run_page(store, client):
 
 
 def test_the_start_form_shows_that_it_is_starting_while_it_waits(client):
-    """A first run waits for the model server: the form says so while the request is pending
-    (htmx shows the indicator and disables the button for that time)."""
+    """While the request is pending the form says what happens (htmx shows the indicator and
+    disables the button for that time), and that the model loads once the run's page opens."""
     page = client.get("/runs").text
     form = page[page.index('<form hx-post="/runs"') : page.index("</form>")]
     assert 'hx-indicator="#starting"' in form and 'hx-disabled-elt="find button"' in form
     shown = re.search(
         r'<span id="starting" class="htmx-indicator[^"]*"[^>]*>(.*?)</span>', form, re.S
     )
-    assert shown and "the model server starts" in shown.group(1)
+    assert shown and "the run's page opens" in shown.group(1) and "model loads" in shown.group(1)
 
 
 def test_a_test_point_opens_what_it_measured_and_says_what_went_wrong(store, client):

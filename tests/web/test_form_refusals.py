@@ -1,13 +1,16 @@
 """Every refusal of a page's form or button comes back as a readable fragment shown in place,
 beside what sent it: htmx swaps no 4xx or 5xx by itself, so without this a stale page's CSRF
-token, an unknown run or a model server that fails to start left the page as it was, silently.
+token or an unknown run left the page as it was, silently.
 A browser's own navigation still gets a whole error page, and the API its JSON."""
 
+import asyncio
 import html
 import re
 
+import pytest
 from fastapi.testclient import TestClient
 
+from app.loop.manager import LoopWorker
 from app.server import create_app
 from tests.web.test_dashboard_pages import csrf_token, loop_run
 
@@ -78,7 +81,10 @@ def test_a_stale_page_is_told_its_csrf_token_is_wrong(store, client):
     assert client.get(f"/api/runs/{run.id}").json()["run"]["desired"] == "running"
 
 
-def test_a_model_server_that_fails_to_start_is_shown_beside_the_start_form(workbench):
+def test_a_model_server_that_fails_to_start_is_shown_on_the_run_page(workbench):
+    """The form only stores the run; the loop process loads the model for it, and when that
+    fails the run's page says so, with why (its log too), instead of the run waiting mutely."""
+
     async def no_model():
         raise RuntimeError("the docker sandbox is not available: no engine answers")
 
@@ -87,12 +93,17 @@ def test_a_model_server_that_fails_to_start_is_shown_beside_the_start_form(workb
         create_app(workbench), base_url="http://localhost", raise_server_exceptions=False
     )
     response = client.post("/runs", headers=htmx(client), data={"experiment": ARITH})
-    assert response.status_code == 500
-    assert shown(response) == (
-        "the server failed (HTTP 500): RuntimeError: the docker sandbox is not available: "
-        "no engine answers"
+    assert response.status_code == 204
+    run_page = response.headers["HX-Redirect"]
+    with pytest.raises(RuntimeError, match="no engine answers"):
+        asyncio.run(LoopWorker(workbench).pick_up())
+    waiting = client.get("/api" + run_page).json()["dashboard"]["waiting"]
+    assert waiting["text"].startswith("the model server did not start")
+    assert waiting["why"] == (
+        "RuntimeError: the docker sandbox is not available: no engine answers"
     )
-    assert client.get("/api/runs").json()["runs"] == []  # nothing started
+    page = client.get(run_page).text
+    assert "the model server did not start" in page and "no engine answers" in page
 
 
 def test_a_refused_experiment_still_comes_back_as_the_form(client):

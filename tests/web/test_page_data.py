@@ -28,6 +28,7 @@ def urls(store) -> dict[str, str]:
         "/runs/compare": f"/runs/compare?ids={run.id}&ids={baseline.id}",
         "/runs/{run_id}": f"/runs/{run.id}?baseline={baseline.id}",
         "/runs/{run_id}/live": f"/runs/{run.id}/live?x=wall_s",
+        "/runs/{run_id}/checks": f"/runs/{run.id}/checks",
         "/runs/{run_id}/lineage": f"/runs/{lineage.run.id}/lineage",
         "/harnesses/{harness_id}": f"/harnesses/{lineage.e.id}?against={lineage.seed.id}",
         "/training/{job_id}": f"/training/{job.id}",

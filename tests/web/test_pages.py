@@ -62,7 +62,7 @@ def test_run_page_links_status_counts_and_failures(client, evaluated):
     assert f'href="/rollouts?run={run.id}&amp;status=fail"' in page
     assert f'href="/rollouts/{failed.id}"' in page  # in "recent failures"
     assert f'href="/rollouts/{passed.id}"' not in page
-    assert "hx-trigger" not in page  # a finished run does not poll
+    assert "every 2s" not in page  # a finished run does not poll
 
 
 def test_running_run_polls_its_live_part_until_done(store, client):
