@@ -99,12 +99,25 @@ async def _json_body(request: Request) -> dict | None:
     return body if isinstance(body, dict) else None
 
 
+STOP_GRACE_S = 2.0
+
+
+class _Embedded(uvicorn.Server):
+    """A uvicorn server inside a command: SIGTERM and Ctrl-C are the command's to handle (they
+    stop its loops first); uvicorn's own handlers would stop the gateway under running rollouts."""
+
+    @contextmanager
+    def capture_signals(self):
+        yield
+
+
 class Gateway:
     def __init__(self, writer: Writer, backend: ChatEndpoint, outage: Outage | None = None):
         """`outage` is told of model calls that the backend fails and of its next answer."""
         self.writer = writer
         self.backend = backend
         self.outage = outage
+        self._in_flight: set[asyncio.Task] = set()  # the request tasks of model calls
         self.grants: dict[str, Grant] = {}
         self.app = self._build_app()
         self._server: uvicorn.Server | None = None
@@ -183,12 +196,16 @@ class Gateway:
             # exactly what reaches the server (the client adds only the model name)
             request_record = {"model": grant.model, "messages": messages, **body}
             grant.open_calls[call] = (request_record, start)
+            self._in_flight.add(asyncio.current_task())
             try:
                 with grant.waiting():
                     response = await self.backend.chat(grant.model, messages, **body)
-            except asyncio.CancelledError:  # the sandbox's connection went away mid-call
+            except asyncio.CancelledError:
+                # Only stop() cancels a call (the workbench stops): recorded unanswered, and
+                # answered so, which ends the request cleanly where raising would have uvicorn
+                # log a traceback per call in flight.
                 self._unanswered(grant, call, "no response: the call was cancelled in flight")
-                raise
+                return _refuse(503, "backend", "the workbench is stopping")
             except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
                 if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
                     return _refuse(502, "backend", f"model backend error: {exc}")
@@ -201,6 +218,8 @@ class Gateway:
                     grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
                 )
                 return _refuse(502, "backend", f"model backend error: {exc}")
+            finally:
+                self._in_flight.discard(asyncio.current_task())
             if self.outage:
                 self.outage.back()
             if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
@@ -308,11 +327,22 @@ class Gateway:
             return _refuse(400, "bad_request", "the request body must be a JSON object")
         return grant, body
 
+    @property
+    def calls_in_flight(self) -> int:
+        """Model calls sent to the backend and not yet answered."""
+        return len(self._in_flight)
+
     async def start(self, socket_path: Path) -> None:
         """Serve on `socket_path` in the running event loop; returns once it accepts calls."""
         socket_path.unlink(missing_ok=True)
-        config = uvicorn.Config(self.app, uds=str(socket_path), log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
+        config = uvicorn.Config(
+            self.app,
+            uds=str(socket_path),
+            log_level="warning",
+            lifespan="off",
+            timeout_graceful_shutdown=STOP_GRACE_S,  # for what stop() did not cancel
+        )
+        self._server = _Embedded(config)
         self._task = asyncio.create_task(self._server.serve())
         while not self._server.started:
             if self._task.done():
@@ -322,6 +352,10 @@ class Gateway:
         socket_path.chmod(0o666)
 
     async def stop(self) -> None:
+        """Model calls in flight are cancelled (a busy model would take minutes to answer
+        them all), then the server stops."""
+        for call in list(self._in_flight):
+            call.cancel()
         if self._server is not None:
             self._server.should_exit = True
             await self._task

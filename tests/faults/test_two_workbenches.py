@@ -1,6 +1,6 @@
 """Two workbenches on one store, as a user starts them: `whale run` twice, `whale serve` while
-`whale run` drives, `whale serve` twice on different ports, `whale run` while `whale serve`
-drives. Exactly one drives the run; every other one exits at once naming the holder's pid."""
+`whale run` drives, `whale serve` twice on different ports, `whale run` or `whale demo` while
+`whale serve` drives. Exactly one drives the run; every other one exits at once naming the holder's pid."""
 
 import asyncio
 import signal
@@ -66,7 +66,8 @@ def test_one_workbench_drives_a_store_and_the_others_name_it(tmp_path, whale_env
 
     server, url = serve(whale_env)  # resumes the run, still paused: now it drives
     try:
-        all_refused(server.pid, home, [["serve", "--port", str(free_port())], run], whale_env)
+        others = [["serve", "--port", str(free_port())], ["demo", "--port", str(free_port())]]
+        all_refused(server.pid, home, [*others, run], whale_env)
         steer(db, "resume")
         wait_for(db, "SELECT count(*) FROM run WHERE status = 'done'")
     finally:

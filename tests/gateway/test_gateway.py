@@ -278,3 +278,42 @@ def test_a_call_in_flight_when_its_rollout_ends_is_recorded_unanswered(
     assert step.request["messages"] == HELLO and step.request["max_tokens"] == 64
     assert step.error.startswith("no response: the rollout ended while it was in flight (")
     assert step.latency_ms >= 200
+
+
+def test_stopping_cancels_the_calls_in_flight_instead_of_waiting_on_them(store, tmp_path):
+    """A model server that does not answer (hung, or busy for minutes) does not hold up the
+    workbench's stop: its calls in flight are recorded unanswered and answered 503 at once."""
+    engine, writer = store
+
+    async def main():
+        async def never_answers(reader, writer_):
+            await reader.read(1 << 16)
+            await asyncio.sleep(3600)
+
+        hung = await asyncio.start_server(never_answers, "127.0.0.1", 0)
+        port = hung.sockets[0].getsockname()[1]
+        endpoint = ChatEndpoint(f"http://127.0.0.1:{port}/v1", "hung")
+        gateway = Gateway(writer, endpoint)
+        sock = tmp_path / "gw.sock"
+        await gateway.start(sock)
+        grant = Grant(make_rollout(writer), "hung")
+        token = gateway.grant(grant)
+        transport = httpx.AsyncHTTPTransport(uds=str(sock))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as c:
+            call = asyncio.create_task(
+                c.post("/v1/chat/completions", headers=auth(token), json={"messages": HELLO})
+            )
+            while not grant.open_calls:
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(gateway.stop(), 5)
+            answered = await call
+        await endpoint.close()
+        hung.close()
+        return answered
+
+    answered = asyncio.run(main())
+    writer.flush()
+    assert answered.status_code == 503 and "the workbench is stopping" in answered.text
+    (step,) = steps(engine)
+    assert step.response is None
+    assert step.error.startswith("no response: the call was cancelled in flight (")

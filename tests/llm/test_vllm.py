@@ -476,15 +476,15 @@ def test_a_vllm_killed_mid_rft_sampling_is_restarted_and_the_step_still_trains(
     cfg = RFTConfig(prompts_per_step=4, samples_per_prompt=2, lora_rank=8, batch_size=4)
 
     async def kill_when_sampling(workbench) -> int:
-        """SIGKILL the server once the sampling's rollouts are written, before they finish."""
+        """SIGKILL the server while a sampling rollout's model call waits on it (pending rows
+        in the store are not enough: the writer lags, and the calls may all be answered)."""
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            with workbench.session() as s:
-                if s.exec(select(Rollout).where(Rollout.status == "pending")).first():
-                    pid = workbench.vllm.server.proc.pid
-                    os.killpg(pid, signal.SIGKILL)
-                    return pid
-            await asyncio.sleep(0.02)
+            if workbench.gateway and workbench.gateway.calls_in_flight:
+                pid = workbench.vllm.server.proc.pid
+                os.killpg(pid, signal.SIGKILL)
+                return pid
+            await asyncio.sleep(0.005)
         raise AssertionError("the sampling never started")
 
     async def step():
