@@ -130,8 +130,8 @@ def _tell(s, run_ids: list[int], kind: str, detail: dict) -> None:
 class LoopProcess:
     """The loop worker of `whale serve`, as a child process at a lower CPU priority (`nice`):
     started with the server, stopped with it (SIGTERM, then its grace), started again when it
-    dies (at most MAX_CRASHES times in CRASH_WINDOW s). It dies with the server (a parent-death signal) and holds the store's lock
-    with it, so no second server starts while it still writes."""
+    dies (at most MAX_CRASHES times in CRASH_WINDOW s). It dies with the server (a parent-death
+    signal) and holds the store's lock with it, so no second server starts while it writes."""
 
     MAX_CRASHES = 3
     CRASH_WINDOW = 600.0

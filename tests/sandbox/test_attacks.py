@@ -18,6 +18,11 @@ from tests.conftest import whale_eval_json, whale_serve
 pytestmark = pytest.mark.xdist_group("attacks")
 
 SECRET = "s3cret-in-the-server-env"
+# The harness time limit of an attack meant to answer: far above what it needs, as a machine
+# busy with other tests can hold a rollout's process for seconds. One meant to run forever is
+# given HANG_S, to end soon.
+ANSWER_S = 30
+HANG_S = 8
 # Put before a harness whose rollouts must overlap: all_up(n) waits until n - 1 siblings (the
 # other workers of the same runner server) are running and returns their pids, or [] after 6 s;
 # all_done(pids) marks this rollout done and waits until those siblings are done or gone. Events
@@ -58,7 +63,8 @@ def all_done(pids, wait_s=6.0):
 
 @pytest.fixture(scope="module", params=["process", "docker"])
 def attack(request, tmp_path_factory, model_server, model_cache):
-    """attack(code, limit=1) -> (eval JSON, [rollout rows as dicts]) on one backend."""
+    """attack(code, limit=1, k=1, timeout_s=ANSWER_S) -> (eval JSON, [rollout rows as dicts])
+    on one backend."""
     backend = request.param
     if backend == "docker":
         request.getfixturevalue("docker_image")  # skips where no engine exists
@@ -70,7 +76,6 @@ def attack(request, tmp_path_factory, model_server, model_cache):
         "WHALE_MODEL_CACHE": str(model_cache),
         "WHALE_LLM_URL": model_server.base_url,
         "WHALE_LLM_MODEL": model_server.model,
-        "WHALE_ROLLOUT_TIMEOUT": "8",
         "WHALE_ROLLOUT_MAX_CALLS": "4",
         "WHALE_TEST_SECRET": SECRET,
     }
@@ -78,7 +83,7 @@ def attack(request, tmp_path_factory, model_server, model_cache):
 
     with whale_serve(env) as url:
 
-        def run(code: str, limit: int = 1, k: int = 1):
+        def run(code: str, limit: int = 1, k: int = 1, timeout_s: float = ANSWER_S):
             code = code.replace("SERVER_PORT", url.rsplit(":", 1)[1]).replace(
                 "MODEL_PORT", model_port
             )
@@ -86,7 +91,7 @@ def attack(request, tmp_path_factory, model_server, model_cache):
             harness.write_text(textwrap.dedent(code.replace("DB_PATH", str(home / "whale.db"))))
             out = whale_eval_json(
                 harness,
-                env,
+                {**env, "WHALE_ROLLOUT_TIMEOUT": str(timeout_s)},
                 "--domain",
                 "arith",
                 "--sandbox",
@@ -260,6 +265,7 @@ def test_fork_bomb_is_contained(attack):
                     pass
     """,
         limit=2,
+        timeout_s=HANG_S,
     )
     assert {r["reason"] for r in rows} <= {"timeout", "crash", "exception"}
     # and the sandbox still works afterwards
@@ -282,7 +288,7 @@ def test_allocating_10_gb(attack):
     ids=["spin", "sleep-ignoring-sigterm"],
 )
 def test_running_forever(attack, code):
-    _, (row,) = attack(code)
+    _, (row,) = attack(code, timeout_s=HANG_S)
     assert row["reason"] == "timeout"
     assert row["wall_s"] < 15
 
