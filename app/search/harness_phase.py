@@ -235,7 +235,10 @@ class _Search:
             proposals_before=self._proposals_before(),
         )
         try:
-            return await asyncio.wait_for(self.proposer.propose(ctx), self.cfg.proposer_timeout_s)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result of an
+            # instant proposer and drops a SIGTERM's cancel that came at the same moment
+            async with asyncio.timeout(self.cfg.proposer_timeout_s):
+                return await self.proposer.propose(ctx)
         except TimeoutError:
             return Proposal(
                 error=f"the proposer did not finish within {self.cfg.proposer_timeout_s:g} s"
