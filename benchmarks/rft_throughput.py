@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from app.config import RFTConfig, Settings
+from app.config import Settings
+from app.experiment_schema import RFTConfig
 from app.llm.local import prepare_model
 from app.training.examples import encode
 from app.training.job import run_trainer

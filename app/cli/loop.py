@@ -18,12 +18,11 @@ from app.cli.base import TERMINATED, end_on_sigterm, fail
 from app.cli.report import format_group, interval
 from app.config import Settings
 from app.db.schema import Event, Phase, Run
+from app.experiment_schema import MAX_SEED, distinct_seeds
 from app.loop.experiment import (
-    MAX_SEED,
     ExperimentError,
     check_generation,
     config_hash,
-    distinct_seeds,
     incoming_harness,
     load,
     parse,

@@ -12,9 +12,10 @@ import uvloop  # the event loop of every command: the gateway and evaluator run 
 from pydantic import ValidationError
 
 from app.cli.base import fail, make_workbench
-from app.config import Settings, describe
+from app.config import Settings
 from app.domains import get_domain, scoring_of
-from app.llm.generation import RolloutLimits, Sampling, refused_fields
+from app.experiment_schema import RolloutLimits, Sampling, describe
+from app.llm.generation import refused_fields
 from app.progress import phase_progress, progress_bars
 from app.search.proposers import ProposerError
 
@@ -177,7 +178,7 @@ def train(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ):
     """A weight phase: test mean@k, online RFT steps under the harness, test mean@k again."""
-    from app.config import RFTConfig
+    from app.experiment_schema import RFTConfig
     from app.training.weight_phase import train_file
 
     try:
@@ -265,7 +266,7 @@ def search(
 
     from pydantic import ValidationError
 
-    from app.config import SearchConfig, describe
+    from app.experiment_schema import SearchConfig, describe
     from app.search.harness_phase import search_file
 
     try:

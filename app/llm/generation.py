@@ -1,6 +1,7 @@
 """Generation settings: what reaches the model on every call of a rollout, declared by the
 experiment (or `whale eval`) and recorded, never dropped in silence.
 
+The sections themselves are in app/experiment_schema.py.
 - `[sampling]`: defaults the gateway fills in where the harness's call does not set a field
   (temperature, top_p, top_k, min_p, max_tokens, chat_template_kwargs, ...).
 - `[rollout]`: the budgets of one rollout (model calls, tokens, completion tokens as the
@@ -15,7 +16,7 @@ experiment is started and again when a harness sends it.
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from app.experiment_schema import RolloutLimits, Sampling
 
 # What a harness's call may carry besides its messages, and which backend takes which. The
 # embedded local server implements only the first five (app/llm/local_server.py); vLLM and
@@ -45,69 +46,6 @@ BACKEND_FIELDS = {
     "vllm": frozenset(CALL_FIELDS),
     "endpoint": frozenset(CALL_FIELDS),  # WHALE_LLM_URL: the server itself refuses what it lacks
 }
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Sampling(_Strict):
-    """[sampling]: each field set here is sent on every call whose harness leaves it unset."""
-
-    temperature: float | None = Field(default=None, ge=0, le=10)
-    top_p: float | None = Field(default=None, gt=0, le=1)
-    top_k: int | None = Field(default=None, ge=-1, le=1_000_000, description="-1: off (vLLM)")
-    min_p: float | None = Field(default=None, ge=0, le=1)
-    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
-    repetition_penalty: float | None = Field(default=None, gt=0, le=10)
-    max_tokens: int | None = Field(default=None, ge=1, le=10**7, description="per call")
-    stop: list[str] | None = Field(default=None, max_length=16)
-    logprobs: bool | None = None
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
-    response_format: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = Field(
-        default=None, description="e.g. {enable_thinking = true} for Qwen3 templates"
-    )
-
-    def defaults(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
-
-
-class RolloutLimits(_Strict):
-    """[rollout]: one rollout's budgets; unset ones come from the WHALE_ROLLOUT_* settings."""
-
-    max_calls: int | None = Field(default=None, ge=1, le=100_000, description="model calls")
-    max_tokens: int | None = Field(
-        default=None, ge=1, le=10**9, description="prompt + completion tokens over the rollout"
-    )
-    max_completion_tokens: int | None = Field(
-        default=None,
-        ge=1,
-        le=10**9,
-        description="completion tokens over the rollout (the release's assistant-token budget)",
-    )
-    max_tokens_per_call: int | None = Field(
-        default=None, ge=1, le=10**7, description="completion cap of one call"
-    )
-    wall_s: float | None = Field(
-        default=None,
-        gt=0,
-        le=10**6,
-        description="limit on the harness's own time (waits on model and tool calls not counted)",
-    )
-    infra_retries: int | None = Field(
-        default=None, ge=0, le=10, description="tries more after an infrastructure failure"
-    )
-
-    @model_validator(mode="after")
-    def _per_call_within_the_rollout(self):
-        cap = self.max_tokens_per_call
-        for budget in ("max_completion_tokens", "max_tokens"):
-            limit = getattr(self, budget)
-            if cap is not None and limit is not None and cap > limit:
-                raise ValueError(f"max_tokens_per_call ({cap}) is above {budget} ({limit})")
-        return self
 
 
 @dataclass(frozen=True)

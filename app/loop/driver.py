@@ -32,7 +32,8 @@ from app.db.schema import (
     utc,
 )
 from app.domains import get_domain
-from app.loop.experiment import Experiment, stored
+from app.experiment_schema import Experiment
+from app.loop.experiment import stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import close_open_work, plot_test_point
 from app.rollout.evaluate import RunStopped

@@ -22,9 +22,9 @@ import time
 
 from app.children import die_with_parent
 from app.db.schema import Event, Run
+from app.experiment_schema import Experiment
 from app.loop.driver import Loop, new_run, unfinished_runs
 from app.loop.experiment import (
-    Experiment,
     ExperimentError,
     check_generation,
     config_hash,

@@ -1,7 +1,7 @@
 """When a phase ends (docs/algorithm.md, "When to switch"). Pure functions of what the phase
 has seen so far; each returns why the phase ends now ("fixed", "patience", "cap") or None."""
 
-from app.loop.experiment import Switching
+from app.experiment_schema import Switching
 
 
 def harness_phase_end(rule: Switching, best_success: list[float]) -> str | None:

@@ -14,7 +14,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from app.config import AgentProposerConfig
+from app.experiment_schema import AgentProposerConfig
 from app.search.agent_presets import PRESETS, AgentOutput
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func
 from sqlmodel import select
 
-from app.config import LLMProposerConfig
 from app.db.schema import Evaluation, Harness, Rollout
+from app.experiment_schema import LLMProposerConfig
 from app.search import traces
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext

@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import func
 from sqlmodel import select
 
-from app.config import SearchConfig
 from app.db.schema import (
     Checkpoint,
     Evaluation,
@@ -33,6 +32,7 @@ from app.db.schema import (
     sha_of,
 )
 from app.domains import Domain
+from app.experiment_schema import SearchConfig
 from app.phases import end_phase, phase_rollouts
 from app.rollout.evaluate import task_means
 from app.search.acceptance import Decision, decide, sequential_on

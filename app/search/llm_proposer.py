@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from sqlmodel import or_, select
 
-from app.config import LLMProposerConfig
 from app.db.schema import Checkpoint, Harness
 from app.domains import skill_of
+from app.experiment_schema import LLMProposerConfig
 from app.llm.client import BackendError, ChatEndpoint
 from app.search import traces
 from app.search.candidate import Candidate, Proposal

@@ -20,7 +20,6 @@ from sqlalchemy import delete
 from sqlmodel import select
 
 from app import control
-from app.config import RFTConfig
 from app.db.schema import (
     Checkpoint,
     Evaluation,
@@ -33,6 +32,7 @@ from app.db.schema import (
     now,
 )
 from app.domains import Domain, Task
+from app.experiment_schema import RFTConfig
 from app.llm.generation import generation_for
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage

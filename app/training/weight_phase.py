@@ -12,9 +12,9 @@ from pathlib import Path
 from sqlalchemy import func
 from sqlmodel import col, select
 
-from app.config import RFTConfig
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, TrainingJob, utc
 from app.domains import Domain
+from app.experiment_schema import RFTConfig
 from app.phases import end_phase, plot_test_point
 from app.training.rft import rft_step
 

@@ -13,9 +13,10 @@ from sqlmodel import select
 from app.db import read_session
 from app.db.schema import Step
 from app.db.steps import expand_requests
+from app.experiment_schema import RolloutLimits, Sampling
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
-from app.llm.generation import Generation, RolloutLimits, Sampling, generation_for
+from app.llm.generation import Generation, generation_for
 from tests.conftest import make_rollout
 from tests.openai_stub import openai_stub
 

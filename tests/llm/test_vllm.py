@@ -426,8 +426,8 @@ def oracle_on_vllm(tmp_path, model_cache, **vllm_settings):
 def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path, model_cache):
     """The issue's path end to end: rollouts through sandbox + gateway + vLLM, one RFT step with
     LoRA on the CPU, the adapter hot-loaded, and completions under it differ from the base."""
-    from app.config import RFTConfig
     from app.domains import get_domain
+    from app.experiment_schema import RFTConfig
     from app.training.rft import rft_step
     from app.workbench import Workbench
 
@@ -464,9 +464,9 @@ def test_a_vllm_killed_mid_rft_sampling_is_restarted_and_the_step_still_trains(
     restarted server serves."""
     from sqlmodel import select
 
-    from app.config import RFTConfig
     from app.db.schema import Event, Rollout
     from app.domains import get_domain
+    from app.experiment_schema import RFTConfig
     from app.training.rft import rft_step
     from app.workbench import Workbench
 

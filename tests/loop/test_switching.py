@@ -1,6 +1,6 @@
 """Phase-ending rules: fixed lengths, adaptive patience, caps."""
 
-from app.loop.experiment import Switching
+from app.experiment_schema import Switching
 from app.loop.switching import harness_phase_end, weight_phase_end
 
 FIXED = Switching(weight_steps=3, harness_iterations=2)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 
-from app.config import SearchConfig
 from app.db.schema import Harness, Metric, Phase, Rollout, SearchIteration
+from app.experiment_schema import SearchConfig
 from app.search.harness_phase import search_file
 from tests.conftest import REPO, attached_settings, started_workbench
 

@@ -1,7 +1,7 @@
 """The commit gate (app/search/acceptance.py): its rules on simulated phases with the truth
 known, and the sequential rule in a real harness phase on the demo model."""
 
-from app.config import SearchConfig
+from app.experiment_schema import SearchConfig
 from app.search.acceptance import paired_gate, sequential
 from app.search.knobs import with_knob
 from benchmarks.commit_gate import simulate

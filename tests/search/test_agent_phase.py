@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.config import SearchConfig
+from app.experiment_schema import SearchConfig
 from app.search.agent import LOG_CAP
 from app.search.agent_presets import PRESETS
 

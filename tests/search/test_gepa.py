@@ -3,7 +3,7 @@ with a scripted chat model writing the prompts."""
 
 import ast
 
-from app.config import SearchConfig
+from app.experiment_schema import SearchConfig
 from app.search.gepa import pareto_parents, reply_prompt
 from tests.openai_stub import openai_stub
 from tests.search.conftest import SEED

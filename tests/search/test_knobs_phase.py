@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.config import SearchConfig
+from app.experiment_schema import SearchConfig
 
 
 @pytest.mark.slow

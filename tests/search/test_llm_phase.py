@@ -1,7 +1,7 @@
 """The llm proposer against a scripted OpenAI-compatible server: every kind of broken candidate
 lands in the archive with the right status, and a dead endpoint fails only its iteration."""
 
-from app.config import SearchConfig
+from app.experiment_schema import SearchConfig
 from tests.openai_stub import openai_stub
 from tests.search.conftest import seed_with
 

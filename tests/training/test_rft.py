@@ -12,9 +12,9 @@ import time
 import pytest
 from sqlmodel import select
 
-from app.config import RFTConfig
 from app.db.schema import Checkpoint, Evaluation, Event, Metric, Rollout, Step, TrainingJob
 from app.domains import get_domain
+from app.experiment_schema import RFTConfig
 from app.training.job import TrainingError
 from app.training.rft import TRAINING_TRIES, prompt_batch, rft_step
 from app.workbench import read_harness
