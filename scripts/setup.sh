@@ -7,8 +7,14 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${WHALE_CACHE:-$HOME/.cache/whale}
-with_test=0
-[[ ${1:-} == --test ]] && with_test=1
+with_test=0 print_key=0
+for arg in "$@"; do
+    case $arg in
+        --test) with_test=1 ;;
+        --print-key) print_key=1 ;;  # print the environment's cache key and stop (tests/scripts)
+        *) echo "setup.sh: unknown argument $arg (use --test, --print-key)" >&2; exit 2 ;;
+    esac
+done
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # pip's output without its noise: the warnings a machine's pip config or setuptools' editable
@@ -16,6 +22,24 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 quiet() { grep -v -e '^WARNING: Location' -e 'BuildBackendWarning' -e '^ *!!$' -e '^ *\*\*\*\*' \
           -e 'Please be careful with folders' -e 'name as your package' -e 'with strategy, WheelFile' \
           -e '^ *$' >&2 || true; }
+
+# The Python environment lives in the cache, named after what it is built from: the packages it
+# installs (the dependency lists of pyproject.toml, with the tests' only under --test) and the
+# Python version. The fingerprint is a function so that no heredoc sits inside `$( ... )`: bash 5.2
+# drops a `;` that follows a heredoc there, and the command after it silently joins the one before.
+python=${PYTHON:-python3}
+fingerprint() {
+    "$python" - "$repo/pyproject.toml" "$with_test" <<'PY'
+import json, sys, tomllib
+pyproject = tomllib.load(open(sys.argv[1], "rb"))
+deps = list(pyproject["project"]["dependencies"])
+if sys.argv[2] == "1":
+    deps += pyproject["project"]["optional-dependencies"]["test"]
+print(json.dumps([deps, pyproject["tool"]["whale"]["no-deps"], sys.version, f"test={sys.argv[2]}"]))
+PY
+}
+key=$(fingerprint | sha256sum | cut -c1-16)
+if ((print_key)); then echo "$key"; exit 0; fi
 
 # System packages: bubblewrap isolates the process sandbox, libseccomp builds the filter of both
 # sandboxes. The tests also need chromium (browser
@@ -37,16 +61,6 @@ if ((${#packages[@]})); then
     DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${packages[@]}" >/dev/null
 fi
 
-# The Python environment lives in the cache, named after what it is built from: the dependency
-# lists of pyproject.toml (not its other tables), the Python version, with or without the tests'.
-python=${PYTHON:-python3}
-key=$( ("$python" - "$repo/pyproject.toml" <<'PY'
-import json, sys, tomllib
-pyproject = tomllib.load(open(sys.argv[1], "rb"))
-print(json.dumps([pyproject["project"]["dependencies"], pyproject["project"]["optional-dependencies"],
-                  pyproject["tool"]["whale"]["no-deps"]]))
-PY
-"$python" --version; echo "test=$with_test") | sha256sum | cut -c1-16)
 venv=$cache/venv-$key
 if [[ ! -f $venv/.complete ]]; then
     say "building the Python environment in $venv (once per dependency set, a few minutes)"
@@ -68,6 +82,15 @@ PY
     "$venv/bin/pip" install -q -r "$venv/requirements.txt" 2>&1 | quiet
     "$venv/bin/pip" install -q --no-deps -r "$venv/no-deps.txt" 2>&1 | quiet
     touch "$venv/.complete"
+fi
+# Trust what is importable, not the folder's name: an environment built by an earlier setup.sh
+# (whose key ignored --test) may lack the tests' packages. A missing one is installed now.
+if ((with_test)) && ! "$venv/bin/python" -c "import pytest, xdist, ruff, playwright, pyarrow" 2>/dev/null; then
+    say "installing the test packages into $venv"
+    "$venv/bin/python" -c 'import sys, tomllib; print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["test"]))' \
+        "$repo/pyproject.toml" >"$venv/requirements-test.txt"
+    "$venv/bin/pip" install -q -r "$venv/requirements-test.txt" 2>&1 | quiet
+    "$venv/bin/python" -c "import pytest, xdist, ruff, playwright, pyarrow"
 fi
 
 # This clone's own environment: a small venv that sees the shared packages through a .pth file
