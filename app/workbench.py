@@ -92,7 +92,13 @@ class Workbench:
         # and one the Docker engine sees at the same place when the workbench runs in a container.
         self._runtime = Path(tempfile.mkdtemp(prefix="whale-", dir=s.runtime_dir))
         self._runtime.chmod(0o755)
-        self.gateway = Gateway(self.writer, self.endpoint, Outage("model_calls", self.record_fault))
+        self.gateway = Gateway(
+            self.writer,
+            self.endpoint,
+            Outage("model_calls", self.record_fault),
+            max_body_bytes=int(s.gateway_max_body_mb * (1 << 20)),
+            max_open_calls=s.rollout_max_open_calls,
+        )
         # One admission for every evaluation: they share the model server (vLLM and the local
         # server report their queue; a hosted endpoint does not, and is then not held back).
         self._server_queue = ServerQueue(

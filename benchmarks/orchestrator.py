@@ -6,7 +6,10 @@ The baseline is the same harness called in-process: `run(task, llm, tools)` in a
 `llm.chat` posts straight to the endpoint (no sandbox, no gateway, no database). Overhead is the
 orchestrated p50 latency minus the baseline p50 at the same concurrency.
 
-    python -m benchmarks.orchestrator [--rollouts N] [--modes process,docker]
+`--sandbox-only` measures the sandbox alone instead: one rollout at a time of a harness that
+makes no call, on a warm runner, each in its fresh scratch space (sandbox/runner.py).
+
+    python -m benchmarks.orchestrator [--rollouts N] [--modes process,docker] [--sandbox-only]
 """
 
 import argparse
@@ -36,6 +39,7 @@ def run(task, llm, tools):
     return llm.chat([{"role": "user", "content": task["question"]}], max_tokens=4).content
 """
 CONCURRENCY = (1, 8, 32, 128)
+NO_CALL = "def run(task, llm, tools):\n    return task['question']\n"
 
 
 def tasks(n: int) -> list[Task]:
@@ -108,7 +112,45 @@ async def orchestrated(evaluator: Evaluator, writer: Writer, n: int) -> tuple[li
     return latencies, end - first_start, first_start - start
 
 
-async def main(n: int, modes: list[str]) -> None:
+async def sandbox_alone(pool: SandboxPool, work: Path, n: int) -> list[float]:
+    """Seconds per rollout of the sandbox alone: a harness that makes no call, one rollout at a
+    time on a warm runner server, from the pool's call to its answer."""
+    harness = work / "no-call.py"
+    harness.write_text(NO_CALL)
+    harness.chmod(0o644)
+    for _ in range(20):  # warm-up: the runner server starts
+        await pool.run(harness, {"question": "warm"}, "token")
+    latencies = []
+    for i in range(n):
+        start = time.perf_counter()
+        result = await pool.run(harness, {"question": str(i)}, "token")
+        latencies.append(time.perf_counter() - start)
+        assert result.answer == str(i), (result.reason, result.error)
+    await pool.release(harness)
+    return latencies
+
+
+async def sandbox_only(n: int, pools: dict[str, SandboxPool], work: Path) -> None:
+    rows = []
+    for name, pool in pools.items():
+        latencies = await sandbox_alone(pool, work, n)
+        p50, p95 = percentile(latencies, 50) * 1000, percentile(latencies, 95) * 1000
+        print(f"{name:24} p50 {p50:6.2f} ms  p95 {p95:6.2f} ms", flush=True)
+        rows.append([name, n, f"{p50:.2f}", f"{p95:.2f}"])
+        await pool.close()
+    report(
+        "Sandbox alone: one rollout on a warm runner",
+        table(["mode", "rollouts", "p50 ms", "p95 ms"], rows),
+        "A harness that makes no call, one rollout at a time on a warm runner server, from the "
+        "pool's call to its answer: the connection, the fork, the rollout's fresh scratch space "
+        "(process: a mount namespace with new tmpfs /tmp and /dev/shm; docker: a uid and a "
+        "private directory of its own, emptied by a cleaner afterwards) and the result. "
+        "Produced by `python -m benchmarks.orchestrator --sandbox-only`.",
+        replace=True,
+    )
+
+
+async def main(n: int, modes: list[str], only_sandbox: bool = False) -> None:
     work = Path(tempfile.mkdtemp(prefix="whale-bench-"))
     work.chmod(0o755)
     port = free_port()
@@ -131,6 +173,13 @@ async def main(n: int, modes: list[str]) -> None:
             pools["docker, warm pool"] = SandboxPool(launcher, sock, work / "d")
         else:
             print(f"docker skipped: {why_not}")
+    if only_sandbox:
+        await gateway.stop()
+        await endpoint.close()
+        writer.close()
+        zero.terminate()
+        await sandbox_only(n, pools, work)
+        return
 
     rows, baseline = [], {}
     for concurrency in CONCURRENCY:
@@ -204,5 +253,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=400, help="rollouts per measurement")
     parser.add_argument("--modes", default="process,docker", help="sandbox backends to measure")
+    parser.add_argument("--sandbox-only", action="store_true", help="the sandbox alone")
     args = parser.parse_args()
-    asyncio.run(main(args.rollouts, args.modes.split(",")))
+    asyncio.run(main(args.rollouts, args.modes.split(","), args.sandbox_only))

@@ -1,7 +1,10 @@
 """The `docker` backend: runner servers as containers from the local sandbox image.
 
-Each container: no network, read-only root, a small tmpfs /tmp, memory / CPU / pid limits, all
-capabilities dropped, no-new-privileges, uid 65534, the runner as PID 1 (it reaps orphans), Docker's
+Each container: no network, read-only root, a small tmpfs /tmp that only the runner server may
+write to, no /dev/shm, memory / CPU / pid limits, no-new-privileges, the runner as PID 1 (it reaps
+orphans) as root with CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL only, each rollout under a
+uid of its own with no capabilities in a private directory (sandbox/runner.py, "uid" scratch),
+Docker's
 default seccomp profile with the runner's own filter stacked on it (sandbox/seccomp.py: no
 ptrace, no process_vm_readv/writev, no new namespaces), and exactly four host mounts: the
 harness file and the filter (read-only), the gateway's socket, and a private control directory
@@ -80,7 +83,9 @@ class DockerLauncher:
         return len(stale)
 
     def _run(self, harness: Path, gateway_socket: Path, control_dir: Path):
-        os.chown(control_dir, 65534, 65534)  # the runner (uid 65534) creates its socket there
+        # the runner (root without CAP_DAC_OVERRIDE) creates its socket there; rollouts reach it
+        os.chown(control_dir, 0, 0)
+        control_dir.chmod(0o711)
         return self.client.containers.run(
             self.image,
             command=["serve", "/control/runner.sock", "/sandbox/harness.py"],
@@ -89,15 +94,20 @@ class DockerLauncher:
             # dumpable process of the sandbox user, open to any rollout's /proc/1/mem
             network_mode="none",
             read_only=True,
-            tmpfs={"/tmp": f"size={self.limits.tmp_mb}m,mode=1777"},
+            # /tmp: root's, not listable; each rollout writes to its own directory in it
+            tmpfs={"/tmp": f"size={self.limits.tmp_mb}m,mode=0711"},
+            ipc_mode="none",  # no /dev/shm, which every rollout could write to
             mem_limit=f"{self.limits.memory_mb}m",
             memswap_limit=f"{self.limits.memory_mb}m",
             nano_cpus=int(self.limits.cpus * 1e9),
             pids_limit=self.limits.pids,
             cap_drop=["ALL"],
+            # the server's: it starts each rollout under its own uid, and kills it
+            cap_add=["SETUID", "SETGID", "CHOWN", "KILL"],
             security_opt=["no-new-privileges"],
-            user="65534:65534",
+            user="0:0",
             environment={
+                "WHALE_SCRATCH": "uid",
                 "WHALE_GATEWAY": "/gateway/gateway.sock",
                 "WHALE_SECCOMP": "/sandbox/seccomp.bpf",
             },

@@ -1,9 +1,10 @@
 """The `process` backend: runner servers as child processes under bubblewrap and rlimits.
 
 Isolation: new network, pid, ipc, uts and user namespaces (no network at all, not even
-loopback), uid 65534 inside, no capabilities, no further user namespaces (bubblewrap's
+loopback), uid 65534 inside, no capabilities in rollouts (the runner server keeps CAP_SYS_ADMIN
+in the sandbox's own user namespace, to give each rollout its own /tmp), no further user namespaces (bubblewrap's
 --disable-userns), read-only binds of the system and Python directories only, a private tmpfs
-/tmp, an empty environment, rlimits (processes, file size, open files; memory and CPU per
+/tmp and /dev/shm per rollout (sandbox/runner.py, "mount"), a read-only /dev, an empty environment, rlimits (processes, file size, open files; memory and CPU per
 rollout, set by the runner), and the seccomp filter of sandbox/seccomp.py, which the runner
 loads. Weaker than the docker backend: no cgroup memory or pid accounting, and the sandbox
 shares the invoking uid outside its namespace. Without bubblewrap only the filter, the rlimits
@@ -56,6 +57,10 @@ def _bwrap_args(
         "65534",
         "--cap-drop",
         "ALL",
+        # in the sandbox's own user namespace only: the runner server gives each rollout a new
+        # mount namespace with its own /tmp and /dev/shm; each worker drops it (sandbox/runner.py)
+        "--cap-add",
+        "CAP_SYS_ADMIN",
         *(["--disable-userns"] if disable_userns else []),
         "--ro-bind",
         "/usr",
@@ -67,6 +72,8 @@ def _bwrap_args(
         "--proc",
         "/proc",
         "--dev",
+        "/dev",
+        "--remount-ro",
         "/dev",
         "--ro-bind",
         str(RUNNER),
@@ -93,9 +100,18 @@ def _bwrap_args(
         "--setenv",
         "WHALE_GATEWAY",
         "/gateway/gateway.sock",
+        "--ro-bind",
+        str(seccomp.write(control_dir, rollout_setup=True)),
+        "/sandbox/seccomp-server.bpf",
         "--setenv",
         "WHALE_SECCOMP",
         "/sandbox/seccomp.bpf",
+        "--setenv",
+        "WHALE_SECCOMP_SERVER",
+        "/sandbox/seccomp-server.bpf",
+        "--setenv",
+        "WHALE_SCRATCH",
+        "mount",
         "--chdir",
         "/tmp",
     ]
@@ -165,6 +181,7 @@ class ProcessLauncher:
             "HOME": "/tmp",
             "PATH": "/usr/bin:/bin",
             "WHALE_SECCOMP": str(seccomp.write(control_dir)),
+            "WHALE_SCRATCH": "dir",  # a fresh working directory, HOME and TMPDIR, nothing more
         }
         return [
             _python(),

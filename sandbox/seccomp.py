@@ -103,13 +103,20 @@ NAMESPACE_FLAGS = {
 PR_SET_DUMPABLE = 4  # the runner makes itself non-dumpable first; nobody may undo it
 
 
+# What a runner server that gives each rollout its own mount namespace (sandbox/runner.py, the
+# process backend) needs to do so; each worker loads the full filter once it has done it.
+ROLLOUT_SETUP = ("unshare", "mount")
+
+
 @cache
-def program() -> bytes:
-    """The compiled filter for this machine's architecture."""
+def program(rollout_setup: bool = False) -> bytes:
+    """The compiled filter for this machine's architecture; `rollout_setup`: the runner server's
+    own, which still lets it create a rollout's private /tmp (ROLLOUT_SETUP)."""
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     deny = seccomp.ERRNO(errno.EPERM)
     for name in DENIED:
-        f.add_rule(deny, name)
+        if not (rollout_setup and name in ROLLOUT_SETUP):
+            f.add_rule(deny, name)
     for flag in NAMESPACE_FLAGS.values():  # clone is fork too: only a new namespace is refused
         f.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # its flags sit in memory, out of sight
@@ -120,9 +127,9 @@ def program() -> bytes:
         return out.read()
 
 
-def write(folder: Path) -> Path:
+def write(folder: Path, rollout_setup: bool = False) -> Path:
     """The filter as a file in `folder`, world-readable (the sandbox user reads it)."""
-    path = folder / "seccomp.bpf"
-    path.write_bytes(program())
+    path = folder / ("seccomp-server.bpf" if rollout_setup else "seccomp.bpf")
+    path.write_bytes(program(rollout_setup))
     path.chmod(0o644)
     return path

@@ -3,11 +3,15 @@
 It listens on a Unix socket that is bind-mounted into each sandbox. A rollout gets a token
 (a Grant); every request must carry it. Model calls are forwarded to the backend under the
 grant's checkpoint, tool calls to the domain's tools; each call is checked against the grant's
-budgets and recorded as a step of that rollout.
+budgets and recorded as a step of that rollout. A model call's max_tokens is reserved from the
+rollout's token budgets when it is sent and settled on its real usage when it ends, so calls in
+flight together cannot overshoot them; a rollout has at most `max_open_calls` calls open at once,
+and a request body over `max_body_bytes` is refused before it is read.
 """
 
 import asyncio
 import inspect
+import json
 import logging
 import secrets
 import time
@@ -46,12 +50,14 @@ class Grant:
     steps: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reserved_tokens: int = 0  # the max_tokens of its model calls in flight, not settled yet
     sent: list = field(default_factory=list)  # the previous model call's messages
     # Time the rollout spent waiting on the gateway (model and host-side tool calls, from sent
     # to answered, counted once while several are in flight): not the harness's time, so its
     # wall-clock limit does not count it (sandbox/pool.py).
     waited_s: float = 0.0
     in_flight: int = 0
+    reading: int = 0  # its requests whose bodies are being read: open calls too
     waiting_since: float = 0.0
     # Model calls the backend failed (unreachable, no answer in time, 429 or 5xx): the
     # rollout's outcome says nothing about its harness (app/rollout/evaluate.py retries it).
@@ -91,12 +97,30 @@ def _refuse(status: int, reason: str, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail, "reason": reason}, status_code=status)
 
 
-async def _json_body(request: Request) -> dict | None:
+MAX_BODY_BYTES = 16 << 20
+MAX_OPEN_CALLS = 8
+
+
+async def _json_body(request: Request, limit: int) -> dict | JSONResponse:
+    """The request's JSON object, read only while it stays within `limit` bytes: a larger one is
+    refused by its Content-Length, or (chunked) as soon as what arrived passes the limit."""
+    too_large = _refuse(413, "too_large", f"the request body is over {limit} bytes")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        return too_large
+    received, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return too_large
+        received.append(chunk)
     try:
-        body = await request.json()
+        body = json.loads(b"".join(received))
     except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
+        body = None
+    if not isinstance(body, dict):
+        return _refuse(400, "bad_request", "the request body must be a JSON object")
+    return body
 
 
 STOP_GRACE_S = 2.0
@@ -112,8 +136,20 @@ class _Embedded(uvicorn.Server):
 
 
 class Gateway:
-    def __init__(self, writer: Writer, backend: ChatEndpoint, outage: Outage | None = None):
-        """`outage` is told of model calls that the backend fails and of its next answer."""
+    def __init__(
+        self,
+        writer: Writer,
+        backend: ChatEndpoint,
+        outage: Outage | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        max_open_calls: int = MAX_OPEN_CALLS,
+    ):
+        """`outage` is told of model calls that the backend fails and of its next answer;
+        `max_open_calls`: model and tool calls one rollout may have open at once."""
+        if max_body_bytes < 1 or max_open_calls < 1:
+            raise ValueError("the gateway's body and open-call limits must be at least 1")
+        self.max_body_bytes = max_body_bytes
+        self.max_open_calls = max_open_calls
         self.writer = writer
         self.backend = backend
         self.outage = outage
@@ -176,14 +212,23 @@ class Gateway:
                 return _refuse(400, "bad_request", refused)
             if grant.calls >= gen.max_calls:
                 return _refuse(429, "budget", f"model-call budget of {gen.max_calls} calls used up")
-            if grant.prompt_tokens + grant.completion_tokens >= gen.max_tokens:
-                return _refuse(429, "budget", f"token budget of {gen.max_tokens} tokens used up")
-            completion_left = None
+            # What the budgets leave once the calls in flight get all they may still use.
+            spent = grant.prompt_tokens + grant.completion_tokens + grant.reserved_tokens
+            if spent >= gen.max_tokens:
+                detail = f"token budget of {gen.max_tokens} tokens used up"
+                if grant.reserved_tokens:
+                    detail += f" ({grant.reserved_tokens} reserved by calls in flight)"
+                return _refuse(429, "budget", detail)
+            completion_left = gen.max_tokens - spent
             if gen.max_completion_tokens is not None:
-                completion_left = gen.max_completion_tokens - grant.completion_tokens
-                if completion_left <= 0:
+                completion_spent = grant.completion_tokens + grant.reserved_tokens
+                if completion_spent >= gen.max_completion_tokens:
                     detail = f"completion budget of {gen.max_completion_tokens} tokens used up"
+                    if grant.reserved_tokens:
+                        detail += f" ({grant.reserved_tokens} reserved by calls in flight)"
                     return _refuse(429, "budget", detail)
+                completion_left = min(completion_left, gen.max_completion_tokens - completion_spent)
+            asked = gen.overridden(body)  # the harness's own decoding, fixed by the run
             body = gen.apply(body, completion_left)
             # Some servers sample identically for identical unseeded requests (transformers serve
             # does), which would make k samples one sample k times. A fresh seed per call keeps
@@ -195,8 +240,12 @@ class Gateway:
             start = time.perf_counter()
             # exactly what reaches the server (the client adds only the model name)
             request_record = {"model": grant.model, "messages": messages, **body}
+            if asked:  # not sent: kept so the trace shows what the harness wanted
+                request_record["harness_asked"] = asked
             grant.open_calls[call] = (request_record, start)
             self._in_flight.add(asyncio.current_task())
+            reserved = max(0, body["max_tokens"])  # settled below, however the call ends
+            grant.reserved_tokens += reserved
             try:
                 with grant.waiting():
                     response = await self.backend.chat(grant.model, messages, **body)
@@ -220,6 +269,7 @@ class Gateway:
                 return _refuse(502, "backend", f"model backend error: {exc}")
             finally:
                 self._in_flight.discard(asyncio.current_task())
+                grant.reserved_tokens -= reserved
             if self.outage:
                 self.outage.back()
             if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
@@ -322,9 +372,22 @@ class Gateway:
         grant = self._authorize(request)
         if grant is None:
             return _refuse(401, "bad_token", "unknown or expired rollout token")
-        body = await _json_body(request)
-        if body is None:
-            return _refuse(400, "bad_request", "the request body must be a JSON object")
+        open_calls = grant.in_flight + grant.reading
+        if open_calls >= self.max_open_calls:
+            detail = (
+                f"this rollout already has {open_calls} calls open "
+                f"(at most {self.max_open_calls} at once)"
+            )
+            return _refuse(429, "open_calls", detail)
+        # Counted while its body is read; the call's own count (Grant.waiting) starts with no
+        # await in between.
+        grant.reading += 1
+        try:
+            body = await _json_body(request, self.max_body_bytes)
+        finally:
+            grant.reading -= 1
+        if isinstance(body, JSONResponse):
+            return body
         return grant, body
 
     @property
@@ -348,7 +411,8 @@ class Gateway:
             if self._task.done():
                 self._task.result()  # raises the start-up error
             await asyncio.sleep(0.01)
-        # The sandbox user (uid 65534) must be able to connect; tokens guard the calls.
+        # Every sandbox user (uid 65534, docker's per-rollout uids) must be able to connect;
+        # tokens guard the calls.
         socket_path.chmod(0o666)
 
     async def stop(self) -> None:

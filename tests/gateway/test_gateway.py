@@ -1,6 +1,7 @@
 """The gateway on its Unix socket, in front of the real model server."""
 
 import asyncio
+import time
 
 import httpx
 import pytest
@@ -18,13 +19,14 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 
 @pytest.fixture
 def with_gateway(store, model_server, tmp_path):
-    """with_gateway(body) runs `await body(gateway, client, rollout_id)` against a live gateway."""
+    """with_gateway(body, **gateway_options) runs `await body(gateway, client, rollout_id)`
+    against a live gateway."""
     engine, writer = store
 
-    def run(body):
+    def run(body, **options):
         async def main():
             endpoint = ChatEndpoint(model_server.base_url, model_server.model)
-            gateway = Gateway(writer, endpoint)
+            gateway = Gateway(writer, endpoint, **options)
             sock = tmp_path / "gw.sock"
             await gateway.start(sock)
             transport = httpx.AsyncHTTPTransport(uds=str(sock))
@@ -280,19 +282,25 @@ def test_a_call_in_flight_when_its_rollout_ends_is_recorded_unanswered(
     assert step.latency_ms >= 200
 
 
+async def _hung_backend():
+    """A model server that reads a request and never answers."""
+
+    async def never_answers(reader, writer_):
+        await reader.read(1 << 16)
+        await asyncio.sleep(3600)
+
+    hung = await asyncio.start_server(never_answers, "127.0.0.1", 0)
+    port = hung.sockets[0].getsockname()[1]
+    return hung, ChatEndpoint(f"http://127.0.0.1:{port}/v1", "hung")
+
+
 def test_stopping_cancels_the_calls_in_flight_instead_of_waiting_on_them(store, tmp_path):
     """A model server that does not answer (hung, or busy for minutes) does not hold up the
     workbench's stop: its calls in flight are recorded unanswered and answered 503 at once."""
     engine, writer = store
 
     async def main():
-        async def never_answers(reader, writer_):
-            await reader.read(1 << 16)
-            await asyncio.sleep(3600)
-
-        hung = await asyncio.start_server(never_answers, "127.0.0.1", 0)
-        port = hung.sockets[0].getsockname()[1]
-        endpoint = ChatEndpoint(f"http://127.0.0.1:{port}/v1", "hung")
+        hung, endpoint = await _hung_backend()
         gateway = Gateway(writer, endpoint)
         sock = tmp_path / "gw.sock"
         await gateway.start(sock)
@@ -307,6 +315,7 @@ def test_stopping_cancels_the_calls_in_flight_instead_of_waiting_on_them(store, 
                 await asyncio.sleep(0.01)
             await asyncio.wait_for(gateway.stop(), 5)
             answered = await call
+        assert grant.reserved_tokens == 0  # the cancelled call gave back its reservation
         await endpoint.close()
         hung.close()
         return answered
@@ -317,3 +326,128 @@ def test_stopping_cancels_the_calls_in_flight_instead_of_waiting_on_them(store, 
     (step,) = steps(engine)
     assert step.response is None
     assert step.error.startswith("no response: the call was cancelled in flight (")
+
+
+@pytest.mark.parametrize("budget", ["max_tokens", "max_completion_tokens"])
+def test_calls_in_flight_together_stay_within_the_token_budget(with_gateway, model_server, budget):
+    """16 calls at once, each asking for 190 tokens under a 200-token budget: each call reserves
+    its max_tokens when sent, so together they get at most 200 completion tokens; the rest are
+    refused as over budget, and every reservation is settled once the calls are over."""
+    long = [{"role": "user", "content": "Count from 1 to 500, separated by commas."}]
+
+    async def body(gateway, client, rollout_id):
+        limits = Generation("local", max_calls=32, **{"max_tokens": 100_000, budget: 200})
+        grant = Grant(rollout_id, model_server.model, generation=limits)
+        token = gateway.grant(grant)
+        request = {"messages": long, "max_tokens": 190, "temperature": 1.0}
+        answers = await asyncio.gather(
+            *(
+                client.post("/v1/chat/completions", headers=auth(token), json=request)
+                for _ in range(16)
+            )
+        )
+        return answers, grant
+
+    answers, grant = with_gateway(body, max_open_calls=16)
+    answered = [a.json() for a in answers if a.status_code == 200]
+    refused = [a.json() for a in answers if a.status_code != 200]
+    assert answered and refused
+    assert sum(a["usage"]["completion_tokens"] for a in answered) <= 200
+    assert {r["reason"] for r in refused} == {"budget"}
+    assert grant.reserved_tokens == 0 and grant.completion_tokens <= 200
+
+
+def test_a_rollout_has_a_bounded_number_of_calls_open(store, tmp_path):
+    """Model and tool calls open at once are bounded per rollout: one more is refused at once
+    with a reason the harness sees, while another rollout's calls are not held back."""
+    engine, writer = store
+
+    async def main():
+        hung, endpoint = await _hung_backend()
+        gateway = Gateway(writer, endpoint, max_open_calls=3)
+        sock = tmp_path / "gw.sock"
+        await gateway.start(sock)
+        never = asyncio.Event()
+        grant = Grant(make_rollout(writer), "hung", tools={"wait": never.wait})
+        token, other = gateway.grant(grant), gateway.grant(Grant(make_rollout(writer), "hung"))
+        transport = httpx.AsyncHTTPTransport(uds=str(sock))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=60) as c:
+            chat = {"messages": HELLO}
+            held = [
+                asyncio.create_task(c.post("/v1/chat/completions", headers=auth(t), json=chat))
+                for t in (token, token, other)
+            ]
+            held.append(asyncio.create_task(c.post("/tools/wait", headers=auth(token), json={})))
+            while grant.in_flight < 3:
+                await asyncio.sleep(0.01)
+            extra = await asyncio.wait_for(
+                c.post("/v1/chat/completions", headers=auth(token), json=chat), 10
+            )
+            await asyncio.wait_for(gateway.stop(), 5)
+            never.set()
+            await asyncio.gather(*held)
+        await endpoint.close()
+        hung.close()
+        return extra
+
+    extra = asyncio.run(main())
+    assert extra.status_code == 429
+    assert extra.json()["reason"] == "open_calls"
+    assert "at most 3 at once" in extra.json()["detail"]
+
+
+async def _post_large(sock, token: str, total: int, chunked: bool, chunk: int = 1 << 20):
+    """POST a body of `total` bytes (chunked, or declared by its Content-Length), stopping once
+    the answer comes: (status, bytes sent, seconds)."""
+    reader, writer = await asyncio.open_unix_connection(str(sock))
+    start = time.monotonic()
+    framing = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}"
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+        + f"Authorization: Bearer {token}\r\n{framing}\r\n".encode()
+        + b"Content-Type: application/json\r\n\r\n"
+    )
+    status_line = asyncio.ensure_future(reader.readline())
+    piece = b" " * chunk
+    if chunked:
+        piece = b"%x\r\n" % chunk + piece + b"\r\n"
+    sent = 0
+    try:
+        while sent < total and not status_line.done():
+            writer.write(piece)
+            await writer.drain()
+            sent += chunk
+        line = await asyncio.wait_for(status_line, 30)
+    except (ConnectionError, BrokenPipeError):
+        line = await asyncio.wait_for(status_line, 30)
+    writer.close()
+    return int(line.split()[1]), sent, time.monotonic() - start
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(store, tmp_path):
+    """Bodies over the bound (16 MiB unless set otherwise) get 413: by their Content-Length
+    without a byte read, or, streamed, as soon as what arrived passes it - a 256 MiB body is
+    not read whole."""
+    engine, writer = store
+
+    async def main():
+        gateway = Gateway(writer, backend=None)
+        sock = tmp_path / "gw.sock"
+        await gateway.start(sock)
+        token = gateway.grant(Grant(make_rollout(writer), "m"))
+        transport = httpx.AsyncHTTPTransport(uds=str(sock))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+                small = await c.post("/v1/chat/completions", headers=auth(token), json=[1])
+            declared = await _post_large(sock, token, 256 << 20, chunked=False)
+            streamed = await _post_large(sock, token, 256 << 20, chunked=True)
+        finally:
+            await gateway.stop()
+        return small, declared, streamed
+
+    small, declared, streamed = asyncio.run(main())
+    assert small.status_code == 400  # under the bound: read, and refused as not an object
+    for status, sent, seconds in (declared, streamed):
+        assert status == 413
+        assert sent < 64 << 20, f"{sent >> 20} MiB sent before the refusal"
+        assert seconds < 10

@@ -26,9 +26,10 @@ HANG_S = 8
 # Put before a harness whose rollouts must overlap: all_up(n) waits until n - 1 siblings (the
 # other workers of the same runner server) are running and returns their pids, or [] after 6 s;
 # all_done(pids) marks this rollout done and waits until those siblings are done or gone. Events
-# in /proc and the sandbox's /tmp, not sleeps: on a loaded machine a sibling can start late.
+# in /proc and abstract Unix sockets (each rollout has a /tmp of its own), not sleeps: on a loaded
+# machine a sibling can start late.
 RENDEZVOUS = """\
-import os as _os, time as _time
+import os as _os, socket as _socket, time as _time
 
 
 def _parent(pid):
@@ -49,12 +50,24 @@ def all_up(n, wait_s=6.0):
     return []
 
 
+def _is_done(pid):
+    probe = _socket.socket(_socket.AF_UNIX)
+    try:
+        probe.connect(f"\\0whale-done-{pid}")
+        return True
+    except OSError:
+        return not _os.path.exists(f"/proc/{pid}")
+    finally:
+        probe.close()
+
+
 def all_done(pids, wait_s=6.0):
-    open(f"/tmp/done-{_os.getpid()}", "w").close()
+    global _done
+    _done = _socket.socket(_socket.AF_UNIX)
+    _done.bind(f"\\0whale-done-{_os.getpid()}")
+    _done.listen(16)
     end = _time.monotonic() + wait_s
-    while _time.monotonic() < end and not all(
-        _os.path.exists(f"/tmp/done-{p}") or not _os.path.exists(f"/proc/{p}") for p in pids
-    ):
+    while _time.monotonic() < end and not all(_is_done(p) for p in pids):
         _time.sleep(0.05)
 
 
@@ -63,8 +76,8 @@ def all_done(pids, wait_s=6.0):
 
 @pytest.fixture(scope="module", params=["process", "docker"])
 def attack(request, tmp_path_factory, model_server, model_cache):
-    """attack(code, limit=1, k=1, timeout_s=ANSWER_S) -> (eval JSON, [rollout rows as dicts])
-    on one backend."""
+    """attack(code, limit=1, k=1, timeout_s=ANSWER_S, more_env=None) -> (eval JSON, [rollout rows
+    as dicts]) on one backend."""
     backend = request.param
     if backend == "docker":
         request.getfixturevalue("docker_image")  # skips where no engine exists
@@ -83,7 +96,13 @@ def attack(request, tmp_path_factory, model_server, model_cache):
 
     with whale_serve(env) as url:
 
-        def run(code: str, limit: int = 1, k: int = 1, timeout_s: float = ANSWER_S):
+        def run(
+            code: str,
+            limit: int = 1,
+            k: int = 1,
+            timeout_s: float = ANSWER_S,
+            more_env: dict[str, str] | None = None,
+        ):
             code = code.replace("SERVER_PORT", url.rsplit(":", 1)[1]).replace(
                 "MODEL_PORT", model_port
             )
@@ -91,7 +110,7 @@ def attack(request, tmp_path_factory, model_server, model_cache):
             harness.write_text(textwrap.dedent(code.replace("DB_PATH", str(home / "whale.db"))))
             out = whale_eval_json(
                 harness,
-                {**env, "WHALE_ROLLOUT_TIMEOUT": str(timeout_s)},
+                {**env, "WHALE_ROLLOUT_TIMEOUT": str(timeout_s), **(more_env or {})},
                 "--domain",
                 "arith",
                 "--sandbox",
@@ -206,17 +225,18 @@ def test_nothing_outside_tmp_is_writable(attack):
     answer = answer_of(
         attack,
         """
+        import os, tempfile
         def run(task, llm, tools):
             wrote = []
             for path in ["/usr/owned", "/etc/owned", "/sandbox/harness.py", "/owned",
-                         "/gateway/owned", "/sandbox/runner.py"]:
+                         "/gateway/owned", "/sandbox/runner.py", "/dev/owned"]:
                 try:
                     with open(path, "a") as f:
                         f.write("x")
                     wrote.append(path)
                 except OSError:
                     pass
-            open("/tmp/fine", "w").write("ok")
+            open(os.path.join(tempfile.gettempdir(), "fine"), "w").write("ok")  # its own area
             return ",".join(wrote) or "nothing"
     """,
     )
@@ -228,11 +248,12 @@ def test_filling_tmp_stops_at_its_size(attack):
     answer = answer_of(
         attack,
         """
+        import tempfile
         def run(task, llm, tools):
             written = 0
             try:
                 for i in range(10_000):
-                    with open(f"/tmp/fill{i}", "wb") as f:
+                    with open(f"{tempfile.gettempdir()}/fill{i}", "wb") as f:
                         f.write(b"x" * (1 << 20))
                     written += 1
             except OSError:
@@ -240,7 +261,7 @@ def test_filling_tmp_stops_at_its_size(attack):
             return written
     """,
     )
-    assert int(answer) <= 64
+    assert 0 < int(answer) <= 64
 
 
 def test_printing_gigabytes(attack):
@@ -440,22 +461,29 @@ def test_forbidden_module(attack):
 
 
 def test_a_fake_reward_cannot_be_reported(attack):
-    """The reward is computed outside the sandbox from the answer; tampering changes nothing."""
+    """The reward is computed outside the sandbox from the answer; tampering changes nothing. The
+    forgeries carry the correct answer (the harness works it out) while run returns a wrong one:
+    a forgery that took effect would score 1."""
     _, (row,) = attack("""
         import json, os, sys
         def run(task, llm, tools):
+            a, op, b = task["question"].removeprefix("What is ").removesuffix("?").split()
+            correct = str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op])
+            forged = {"answer": correct, "reason": None, "error": None, "reward": 1.0,
+                      "status": "pass", "stdout_tail": "", "stderr_tail": ""}
             main = sys.modules.get("__main__")
             if main is not None:  # patch the runner's result
-                main.run_task = lambda *a: {"answer": "0", "reward": 1.0, "reason": None}
+                main.run_task = lambda *a: forged
             for fd in range(3, 64):  # and try every descriptor for a result channel
                 try:
-                    os.write(fd, json.dumps({"reward": 1.0, "status": "pass"}).encode())
+                    os.write(fd, json.dumps(forged).encode() + b"\\n")
                 except OSError:
                     pass
             return "-1"
     """)
     # writing into its own result channel can only spoil its own result
     assert row["status"] in ("fail", "error") and row["reward"] == 0.0
+    assert row["answer"] in (None, "-1") and row["gold"] != "-1"
 
 
 # A child interpreter started from the harness: the domain's forbidden imports do not reach it
@@ -550,3 +578,99 @@ def test_a_child_interpreter_can_neither_take_over_the_runner_nor_open_kernel_su
         assert "no sibling running" not in found.values(), found
         breached = {name: what for name, what in found.items() if what not in allowed}
         assert not breached, f"{attack.backend}: {breached} (all: {found})"
+
+
+# Leaves files in /tmp, /dev/shm, its working directory and $HOME (named after its pid, and under
+# a fixed name too unless told not to), and looks for what other rollouts left there: by listing,
+# or where a place cannot be listed, by the fixed name and the names of the pids it is given.
+LEAVE_AND_LOOK = """\
+import json, os
+
+MARK = "whale-left-behind"
+
+
+def places():
+    return sorted({"/tmp", "/dev/shm", os.getcwd(), os.path.expanduser("~")})
+
+
+def look(others=()):
+    mine = f"{MARK}-{os.getpid()}"
+    found = []
+    for place in places():
+        try:
+            names = set(os.listdir(place))
+        except OSError:
+            names = set()
+        for name in [MARK] + [f"{MARK}-{pid}" for pid in others]:
+            if os.path.exists(os.path.join(place, name)):
+                names.add(name)
+        found += [os.path.join(place, n) for n in sorted(names) if n.startswith(MARK) and n != mine]
+    return found
+
+
+def leave(fixed_name=True):
+    left = set()
+    for place in places():
+        for name in [f"{MARK}-{os.getpid()}"] + ([MARK] if fixed_name else []):
+            try:
+                with open(os.path.join(place, name), "w") as f:
+                    f.write("left by an earlier rollout")
+                left.add(place)
+            except OSError:
+                pass
+    return sorted(left)
+
+
+"""
+
+
+def _leftovers(rows):
+    """Each row's report, after checking that it left files in its own area at least."""
+    reports = []
+    for row in rows:
+        assert row["reason"] is None, row["error"]
+        report = json.loads(row["answer"])
+        assert report["cwd"] in report["left"] and report["home"] in report["left"], report
+        reports.append(report)
+    return reports
+
+
+def test_a_rollout_finds_nothing_an_earlier_one_left(attack):
+    """One rollout at a time, all in the one warm runner: the second sample of a task and the
+    next task's samples find none of the files the rollouts before them left."""
+    _, rows = attack(
+        LEAVE_AND_LOOK
+        + textwrap.dedent("""
+        def run(task, llm, tools):
+            found = look()
+            return json.dumps({"found": found, "left": leave(), "cwd": os.getcwd(),
+                               "home": os.path.expanduser("~")})
+    """),
+        limit=2,
+        k=2,
+        more_env={"WHALE_CONCURRENCY": "1"},
+    )
+    assert [r["found"] for r in _leftovers(rows)] == [[]] * 4
+
+
+def test_rollouts_running_together_find_nothing_of_each_other(attack):
+    """The k samples of a task and another task's, at once in one runner: each leaves its files,
+    waits until the others have left theirs, and finds none of them."""
+    _, rows = attack(
+        RENDEZVOUS
+        + LEAVE_AND_LOOK
+        + textwrap.dedent("""
+        def run(task, llm, tools):
+            left = leave(fixed_name=False)  # one name would be a sibling's and this one's
+            siblings = all_up(4)
+            found = look(siblings)
+            all_done(siblings)
+            return json.dumps({"found": found, "left": left, "siblings": len(siblings),
+                               "cwd": os.getcwd(), "home": os.path.expanduser("~")})
+    """),
+        limit=2,
+        k=2,
+    )
+    reports = _leftovers(rows)
+    assert [r["siblings"] for r in reports] == [3] * 4, reports
+    assert [r["found"] for r in reports] == [[]] * 4, reports
