@@ -16,6 +16,18 @@ a rollout cost about a millisecond of sandbox CPU instead of an interpreter star
 Every process of the sandbox runs confined (`confine`): non-dumpable, no new privileges, and the
 host's seccomp filter (WHALE_SECCOMP names the file).
 
+Every rollout starts from a fresh, empty writable area, its working directory, HOME and TMPDIR,
+which no later rollout sees (WHALE_SCRATCH, set by the backend, says how):
+- "mount" (bubblewrap): the worker gets a mount namespace of its own with a new tmpfs on /tmp and
+  /dev/shm (and its own IPC namespace), then drops the capabilities it did that with and loads
+  the full filter; the server's own filter (WHALE_SECCOMP_SERVER) lets it do only that much more.
+  Gone with the rollout's last process.
+- "uid" (docker): the server runs as root with CAP_SETUID/SETGID/CHOWN/KILL only; each rollout runs
+  under a uid of its own (ROLLOUT_UID_BASE + a slot free at the time) in a private directory of
+  /tmp, which nobody else can write to or list; when it ends, a cleaner under that uid kills
+  whatever the rollout left running and deletes what it wrote, before the slot is used again.
+- "dir" (no bubblewrap: files are not isolated at all): a fresh directory, removed afterwards.
+
 The harness's `llm.chat` and `tools.<name>` reach the gateway through the Unix socket named by
 WHALE_GATEWAY, with the rollout's token; nothing else is reachable. The exception: a domain's
 sandbox-side tools (the request's "sandbox_tools", e.g. math's `python`) run here, inside the
@@ -34,6 +46,7 @@ import select
 import selectors
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -45,6 +58,12 @@ MAX_ANSWER_CHARS = 65536
 _token = None  # this worker's rollout token, set after the fork
 _sandbox_tools = {}  # name -> limits of the tools that run in here, set after the fork
 TOOL_OUTPUT_CHARS = 8000  # of stdout and of stderr, each, that a sandbox-side tool returns
+ROLLOUT_UID_BASE = 200000  # "uid" scratch: rollout slot n runs as this + n, no user of the image
+TMP_BYTES = 64 << 20  # "mount" scratch: the size of a rollout's own /tmp and /dev/shm
+_libc = None  # set by confine
+_rollout_filter = b""  # the full filter a "mount" worker loads once its /tmp is its own
+CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
 
 
 class GatewayError(Exception):
@@ -330,23 +349,125 @@ def confine(filter_path):
     ptrace, no new namespaces...). All three pass to every process forked or exec'ed from here
     and cannot be undone (the filter also refuses PR_SET_DUMPABLE). A server that cannot
     confine itself refuses to run."""
+    global _libc
+    import ctypes
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+    # PR_SET_DUMPABLE 0, PR_SET_NO_NEW_PRIVS 1
+    for option, arg in ((4, 0), (38, 1)):
+        if _libc.prctl(option, arg, 0, 0, 0) != 0:
+            raise SystemExit(f"runner: prctl({option}) failed: {os.strerror(ctypes.get_errno())}")
+    try:
+        _load_filter(_read_filter(filter_path))
+    except OSError as exc:
+        raise SystemExit(f"runner: cannot load the seccomp filter: {exc}") from None
+
+
+def _read_filter(filter_path):
+    with open(filter_path, "rb") as f:
+        program = f.read()
+    if not program or len(program) % 8:
+        raise SystemExit(f"runner: {filter_path} is not a seccomp BPF program")
+    return program
+
+
+def _load_filter(program):
+    """PR_SET_SECCOMP, SECCOMP_MODE_FILTER: stacks on any filter loaded before."""
     import ctypes
 
     class SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    with open(filter_path, "rb") as f:
-        program = f.read()
-    if not program or len(program) % 8:
-        raise SystemExit(f"runner: {filter_path} is not a seccomp BPF program")
     code = ctypes.create_string_buffer(program, len(program))
     fprog = SockFprog(len(program) // 8, ctypes.addressof(code))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
-    # PR_SET_DUMPABLE 0, PR_SET_NO_NEW_PRIVS 1, PR_SET_SECCOMP SECCOMP_MODE_FILTER &fprog
-    for option, arg, address in ((4, 0, 0), (38, 1, 0), (22, 2, ctypes.addressof(fprog))):
-        if libc.prctl(option, arg, address, 0, 0) != 0:
-            raise SystemExit(f"runner: prctl({option}) failed: {os.strerror(ctypes.get_errno())}")
+    if _libc.prctl(22, 2, ctypes.addressof(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def _libc_call(name, *args):
+    import ctypes
+
+    if getattr(_libc, name)(*args) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{name}: {os.strerror(errno)}")
+
+
+def _private_mounts():
+    """The "mount" scratch: a mount and IPC namespace of this worker's own with a new tmpfs on /tmp
+    and /dev/shm, then no capabilities left and the full filter on top of the server's."""
+    import ctypes
+
+    _libc_call("unshare", CLONE_NEWNS | CLONE_NEWIPC)
+    _libc_call("mount", None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None)
+    options = b"size=%d,mode=1777" % TMP_BYTES
+    for target in (b"/tmp", b"/dev/shm"):
+        _libc_call(
+            "mount", b"tmpfs", target, b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options
+        )
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    _libc_call("capset", header, (ctypes.c_uint32 * 6)())  # effective, permitted, inheritable: none
+    _load_filter(_rollout_filter)
+
+
+def _remove_tree(path, keep_top=False):
+    """Delete what a rollout left under `path`, whatever modes it gave it (its owner may always
+    change them back); symbolic links are removed, never followed."""
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return
+    if not is_dir:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return
+    try:
+        os.chmod(path, 0o700)
+        names = os.listdir(path)
+    except OSError:
+        names = []
+    for name in names:
+        _remove_tree(os.path.join(path, name))
+    if not keep_top:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def _enter_scratch(scratch):
+    """In the worker, before any harness code: make the rollout's fresh area its own (see the
+    module's docstring) and its working directory, HOME and TMPDIR."""
+    if scratch["mode"] == "mount":
+        _private_mounts()
+    elif scratch["mode"] == "uid":
+        uid = scratch["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # and with it every capability the server had
+    path = scratch["path"]
+    os.chdir(path)
+    os.environ["HOME"] = os.environ["TMPDIR"] = path
+    tempfile.tempdir = path  # the server may have cached another
+
+
+def _clean_as(uid, path):
+    """The cleaner of a "uid" rollout, a child of the server: under the rollout's uid, kill what it
+    left running, then delete what it wrote. Never returns."""
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        for _ in range(2):  # kill(-1): every process this uid may signal, i.e. the rollout's
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _remove_tree(path, keep_top=True)
+    finally:
+        os._exit(0)
 
 
 def _read_line(conn):
@@ -360,7 +481,7 @@ def _read_line(conn):
     return json.loads(line)
 
 
-def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
+def _worker(harness_path, harness, limits, scratch, conn, out_w, err_w, res_w):
     """The forked child that runs the harness. Never returns."""
     global _token, _sandbox_tools
     try:
@@ -374,6 +495,11 @@ def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
         # Close every other descriptor: the harness must not reach the control connection.
         os.closerange(3, res_w)
         os.closerange(res_w + 1, 65536)
+        try:
+            _enter_scratch(scratch)
+        except OSError as exc:
+            os.write(2, f"runner: no fresh scratch space for the rollout: {exc}\n".encode())
+            raise
         mem = int(request.get("memory_mb") or 0) << 20
         if mem:
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
@@ -390,14 +516,14 @@ def _worker(harness_path, harness, limits, conn, out_w, err_w, res_w):
         os._exit(0)
 
 
-def _spawn(harness_path, harness, limits, conn):
+def _spawn(harness_path, harness, limits, scratch, conn):
     """Fork the worker of one rollout; returns its pid and the read ends of its three pipes."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _worker(harness_path, harness, limits, conn, out_w, err_w, res_w)
+        _worker(harness_path, harness, limits, scratch, conn, out_w, err_w, res_w)
     for fd in (out_w, err_w, res_w):
         os.close(fd)
     return pid, out_r, err_r, res_r
@@ -406,8 +532,8 @@ def _spawn(harness_path, harness, limits, conn):
 class _Rollout:
     """One rollout in flight: the host's connection, its worker, the worker's pipes and limits."""
 
-    def __init__(self, conn, limits, pid, out_r, err_r, res_r):
-        self.conn, self.pid = conn, pid
+    def __init__(self, conn, limits, scratch, pid, out_r, err_r, res_r):
+        self.conn, self.pid, self.scratch = conn, pid, scratch
         self.out_r, self.err_r, self.res_r = out_r, err_r, res_r
         self.chunks = {out_r: b"", err_r: b"", res_r: b""}
         self.open = {out_r, err_r, res_r}
@@ -484,8 +610,11 @@ class _Server:
     process of the sandbox user that any rollout could attach to), so it also reaps the orphans
     that rollouts leave: every SIGCHLD wakes the loop, which collects whichever children exited."""
 
-    def __init__(self, listener, harness_path, harness):
+    def __init__(self, listener, harness_path, harness, scratch_mode):
         self.listener, self.harness_path, self.harness = listener, harness_path, harness
+        self.scratch_mode = scratch_mode
+        self.slots = set()  # "uid" scratch: the slots of rollouts running or being cleaned
+        self.cleaners = {}  # pid -> the scratch its cleaner empties
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, ("accept", None))
         self.rollouts = set()
@@ -511,6 +640,13 @@ class _Server:
             rollout = self.workers.pop(pid, None)
             if rollout is not None:
                 rollout.status = status
+            scratch = self.cleaners.pop(pid, None)
+            if scratch is not None:  # emptied: its directory goes, its uid may run again
+                try:
+                    os.rmdir(scratch["path"])
+                except OSError:
+                    pass
+                self.slots.discard(scratch["slot"])
 
     def serve_forever(self):
         while True:
@@ -579,14 +715,50 @@ class _Server:
         except (ValueError, TypeError, AttributeError):
             conn.close()  # not the host's pool: nothing to run
             return
-        pid, out_r, err_r, res_r = _spawn(self.harness_path, self.harness, limits, conn)
+        try:
+            scratch = self._new_scratch()
+        except OSError as exc:
+            conn.setblocking(True)
+            reply = {"answer": None, "reason": "crash", "error": f"no scratch space: {exc}"}
+            try:
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+            except OSError:
+                pass
+            conn.close()
+            return
+        pid, out_r, err_r, res_r = _spawn(self.harness_path, self.harness, limits, scratch, conn)
         conn.setblocking(True)
-        rollout = _Rollout(conn, limits, pid, out_r, err_r, res_r)
+        rollout = _Rollout(conn, limits, scratch, pid, out_r, err_r, res_r)
         for fd in (out_r, err_r, res_r):
             self.selector.register(fd, selectors.EVENT_READ, ("pipe", rollout))
         self.rollouts.add(rollout)
         self.workers[pid] = rollout
         self._reap()  # a worker that exited before it was registered
+
+    def _new_scratch(self):
+        """The fresh area of the next rollout (see the module's docstring)."""
+        if self.scratch_mode == "mount":
+            return {"mode": "mount", "path": "/tmp"}
+        if self.scratch_mode == "uid":
+            slot = next(n for n in range(len(self.slots) + 1) if n not in self.slots)
+            uid = ROLLOUT_UID_BASE + slot
+            # /tmp is root's and mode 0711: no rollout can list it or write to it, only to its
+            # own directory, whose name it cannot guess
+            path = f"/tmp/rollout-{os.urandom(16).hex()}"
+            os.mkdir(path, 0o700)
+            os.chown(path, uid, uid)
+            self.slots.add(slot)
+            return {"mode": "uid", "path": path, "uid": uid, "slot": slot}
+        return {"mode": "dir", "path": tempfile.mkdtemp(prefix="whale-rollout-")}
+
+    def _clear_scratch(self, scratch):
+        if scratch["mode"] == "dir":
+            _remove_tree(scratch["path"])
+        elif scratch["mode"] == "uid":
+            pid = os.fork()
+            if pid == 0:
+                _clean_as(scratch["uid"], scratch["path"])
+            self.cleaners[pid] = scratch  # reaped by _reap, which then frees the slot
 
     def _stop(self, key):
         """The host stops a rollout (its harness time is up): it sends the key whose hash came
@@ -615,10 +787,21 @@ class _Server:
         except OSError:
             pass  # the host gave up on it (its own backstop timeout)
         rollout.conn.close()
+        self._clear_scratch(rollout.scratch)  # once the host has its answer
 
 
 def serve(control_socket, harness_path):
-    confine(os.environ["WHALE_SECCOMP"])
+    global _rollout_filter
+    scratch_mode = os.environ.get("WHALE_SCRATCH", "dir")
+    if scratch_mode not in ("mount", "uid", "dir"):
+        raise SystemExit(f"runner: WHALE_SCRATCH={scratch_mode!r} is not mount, uid or dir")
+    if scratch_mode == "mount":  # the server keeps what it needs to give each worker its /tmp
+        _rollout_filter = _read_filter(os.environ["WHALE_SECCOMP"])
+        confine(os.environ["WHALE_SECCOMP_SERVER"])
+    else:
+        confine(os.environ["WHALE_SECCOMP"])
+    if scratch_mode == "uid":  # whatever the runtime made of it: only root may list or write
+        os.chmod("/tmp", 0o711)
     try:
         harness = load_harness(harness_path)  # once per server, not per rollout
     except Exception:  # noqa: BLE001 - unreadable: each rollout reports it
@@ -638,7 +821,7 @@ def serve(control_socket, harness_path):
     os.rename(pending, control_socket)
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     gc.freeze()  # the server's objects stay out of the workers' collections: fewer copied pages
-    _Server(listener, harness_path, harness).serve_forever()
+    _Server(listener, harness_path, harness, scratch_mode).serve_forever()
 
 
 if __name__ == "__main__":
