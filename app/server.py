@@ -25,10 +25,10 @@ def answer_error(request: Request, status: int, message: str):
     return render(request, "404.html", {"message": message, "status": status}, status)
 
 
-def create_app(workbench: Workbench, token: str | None = None, host: str = "127.0.0.1") -> FastAPI:
+def create_app(workbench: Workbench, *, token: str | None, host: str = "127.0.0.1") -> FastAPI:
     """An app for a server listening on `host`: it answers only requests for that host (and the
-    loopback names, and WHALE_ALLOWED_HOSTS); with a token, every request must carry it (see
-    app/web/security.py)."""
+    loopback names, and WHALE_ALLOWED_HOSTS); every request must carry `token` (None: an open
+    server, `whale serve --no-token`; see app/web/security.py)."""
     app = FastAPI(title="Whale workbench", version="0.1.0")
     app.state.workbench = workbench
     app.state.token = token

@@ -37,7 +37,7 @@ seed = 0
 
 [switching]
 rule = "fixed"
-harness_iterations = 4
+proposing_iterations = 4
 
 [search]
 proposer = "knobs"
@@ -121,11 +121,16 @@ def main() -> None:
         "WHALE_LLM_URL": f"http://127.0.0.1:{zero_port}/v1",
         "WHALE_LLM_MODEL": "zero",
         "WHALE_SANDBOX": args.sandbox,
+        "WHALE_TOKEN": "benchmark",  # the server's access token, sent by the client below
     }
     server = subprocess.Popen(
         [WHALE, "serve", "--port", str(port)], env=env, stderr=subprocess.DEVNULL
     )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60)
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}",
+        headers={"Authorization": "Bearer benchmark"},
+        timeout=60,
+    )
     try:
         wait_for("whale serve", lambda: _answers(client))
         csrf = {"X-CSRF-Token": client.get("/api/csrf").json()["csrf_token"]}

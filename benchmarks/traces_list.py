@@ -117,7 +117,10 @@ def measure(n: int, repeat: int) -> tuple[list[tuple[str, str, float, float]], d
     db = build(n)
     built_s = time.perf_counter() - started
     workbench = Workbench(Settings(home=db.parent), say=lambda _: None)
-    client = TestClient(create_app(workbench))
+    token = "benchmark"  # the server requires its access token, as `whale serve` does
+    client = TestClient(
+        create_app(workbench, token=token), headers={"Authorization": f"Bearer {token}"}
+    )
     results = []
     try:
         for name, page, api in cases(db, n):

@@ -181,14 +181,20 @@ def evaluated_home(tmp_path_factory, model_server, model_cache) -> Path:
     return home
 
 
+# The access token of every workbench server the tests start (`whale serve` reads it from
+# WHALE_TOKEN, in-process apps are given it), and the header that carries it.
+WEB_TOKEN = "token-of-the-test-servers"
+AUTH = {"Authorization": f"Bearer {WEB_TOKEN}"}
+
+
 @contextmanager
 def whale_serve(env: dict[str, str]):
     """`whale serve` over env's store on a free port, for the duration of the block; yields the
-    base URL once the API answers."""
+    base URL once the API answers. Its access token is WEB_TOKEN (send AUTH)."""
     port = free_port()
     proc = subprocess.Popen(
         [WHALE, "serve", "--port", str(port)],
-        env=env,
+        env={**env, "WHALE_TOKEN": WEB_TOKEN},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -196,7 +202,7 @@ def whale_serve(env: dict[str, str]):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            httpx.get(url + "/api/runs", timeout=2)
+            httpx.get(url + "/api/runs", headers=AUTH, timeout=2)
             break
         except httpx.HTTPError:
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -210,8 +216,10 @@ def whale_serve(env: dict[str, str]):
 
 
 def csrf_headers(url: str) -> dict[str, str]:
-    """The header every POST to the workbench at `url` must carry (from GET /api/csrf)."""
-    return {"X-CSRF-Token": httpx.get(url + "/api/csrf", timeout=30).json()["csrf_token"]}
+    """The headers every POST to the workbench at `url` must carry: the access token and the
+    CSRF token (from GET /api/csrf)."""
+    csrf = httpx.get(url + "/api/csrf", headers=AUTH, timeout=30).json()["csrf_token"]
+    return {**AUTH, "X-CSRF-Token": csrf}
 
 
 @pytest.fixture(scope="session")

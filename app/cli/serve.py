@@ -17,12 +17,22 @@ from app.domains import get_domain
 from app.progress import err
 
 
-def _web_server(workbench, host: str, port: int) -> uvicorn.Server:
-    """Off loopback the server requires an access token: $WHALE_TOKEN, else a fresh one."""
-    from app.server import create_app
+def _token(host: str, no_token: bool) -> str | None:
+    """The access token the server will require: $WHALE_TOKEN, else a fresh one; None with
+    --no-token, which a server off loopback is refused (app/web/security.py)."""
     from app.web.security import access_token
 
-    app = create_app(workbench, token=access_token(host, Settings().token), host=host)
+    try:
+        return access_token(host, Settings().token, open_access=no_token)
+    except ValueError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
+
+
+def _web_server(workbench, host: str, port: int, token: str | None) -> uvicorn.Server:
+    from app.server import create_app
+
+    app = create_app(workbench, token=token, host=host)
     return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
 
 
@@ -57,11 +67,22 @@ async def _start_web(server: uvicorn.Server) -> asyncio.Task:
     return task
 
 
+# the options of both commands' web server
+Host = Annotated[Optional[str], typer.Option(help="default 127.0.0.1")]
+Port = Annotated[Optional[int], typer.Option(help="default 8000")]
+NoToken = Annotated[
+    bool,
+    typer.Option(
+        "--no-token",
+        help="serve a loopback server without the access token (any local process may then use it)",
+    ),
+]
+
+
 def serve(
-    host: Annotated[
-        Optional[str], typer.Option(help="default 127.0.0.1; any other address requires a token")
-    ] = None,
-    port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
+    host: Host = None,
+    port: Port = None,
+    no_token: NoToken = False,
 ):
     """Serve the UI and API over the store in $WHALE_HOME; its runs, unfinished and new, are
     driven by a loop process beside it (app/loop/manager.py)."""
@@ -69,6 +90,8 @@ def serve(
     from app.loop.manager import LoopProcess
 
     settings = Settings()
+    host = host or settings.host
+    token = _token(host, no_token)
     try:
         lock = StoreLock(settings.home).acquire()
     except StoreBusy as exc:
@@ -77,7 +100,7 @@ def serve(
 
     async def main():
         workbench = make_workbench()  # reads, and writes control requests: never started here
-        server = _web_server(workbench, host or settings.host, port or settings.port)
+        server = _web_server(workbench, host, port or settings.port, token)
         loops = LoopProcess(
             lock, say=lambda m: err.print(f"[yellow]{m}[/yellow]"), nice=settings.loop_nice
         )
@@ -97,16 +120,17 @@ def serve(
 
 def demo(
     quick: Annotated[bool, typer.Option(help="16 tasks x k=2, then exit")] = False,
-    host: Annotated[
-        Optional[str], typer.Option(help="default 127.0.0.1; any other address requires a token")
-    ] = None,
-    port: Annotated[Optional[int], typer.Option(help="default 8000")] = None,
+    host: Host = None,
+    port: Port = None,
+    no_token: NoToken = False,
 ):
     """Evaluate the arith seed harness with the embedded model while the UI shows it."""
     from app.loop.lock import StoreBusy, StoreLock
     from app.loop.manager import LoopWorker
 
     settings = Settings()
+    host = host or settings.host
+    token = _token(host, no_token)
     limit, k = (16, 2) if quick else (None, 4)
     domain = get_domain("arith")
     try:  # its UI can start runs: it drives the store, as a server does
@@ -117,7 +141,7 @@ def demo(
 
     async def main():
         workbench = make_workbench()
-        server = _web_server(workbench, host or settings.host, port or settings.port)
+        server = _web_server(workbench, host, port or settings.port, token)
         web = loops = None
         try:
             await workbench.start()

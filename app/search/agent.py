@@ -1,10 +1,11 @@
 """The `agent` proposer (the paper's): a coding-agent command works in the run's archive.
 
 The workspace is materialized (workspace.py), the user's command runs there (under bubblewrap by
-default: the whole filesystem read-only, the store hidden, only the workspace writable), and
-`candidates/*.py` with their notes are collected afterwards (the store and the sandboxes'
-runtime folder are hidden from it). The command's output is kept in
-`agent-logs/` up to a cap; an agent that hangs is killed with its whole process group.
+default: its workspace, the system's toolchain and nothing else of the host; its network only
+through an egress proxy to its API host, see agent_sandbox.py), and `candidates/*.py` with
+their notes are collected afterwards. The command's output is kept in `agent-logs/` up to a
+cap, followed by every connection the proxy refused; an agent that hangs is killed with its
+whole process group.
 """
 
 import asyncio
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from app.experiment_schema import AgentProposerConfig
 from app.search.agent_presets import PRESETS, AgentOutput
+from app.search.agent_sandbox import AgentSandbox
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.workspace import clear_candidates, materialize
@@ -33,15 +35,31 @@ class AgentProposer:
         archive_dir: Path,
         max_code_bytes: int,
         hidden: list[Path] = (),
+        timeout_s: float | None = None,
     ):
         self.cfg = cfg
         self.archive_dir = archive_dir
         self.max_code_bytes = max_code_bytes
-        self.hidden = list(hidden)  # directories the agent must not see (the store)
+        self.hidden = list(hidden)  # what the agent must not see (the store, the test split)
+        self.timeout_s = timeout_s  # the harness phase's limit on one proposal, when set
+        self.preset = PRESETS[cfg.preset] if cfg.preset else None
+        if self.preset:  # a bad tool list is said when the run starts, not at iteration 1
+            self.command = self.preset.argv(cfg.isolation, cfg.model, cfg.effort, cfg.allowed_tools)
+        elif cfg.model or cfg.effort or cfg.allowed_tools is not None:
+            raise ValueError("search.agent: model, effort and allowed_tools are a preset's")
+        else:
+            self.command = cfg.command
+
+    def allowed_hosts(self) -> list[str] | None:
+        """What the egress proxy lets through; None: no network at all."""
+        if not self.cfg.network:
+            return None
+        if self.cfg.allow_hosts is not None:
+            return self.cfg.allow_hosts
+        return list(self.preset.hosts) if self.preset else []
 
     async def propose(self, ctx: SearchContext) -> Proposal:
-        preset = PRESETS[self.cfg.preset] if self.cfg.preset else None
-        command = preset.argv(self.cfg.isolation) if preset else self.cfg.command
+        preset, command = self.preset, self.command
         if not command:
             raise ValueError("no agent configured (search.agent.preset or command)")
         root = self.archive_dir / "runs" / str(ctx.run_id)
@@ -56,11 +74,29 @@ class AgentProposer:
             )
         log = root / "agent-logs" / f"iteration-{ctx.phase_id}-{ctx.iteration}.log"
         passed = [*self.cfg.env, *(preset.env if preset else ())]
-        # A known agent keeps its state in a home of the workspace: it sees no secret of the
-        # host's but the API key variable it is given (and a login stored at ~ is not used).
-        home = root / ".home" if preset else None
-        rc, tail = await self._run(self._wrap(argv, root), root, log, passed, home)
+        env = {k: os.environ[k] for k in ("PATH", "LANG", *passed) if k in os.environ}
+        env.update(preset.setenv if preset else {})
+        if self.cfg.isolation == "none":
+            env.setdefault("HOME", os.environ.get("HOME", "/"))
+            if preset:  # its state in a home of the workspace, not the host's login
+                env["HOME"] = str(root / ".home")
+                (root / ".home").mkdir(exist_ok=True)
+            rc, tail = await self._run(argv, root, log, env)
+            refused = []
+        else:
+            sandbox = AgentSandbox(root, self.hidden, self.cfg.read_paths, self.allowed_hosts())
+            async with sandbox:
+                try:
+                    rc, tail = await self._run(sandbox.wrap(argv), root, log, env | sandbox.env())
+                finally:  # on a timeout too: what it tried to reach says what it was doing
+                    _log_refusals(log, sandbox.refused)
+            refused = sandbox.refused
         candidates, notes = collect(out, ctx.k, self.max_code_bytes, ctx.accepted.id)
+        if refused:
+            notes.append(
+                f"its sandbox refused {len(refused)} connection(s), e.g. {refused[0]} "
+                f"(all in agent-logs/{log.name})"
+            )
         strays = sorted(
             str(p.relative_to(root))
             for p in set(root.rglob("*.py")) - before
@@ -91,37 +127,9 @@ class AgentProposer:
             candidates, said.prompt_tokens, said.completion_tokens, said.cost_usd, report, error
         )
 
-    def _wrap(self, argv: list[str], root: Path) -> list[str]:
-        if self.cfg.isolation == "none":
-            return argv
-        # /tmp stays readable (tools may live there) but not writable: TMPDIR points into the
-        # workspace (see _run).
-        wrapped = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for path in self.hidden:
-            wrapped += ["--tmpfs", str(path)]
-        wrapped += [
-            "--bind",
-            str(root),
-            str(root),
-            "--unshare-all",
-            "--die-with-parent",
-            "--chdir",
-            str(root),
-        ]
-        if self.cfg.network:
-            wrapped.append("--share-net")
-        return wrapped + ["--", *argv]
-
     async def _run(
-        self, argv: list[str], root: Path, log_path: Path, passed: list[str], home: Path | None
+        self, argv: list[str], root: Path, log_path: Path, env: dict[str, str]
     ) -> tuple[int, str]:
-        env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", *passed) if k in os.environ}
-        if home is not None:
-            home.mkdir(exist_ok=True)
-            env["HOME"] = str(home)
-        if self.cfg.isolation == "bwrap":
-            (root / ".tmp").mkdir(exist_ok=True)
-            env["TMPDIR"] = str(root / ".tmp")
         proc = await asyncio.create_subprocess_exec(
             *argv,
             cwd=root,
@@ -149,6 +157,13 @@ class AgentProposer:
                 except ProcessLookupError:
                     pass
                 await proc.wait()
+
+
+def _log_refusals(log: Path, refused: list[str]) -> None:
+    if refused:
+        with open(log, "a") as f:
+            f.write(f"\n--- the sandbox's egress proxy refused {len(refused)} connection(s) ---\n")
+            f.writelines(f"refused {line}\n" for line in refused)
 
 
 def collect(out: Path, k: int, max_bytes: int, parent_id: int) -> tuple[list[Candidate], list[str]]:

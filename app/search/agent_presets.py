@@ -36,14 +36,51 @@ class AgentOutput:
 @dataclass(frozen=True)
 class Preset:
     name: str
-    command: tuple[str, ...]  # {workspace}, {k}, {iteration} are filled in
+    # {workspace}, {k}, {iteration} are filled in; "{options}" is where the model, effort and
+    # tool flags go, "{sandbox}" the agent's own sandbox flags
+    command: tuple[str, ...]
     env: tuple[str, ...]  # variables passed through (its API key); nothing else of the host's
     read: Callable[[str], AgentOutput]
-    # the agent's own sandbox flags, by the proposer's isolation: inserted after command[:2]
+    hosts: tuple[str, ...]  # what its sandbox's egress proxy lets it reach: its API
+    options: Callable[[str | None, str | None, tuple[str, ...] | None], list[str]]
+    model: str | None = None  # defaults, each overridable in [search.agent]
+    effort: str | None = None
+    tools: tuple[str, ...] | None = None
+    timeout_s: float | None = None  # default time limit (else search.proposer_timeout_s)
+    setenv: dict[str, str] = field(default_factory=dict)  # variables it always gets
+    # the agent's own sandbox flags, by the proposer's isolation
     sandbox: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def argv(self, isolation: str) -> list[str]:
-        return [*self.command[:2], *self.sandbox.get(isolation, ()), *self.command[2:]]
+    def argv(
+        self,
+        isolation: str,
+        model: str | None = None,
+        effort: str | None = None,
+        tools: list[str] | None = None,
+    ) -> list[str]:
+        flags = self.options(
+            model or self.model,
+            effort or self.effort,
+            tuple(tools) if tools is not None else self.tools,
+        )
+        expand = {"{options}": flags, "{sandbox}": list(self.sandbox.get(isolation, ()))}
+        return [word for arg in self.command for word in expand.get(arg, [arg])]
+
+
+def _claude_options(model, effort, tools) -> list[str]:
+    flags = ["--model", model] if model else []
+    flags += ["--effort", effort] if effort else []
+    if tools is not None:
+        # the tools it has (--tools) are the tools it may use without asking (--allowedTools)
+        flags += ["--tools", ",".join(tools), "--allowedTools", ",".join(tools)]
+    return flags
+
+
+def _codex_options(model, effort, tools) -> list[str]:
+    if tools is not None:
+        raise ValueError("the codex preset has no tool list (search.agent.allowed_tools)")
+    flags = ["--model", model] if model else []
+    return flags + (["-c", f"model_reasoning_effort={effort}"] if effort else [])
 
 
 def _json_lines(text: str) -> list[dict]:
@@ -98,6 +135,9 @@ def read_codex(text: str) -> AgentOutput:
 
 
 PRESETS = {
+    # As the release ran its proposer (krafton-ai/WHALE, domains/*/meta_harness/): Claude Opus
+    # 4.7 at effort max, with the file tools and Bash, 2400 s an iteration. Bash runs inside
+    # the agent's sandbox, like everything the agent starts (app/search/agent_sandbox.py).
     "claude-code": Preset(
         "claude-code",
         (
@@ -106,30 +146,42 @@ PRESETS = {
             PROMPT,
             "--output-format",
             "json",
-            # file tools only, edits accepted without asking; no shell, no web
+            # the tools it is given are accepted without asking; nobody is there to answer
             "--permission-mode",
             "acceptEdits",
-            "--allowedTools",
-            "Read,Write,Edit,Glob,Grep",
+            "--strict-mcp-config",  # no MCP server of a config file
             "--no-session-persistence",
+            "{options}",
         ),
         ("ANTHROPIC_API_KEY",),
         read_claude,
+        hosts=("api.anthropic.com",),
+        options=_claude_options,
+        model="claude-opus-4-7",
+        effort="max",
+        tools=("Read", "Write", "Edit", "Glob", "Grep", "Bash"),
+        timeout_s=2400.0,
+        # no telemetry, error reports or update checks: its sandbox reaches its API only
+        setenv={"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"},
     ),
     "codex": Preset(
         "codex",
         (
             "codex",
             "exec",
+            "{sandbox}",
             "--json",
             "--skip-git-repo-check",
             "--ephemeral",
             "-C",
             "{workspace}",
+            "{options}",
             PROMPT,
         ),
         ("OPENAI_API_KEY", "CODEX_API_KEY"),
         read_codex,
+        hosts=("api.openai.com",),
+        options=_codex_options,
         sandbox={
             # Codex's own sandbox needs namespaces bubblewrap has already taken: there the
             # proposer's isolation is the boundary, the case its docs give for this flag

@@ -234,15 +234,15 @@ class _Search:
             shas=self._run_column(Harness.sha),
             proposals_before=self._proposals_before(),
         )
+        # a proposer may bring its own limit (the claude-code preset's)
+        limit = getattr(self.proposer, "timeout_s", None) or self.cfg.proposer_timeout_s
         try:
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result of an
             # instant proposer and drops a SIGTERM's cancel that came at the same moment
-            async with asyncio.timeout(self.cfg.proposer_timeout_s):
+            async with asyncio.timeout(limit):
                 return await self.proposer.propose(ctx)
         except TimeoutError:
-            return Proposal(
-                error=f"the proposer did not finish within {self.cfg.proposer_timeout_s:g} s"
-            )
+            return Proposal(error=f"the proposer did not finish within {limit:g} s")
         except Exception as exc:  # noqa: BLE001 - a proposer failure is data, not a crash
             log.exception("proposer %s failed", self.proposer.name)
             return Proposal(error=f"{type(exc).__name__}: {exc}")

@@ -71,12 +71,34 @@ def llm(cfg, workbench):
 
 def agent(cfg, workbench):
     from app.search.agent import AgentProposer
+    from app.search.agent_presets import PRESETS
 
     s = workbench.settings
-    # hidden from the agent: the store (test-split rollouts live there) and the sandboxes'
-    # runtime folder (the gateway socket, harness copies)
-    hidden = [s.home] + ([workbench.runtime] if workbench.runtime else [])
-    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden=hidden)
+    # Never shown to the agent (its sandbox shows none of them; these are masked should a
+    # folder it is given hold one): the store (test-split rollouts live there), the sandboxes'
+    # runtime folder (the gateway socket, harness copies), the test splits' files.
+    hidden = [s.home, *([workbench.runtime] if workbench.runtime else []), *held_out_files()]
+    preset = PRESETS.get(cfg.agent.preset)
+    # a preset's own time limit (the release's 2400 s for Claude Code) unless the experiment
+    # sets proposer_timeout_s
+    timeout = (
+        None if "proposer_timeout_s" in cfg.model_fields_set or not preset else preset.timeout_s
+    )
+    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden, timeout)
+
+
+def held_out_files() -> list:
+    """The repository's data/*/test.jsonl and every file a WHALE_*_TEST variable names."""
+    import os
+    from pathlib import Path
+
+    from app import ROOT
+
+    files = list((ROOT / "data").glob("*/test*"))
+    for name, value in os.environ.items():
+        if name.startswith("WHALE_") and name.endswith("_TEST"):
+            files += [Path(p) for p in value.split(os.pathsep) if p]
+    return files
 
 
 def gepa(cfg, workbench):

@@ -51,6 +51,9 @@ rollouts fail, and write {k} new candidate harnesses.
 - `harnesses/<id>-<name>/`: code, notes, scores, `traces.jsonl` (every rollout, every model and
   tool call), `failures.txt` and `successes.txt` (a few traces as text). Grep them.
 - `reports/`: what earlier iterations tried and found.
+- A shell, if you have one, runs in a sandbox holding this folder and the system's programs
+  (python3, grep...): use it to count and compare traces. There is no network but your own API,
+  and nothing of the machine outside this folder.
 
 ## What to write
 - `candidates/<name>.py`: at most {k} complete harness files.

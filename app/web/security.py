@@ -1,5 +1,4 @@
-"""Who may talk to the workbench server: a known Host, an access token off loopback, CSRF checks
-on writes.
+"""Who may talk to the workbench server: a known Host, the access token, CSRF checks on writes.
 
 Host (DNS rebinding): a page of evil.example whose name the attacker re-points at 127.0.0.1 is,
 for the browser, same-origin with this server: it could read /api/csrf and then post with the
@@ -9,11 +8,14 @@ before anything else. An IP address in Host cannot be re-pointed, so a server bo
 interface (0.0.0.0, ::) also answers to any address. (Starlette's TrustedHostMiddleware cuts the
 Host at its first colon, which breaks IPv6 addresses, hence the few lines here.)
 
-Access token (like Jupyter): a server listening beyond 127.0.0.1 is reachable by anyone on the
-network, so then every request - page, static file, API call - must carry the token printed at
-start: as `Authorization: Bearer <token>`, as `?token=<token>`, or as the cookie that a first
-visit with `?token=` sets (that visit is redirected to the same URL without the token, so it does
-not linger in the address bar and the history).
+Access token (like Jupyter), on loopback too: any process of the machine reaches 127.0.0.1 -
+another user's, or a coding agent or harness that broke out of its own confinement - and the
+API starts runs and promotes harnesses. So every request - page, static file, API call - must
+carry the token printed at start (`$WHALE_TOKEN`, else a fresh random one): as
+`Authorization: Bearer <token>`, as `?token=<token>`, or as the cookie that a first visit with
+`?token=` sets (that visit is redirected to the same URL without the token, so it does not
+linger in the address bar and the history). `whale serve --no-token` serves a loopback server
+openly, as before; off loopback a token is always required.
 
 CSRF: a browser sends the cookie, or on loopback merely reaches the server, for any page that
 asks, including another site's. That site can make a browser post a form, but it can neither
@@ -89,12 +91,17 @@ def _is_ip(name: str) -> bool:
         return False
 
 
-def access_token(host: str, given: str | None) -> str | None:
-    """The token a server listening on `host` requires: the one given (it protects a loopback
-    server too, from the machine's other users), else a fresh one unless only loopback listens."""
-    if given:
-        return given
-    return None if is_loopback(host) else new_secret()
+def access_token(host: str, given: str | None, open_access: bool = False) -> str | None:
+    """The token a server listening on `host` requires: the one given, else a fresh one; None
+    with `open_access` (--no-token), which only a loopback server may have."""
+    if open_access:
+        if not is_loopback(host):
+            raise ValueError(
+                f"--no-token serves without an access token, for a loopback server only; "
+                f"{host} is reachable from the network"
+            )
+        return None
+    return given or new_secret()
 
 
 def _same(given: str | None, secret: str) -> bool:

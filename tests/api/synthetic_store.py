@@ -13,6 +13,7 @@ from app.config import Settings
 from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, sha_of
 from app.server import create_app
 from app.workbench import Workbench
+from tests.conftest import AUTH, WEB_TOKEN
 
 SEED_CODE = "def run(task, llm, tools):\n    return '42'\n"
 
@@ -155,4 +156,6 @@ def store(workbench) -> Store:
 
 @pytest.fixture
 def client(workbench) -> TestClient:
-    return TestClient(create_app(workbench), base_url="http://localhost")
+    return TestClient(
+        create_app(workbench, token=WEB_TOKEN), base_url="http://localhost", headers=AUTH
+    )

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.server import create_app
 from app.workbench import Workbench
-from tests.conftest import WHALE, free_port
+from tests.conftest import AUTH, WEB_TOKEN, WHALE, free_port
 
 # the module's tests share one `whale demo` for the module: under xdist they run on one worker
 pytestmark = pytest.mark.xdist_group("demo")
@@ -31,7 +31,8 @@ def demo(tmp_path_factory, model_cache):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     workbench = Workbench(Settings(home=home, model_cache=model_cache), say=lambda m: None)
-    with TestClient(create_app(workbench), base_url="http://localhost") as client:
+    app = create_app(workbench, token=WEB_TOKEN)
+    with TestClient(app, base_url="http://localhost", headers=AUTH) as client:
         yield proc, client
     asyncio.run(workbench.stop())
 
@@ -54,6 +55,8 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
         proc.stdout,
     )
     assert printed, proc.stdout
+    # its UI needs the access token printed with its address, as `whale serve`'s does
+    assert re.search(r"UI: http://127\.0\.0\.1:\d+/\?token=[\w-]{32,}", proc.stderr), proc.stderr
     (run,) = client.get("/api/runs").json()["runs"]
     assert run["status"] == "done"
     detail = client.get(f"/api/runs/{run['id']}").json()

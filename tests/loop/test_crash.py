@@ -16,7 +16,7 @@ import pytest
 from app.cli.base import GRACE_S, TERMINATED
 from app.llm.local import free_port
 from app.loop.driver import DRIVER_EVENTS
-from tests.conftest import WHALE, csrf_headers, whale
+from tests.conftest import AUTH, WEB_TOKEN, WHALE, csrf_headers, whale
 from tests.loop.conftest import logged, quick_toml, store_invariants
 from tests.search.conftest import seed_with
 
@@ -25,14 +25,14 @@ def serve(env) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
         [WHALE, "serve", "--port", str(port)],
-        env=env,
+        env={**env, "WHALE_TOKEN": WEB_TOKEN},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
         try:
-            httpx.get(url + "/api/runs", timeout=2)
+            httpx.get(url + "/api/runs", headers=AUTH, timeout=2)
             return proc, url
         except httpx.HTTPError:
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
@@ -131,8 +131,8 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
             f"SELECT count(*) FROM run WHERE id = {run_id} AND status IN ('done', 'failed', 'stopped')",
         )
         # a generous timeout: the machine is busy (speed is the benchmarks' business)
-        run = httpx.get(f"{url}/api/runs/{run_id}", timeout=30).json()["run"]
-        events = httpx.get(f"{url}/api/runs/{run_id}/events", timeout=30).json()
+        run = httpx.get(f"{url}/api/runs/{run_id}", headers=AUTH, timeout=30).json()["run"]
+        events = httpx.get(f"{url}/api/runs/{run_id}/events", headers=AUTH, timeout=30).json()
     finally:
         proc.terminate()
         proc.wait(30)

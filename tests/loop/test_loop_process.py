@@ -14,7 +14,7 @@ import pytest
 
 from app.cli.base import GRACE_S
 from app.loop.driver import DRIVER_EVENTS
-from tests.conftest import REPO, csrf_headers
+from tests.conftest import AUTH, REPO, csrf_headers
 from tests.loop.conftest import logged, quick_toml, store_invariants
 from tests.loop.test_crash import serve, wait_for
 
@@ -66,7 +66,7 @@ def test_the_loop_runs_beside_the_pages_restarts_when_killed_and_stops_with_the_
         wait_for(db, "SELECT count(*) >= 2 FROM rollout WHERE status != 'pending'")
 
         os.kill(worker, signal.SIGKILL)  # a bug, an OOM kill: the pages do not notice
-        page = httpx.get(f"{url}/api/runs/{run['id']}", timeout=30)
+        page = httpx.get(f"{url}/api/runs/{run['id']}", headers=AUTH, timeout=30)
         assert page.status_code == 200 and page.json()["run"]["status"] == "running"
         deadline = time.monotonic() + 60
         while not [p for p in loop_processes(proc.pid) if p != worker]:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.conftest import REPO, csrf_headers, whale, whale_serve
+from tests.conftest import AUTH, REPO, csrf_headers, whale, whale_serve
 from tests.loop.conftest import quick_toml
 from tests.loop.test_crash import wait_for
 
@@ -71,7 +71,10 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
         assert started.status_code == 201, started.text
         run_id = started.json()["run"]["id"]
         first = started.json()["run"]["config"]["start"]["harness_id"]
-        assert httpx.get(f"{url}/api/harnesses/{first}").json()["harness"]["code"] == seed
+        assert (
+            httpx.get(f"{url}/api/harnesses/{first}", headers=AUTH).json()["harness"]["code"]
+            == seed
+        )
 
         def act(action, **body):
             return httpx.post(
@@ -82,7 +85,9 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
             )
 
         def status():
-            return httpx.get(f"{url}/api/runs/{run_id}", timeout=30).json()["run"]["status"]
+            return httpx.get(f"{url}/api/runs/{run_id}", headers=AUTH, timeout=30).json()["run"][
+                "status"
+            ]
 
         wait_for(db, "SELECT count(*) > 3 FROM rollout WHERE status != 'pending'")
 
@@ -137,7 +142,7 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
         assert checked.returncode == 0, checked.stdout
         late = act("pause")
         assert late.status_code == 409 and "the run is stopped" in late.json()["detail"]
-        events = httpx.get(f"{url}/api/runs/{run_id}/events").json()
+        events = httpx.get(f"{url}/api/runs/{run_id}/events", headers=AUTH).json()
     kinds = [(e["kind"], (e["detail"] or {}).get("action")) for e in events]
     assert ("control", "pause") in kinds and ("control_refused", "pause") in kinds
     assert ("control_applied", "force") in kinds, kinds

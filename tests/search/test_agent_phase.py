@@ -2,8 +2,8 @@
 
 import json
 import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +11,7 @@ import pytest
 from app.experiment_schema import SearchConfig
 from app.search.agent import LOG_CAP
 from app.search.agent_presets import PRESETS
+from app.search.agent_sandbox import sandbox_python
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 # one worker under xdist: a test here checks that no fake agent is left running, anywhere
@@ -21,6 +22,10 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
     search, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("STORE_PATH", str(tmp_path / "home" / "whale.db"))
+    # the agent's sandbox shows its program's folder, not the host's /work or /tmp
+    agent = tmp_path / "agent-bin" / "fake_agent.py"
+    agent.parent.mkdir()
+    shutil.copy(FAKE_AGENT, agent)
     cfg = SearchConfig(
         proposer="agent",
         iterations=2,
@@ -29,7 +34,8 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
         max_code_bytes=20_000,
         proposer_timeout_s=20,
         agent={
-            "command": [sys.executable, str(FAKE_AGENT), "{workspace}", "{k}", "{iteration}"],
+            "command": [sandbox_python(), str(agent), "{workspace}", "{k}", "{iteration}"],
+            "read_paths": [str(agent.parent)],
             "env": ["STORE_PATH"],
         },
     )
@@ -53,7 +59,7 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
     assert (first.prompt_tokens, first.completion_tokens, first.n_valid) == (1234, 56, 1)
 
     assert second.status == "failed" and "did not finish within 20 s" in second.error
-    assert subprocess.run(["pgrep", "-f", str(FAKE_AGENT)]).returncode == 1, "agent left running"
+    assert subprocess.run(["pgrep", "-f", str(agent)]).returncode == 1, "agent left running"
     workspace = settings.archive_dir / "runs" / str(phase.run_id)
     assert (workspace / f"agent-logs/iteration-{phase.id}-1.log").stat().st_size == LOG_CAP
     assert phase.ended_reason == "fixed" and phase.harness_out_id in (program.id, 1)
@@ -82,7 +88,8 @@ def agent_clis(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for name in ("claude", "codex"):
-        (bin_dir / name).write_text(f"#!{sys.executable}\n" + FAKE_CLI.read_text())
+        # a Python the agent's sandbox shows (the workbench's own lives outside it)
+        (bin_dir / name).write_text(f"#!{sandbox_python()}\n" + FAKE_CLI.read_text())
         (bin_dir / name).chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
@@ -111,6 +118,9 @@ def test_a_preset_runs_its_agent_and_reads_its_output(preset, agent_clis, search
         "LANG",
         "TMPDIR",
         *PRESETS[preset].env,
+        *PRESETS[preset].setenv,
+        *(f"{proxy}_PROXY" for proxy in ("HTTPS", "HTTP", "ALL")),
+        *(f"{proxy}_proxy" for proxy in ("https", "http", "all")),
         "PWD",
         "SHLVL",
         "_",

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from tests.api.synthetic_store import client, store, workbench  # noqa: F401 - fixtures
+from tests.conftest import AUTH
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -25,7 +26,8 @@ def page():
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        # every request carries the access token of the servers tests start (tests/conftest.py)
+        page = browser.new_page(viewport={"width": 1280, "height": 900}, extra_http_headers=AUTH)
         page.errors = []  # JavaScript errors, e.g. htmx failing to load
         page.on("pageerror", lambda exc: page.errors.append(str(exc)))
         yield page

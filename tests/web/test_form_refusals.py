@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from app.loop.manager import LoopWorker
 from app.server import create_app
+from tests.conftest import AUTH, WEB_TOKEN
 from tests.web.test_dashboard_pages import csrf_token, loop_run
 
 ARITH = 'name = "refused"\ndomain = "arith"\n'
@@ -90,7 +91,10 @@ def test_a_model_server_that_fails_to_start_is_shown_on_the_run_page(workbench):
 
     workbench.start = no_model  # what the first run of a server waits for fails
     client = TestClient(
-        create_app(workbench), base_url="http://localhost", raise_server_exceptions=False
+        create_app(workbench, token=WEB_TOKEN),
+        base_url="http://localhost",
+        headers=AUTH,
+        raise_server_exceptions=False,
     )
     response = client.post("/runs", headers=htmx(client), data={"experiment": ARITH})
     assert response.status_code == 204

@@ -1,11 +1,13 @@
-"""Web security: off loopback every page, file and API call needs the access token; every
-state-changing request needs the CSRF header and must not come from another origin."""
+"""Web security: every page, file and API call needs the access token, on loopback too (unless
+`whale serve --no-token`); every state-changing request needs the CSRF header and must not come
+from another origin."""
 
 import os
 import re
 import socket
 import subprocess
 import time
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -16,14 +18,14 @@ from app.db.schema import Event, Run
 from app.llm.local import free_port
 from app.server import create_app
 from app.web.security import access_token, host_name
-from tests.conftest import WHALE, whale_serve
+from tests.conftest import AUTH, WHALE, whale_serve
 
 TOKEN = "t0ken-for-the-tests"
 
 
 @pytest.fixture
 def guarded(workbench) -> TestClient:
-    """A server that requires the access token, as `whale serve --host 0.0.0.0` starts it."""
+    """A server that requires the access token, as `whale serve` starts it."""
     return TestClient(create_app(workbench, token=TOKEN), base_url="http://localhost")
 
 
@@ -117,24 +119,25 @@ def test_a_post_from_another_origin_is_refused(client, workbench, running):
     assert own.status_code == 200
 
 
-def test_only_loopback_goes_without_a_token():
-    assert access_token("127.0.0.1", None) is None and access_token("localhost", None) is None
-    assert access_token("::1", None) is None
-    first, second = access_token("0.0.0.0", None), access_token("192.168.1.7", None)
+def test_every_server_needs_a_token_unless_told_otherwise():
+    first, second = access_token("127.0.0.1", None), access_token("0.0.0.0", None)
     assert first and second and first != second and len(first) >= 32
     assert access_token("127.0.0.1", "mine") == access_token("0.0.0.0", "mine") == "mine"
+    assert access_token("127.0.0.1", None, open_access=True) is None
+    assert access_token("::1", "mine", open_access=True) is None
+    with pytest.raises(ValueError, match="for a loopback server only"):
+        access_token("0.0.0.0", None, open_access=True)
 
 
-def test_whale_serve_on_all_interfaces_prints_and_requires_a_token(tmp_path, model_cache):
-    env = {
-        **os.environ,
-        "WHALE_HOME": str(tmp_path / "home"),
-        "WHALE_MODEL_CACHE": str(model_cache),
-    }
+@contextmanager
+def served(tmp_path, *args: str):
+    """`whale serve ARGS` on a fresh store without WHALE_TOKEN: (its base URL, the first line it
+    printed), once it answers."""
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
     env.pop("WHALE_TOKEN", None)
     port = free_port()
     proc = subprocess.Popen(
-        [WHALE, "serve", "--host", "0.0.0.0", "--port", str(port)],
+        [WHALE, "serve", "--port", str(port), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -142,35 +145,68 @@ def test_whale_serve_on_all_interfaces_prints_and_requires_a_token(tmp_path, mod
     )
     try:
         line = proc.stderr.readline()  # printed before the server starts
-        printed = re.search(rf"http://0\.0\.0\.0:{port}/\?token=([\w-]+)", line)
-        assert printed, line
-        token, url = printed.group(1), f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 120
         while True:
             try:
-                refused = httpx.get(url + "/api/runs", timeout=5)
+                httpx.get(url + "/favicon.ico", timeout=5)
                 break
             except httpx.HTTPError:
                 assert proc.poll() is None and time.monotonic() < deadline, "whale serve died"
                 time.sleep(0.3)
-        assert refused.status_code == 401
-        assert httpx.get(url + "/runs", timeout=30).status_code == 401
-        bearer = {"Authorization": f"Bearer {token}"}
-        assert httpx.get(url + "/api/runs", headers=bearer, timeout=30).status_code == 200
-        with httpx.Client(base_url=url, follow_redirects=True, timeout=30) as browser:
-            page = browser.get(f"/runs?token={token}")  # the printed URL, as a browser opens it
-            assert page.status_code == 200 and "Whale workbench" in page.text
-            assert browser.get("/api/runs").status_code == 200  # by the cookie alone
+        yield url, line
     finally:
         proc.terminate()
         proc.wait(30)
         proc.stderr.close()
 
 
+def test_whale_serve_on_loopback_prints_and_requires_a_token(tmp_path):
+    with served(tmp_path) as (url, line):
+        printed = re.search(
+            rf"(http://127\.0\.0\.1:{url.rsplit(':', 1)[1]}/)\?token=([\w-]+)", line
+        )
+        assert printed, line
+        token = printed.group(2)
+        # another process of the machine, without the token: a script gets JSON, a browser a page
+        api = httpx.get(url + "/api/runs", timeout=30)
+        assert api.status_code == 401 and "access token" in api.json()["detail"]
+        page = httpx.get(url + "/runs", timeout=30)
+        assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+        assert "open the URL printed by whale serve" in page.text
+        assert httpx.get(url + "/api/csrf", timeout=30).status_code == 401
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(url + "/api/runs", headers=bearer, timeout=30).status_code == 200
+        with httpx.Client(follow_redirects=True, timeout=30) as browser:
+            page = browser.get(printed.group(0))  # the printed URL, as a browser opens it
+            assert page.status_code == 200 and "Whale workbench" in page.text
+            assert str(page.url) == printed.group(1)  # the token left the address bar
+            assert browser.get(url + "/api/runs").status_code == 200  # by the cookie alone
+
+
+def test_whale_serve_no_token_serves_loopback_openly_and_nothing_else(tmp_path):
+    with served(tmp_path, "--no-token") as (url, line):
+        assert "?token=" not in line
+        assert httpx.get(url + "/api/runs", timeout=30).json()["runs"] == []
+        assert httpx.get(url + "/runs", timeout=30).status_code == 200
+    refused = subprocess.run(
+        [WHALE, "serve", "--host", "0.0.0.0", "--no-token"],
+        env={**os.environ, "WHALE_HOME": str(tmp_path / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "for a loopback server only" in refused.stderr
+
+
 def raw_get(port: int, path: str, host: str) -> tuple[int, str]:
     """One HTTP request written by hand, as a DNS-rebound page's browser sends it."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
-        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        auth = AUTH["Authorization"]
+        conn.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: {auth}\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
         data = b""
         while chunk := conn.recv(65536):
             data += chunk
@@ -207,18 +243,19 @@ def test_dns_rebinding_gets_nothing_from_a_running_server(tmp_path, model_cache)
             assert status == 200 and "csrf_token" in body, host
         assert raw_get(port, "/api/csrf", f"127.0.0.1.evil.example:{port}")[0] == 400
         # a write with a token read legitimately is refused all the same under a foreign Host
-        token = httpx.get(url + "/api/csrf").json()["csrf_token"]
+        token = httpx.get(url + "/api/csrf", headers=AUTH).json()["csrf_token"]
         posted = httpx.post(
             url + "/api/runs",
             json={"experiment": 'name = "x"'},
             headers={
+                **AUTH,
                 "Host": f"evil.example:{port}",
                 "X-CSRF-Token": token,
                 "Origin": f"http://evil.example:{port}",
             },
         )
         assert posted.status_code == 400
-        assert httpx.get(url + "/api/runs").json()["runs"] == []
+        assert httpx.get(url + "/api/runs", headers=AUTH).json()["runs"] == []
 
 
 def test_the_host_check_runs_before_the_token_check(workbench):
