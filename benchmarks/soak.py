@@ -55,7 +55,7 @@ harness_code = {harness}
 [switching]
 rule = "fixed"
 weight_steps = 2
-harness_iterations = 1
+proposing_iterations = 1
 
 [rft]
 prompts_per_step = 4

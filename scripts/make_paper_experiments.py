@@ -1,63 +1,135 @@
 """Write experiments/paper/<domain>-<strategy>.toml: the paper's three domains under each
-strategy it compares (WHALE and the weight-only, harness-only, stagewise and Fast-Slow Training
-baselines), with the paper's settings (arXiv 2609.00196; release krafton-ai/WHALE). One table
-here, so the fifteen files cannot drift apart; tests/loop/test_experiment.py checks that the shipped files are this
-script's output. Run: python scripts/make_paper_experiments.py
+strategy it compares (WHALE, its adaptive variant, and the weight-only, harness-only, stagewise
+and Fast-Slow Training baselines), with the settings of the paper's release (arXiv 2609.00196;
+krafton-ai/WHALE). One table here, so the files cannot drift apart; tests/loop/
+test_experiment.py checks that the shipped files are this script's output, and
+tests/loop/test_paper_experiments.py checks every setting against the release's values (with
+the file and line of the release that sets each). Run: python scripts/make_paper_experiments.py
+
+Lengths are in the release's units: RFT steps (its TOTAL_STEPS) and proposing iterations (its
+ROUND_MH_ITERS, and ITERATIONS of its harness-only launcher), not a shared rollout budget;
+`whale run FILE --dry-run` prints the rollouts they imply.
 """
 
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "experiments" / "paper"
 
-# Per domain: the model, the RFT learning rate, the train prompts (for 0.6 epoch at 256 prompts
-# per step), the data the full run reads, and the rollout budget the strategies share.
+# Per domain, as the release's launchers (domains/<d>/run/*.sh) and training scripts set them.
 DOMAINS = {
     "searchqa": {
         "title": "search QA",
         "model": "Qwen/Qwen3.5-2B",
         "lr": "1e-6",
-        "train": 18_946,
-        "data": "WHALE_SEARCHQA_TRAIN, _TEST, _CORPUS and the dense retriever (README, searchqa)",
-        # the paper's accounting for its search-QA WHALE run: ~606k weight + ~25k harness
-        "rollouts": 631_000,
-        "rollout": "",
+        # the training script's default batch (64 prompts a step); the launchers' comments
+        # assume 256, but pass no TRAIN_BATCH_SIZE (README, "Reproducing the paper")
+        "prompts": 64,
+        "total_steps": 296,  # 4 epochs at 74 steps (run/whale.sh, run/rsft_only.sh)
+        "round_steps": 44,  # E = 0.6 epoch
+        "adaptive_round_steps": 15,  # 0.2 epoch (run/adaptive_whale.sh)
+        "harness_only_iterations": 40,  # run/mh_only.sh
+        "prompt_len": 2048,
+        "response_len": 10240,  # 8192 assistant + 1024 per turn of tool text, 2 turns
+        "turns": 2,
+        "assistant_tokens": 8192,
+        # the release's search-QA script never resumes (RESUME_MODE=disable): each weight
+        # phase starts a fresh optimizer (and, unlike here, the base weights)
+        "optimizer": "phase",
+        "allowed_tools": None,  # the preset's: Read, Glob, Grep, Write, Edit, Bash
+        "data": (
+            "WHALE_SEARCHQA_TRAIN (NQ + HotpotQA train, 18,946), _TEST (the seven benchmarks\n"
+            "#   less their validation rows), _HARNESS_BASE, _CORPUS (wiki-18), and the dense retriever:\n"
+            "#   WHALE_SEARCHQA_RETRIEVER=dense, _DENSE_INDEX, _PASSAGE_TOKENIZER=Qwen/Qwen3.5-2B\n"
+            "#   (README, searchqa)"
+        ),
     },
     "math": {
         "title": "math",
         "model": "Qwen/Qwen3.5-2B",
         "lr": "1e-7",
-        "train": 17_917,
+        "prompts": 256,
+        "total_steps": 420,  # 6 epochs at 70 steps
+        "round_steps": 42,
+        "adaptive_round_steps": 14,
+        "harness_only_iterations": 60,
+        "prompt_len": 2048,
+        "response_len": 8192,
+        "turns": 2,
+        "assistant_tokens": 8192,
+        "optimizer": "run",  # RESUME_MODE=auto with verl's default contents: AdamW carried over
+        "allowed_tools": None,
         "data": "WHALE_MATH_TRAIN (DAPO-Math-17K) and WHALE_MATH_TEST (AIME 2024 + 2025) (README, math)",
-        "rollouts": 631_000,  # not stated for math: the search-QA figure, so runs compare alike
-        "rollout": "",
     },
     "chess": {
         "title": "chess puzzles",
         "model": "Qwen/Qwen3.5-4B",
         "lr": "1e-7",
-        "train": 16_384,
-        "data": "WHALE_CHESS_PUZZLES, the Lichess puzzle database (README, chess)",
-        "rollouts": 631_000,  # not stated for chess: the search-QA figure, so runs compare alike
-        "rollout": """
-[rollout]
-max_calls = 9               # the release's turn limit, retries included
-max_completion_tokens = 8129  # the release's assistant-token budget (sic)
-max_tokens_per_call = 8129
-""",
+        "prompts": 256,
+        "total_steps": 256,  # 4 epochs at 64 steps
+        "round_steps": 38,
+        "adaptive_round_steps": 13,
+        "harness_only_iterations": 40,
+        "prompt_len": 4096,
+        "response_len": 16384,
+        "turns": 9,  # 1 format and 1 illegal-move retry included
+        "assistant_tokens": 8129,  # sic, everywhere in the release
+        "optimizer": "phase",  # resumes the weights but saves no optimizer state
+        # the chess proposer has no Bash (meta_harness_chess_puzzle.py)
+        "allowed_tools": ["Read", "Glob", "Grep", "Write", "Edit"],
+        "data": "WHALE_CHESS_PUZZLES=lichess_db_puzzle.csv.zst, the Lichess puzzle database (README, chess)",
     },
 }
-
-PROMPTS_PER_STEP = 256
-ROLLOUTS_PER_ITERATION = 3 * 256  # K = 3 candidates on 256 harness tasks, one rollout each
-HARNESS_ONLY_ITERATIONS = 60  # the paper's harness-only baseline runs 40-60 iterations
+TEST_EVERY = 7  # the release tests (and saves) every 7 RFT steps, ~0.1 epoch
 
 STRATEGIES = {
-    "whale": "WHALE: weight and harness phases alternate (E = 0.6 epoch, I = 6)",
-    "weight-only": "the weight-only baseline: RFT alone under the seed harness",
+    "whale": "WHALE: weight and harness phases alternate (E = 0.6 epoch, I = 6), weights first",
+    "whale-adaptive": "adaptive WHALE: each harness phase ends by patience, weight phases are 0.2 epoch",
+    "weight-only": "the weight-only baseline: RFT alone under the starting harness",
     "harness-only": "the harness-only baseline: Meta-Harness search alone under the base model",
-    "stagewise": "the stagewise baseline: every weight step first, then all harness search",
+    "stagewise": "the stagewise baseline: every weight step first, then as much harness search as WHALE's",
     "fast-slow": "the Fast-Slow Training baseline: RFT interleaved with GEPA-style prompt evolution",
 }
+PROPOSING = 5  # ROUND_MH_ITERS: the release's I = 6 counts the incoming harness's evaluation
+
+
+def _switching(d: dict, strategy: str) -> str:
+    if strategy == "whale-adaptive":
+        # run/adaptive_whale.sh: harness phases end by patience (min 5, patience 2, cap 15
+        # proposing iterations); alternate.sh wires no weight-phase rule, so every weight phase
+        # is its 0.2-epoch minimum, which the paper's rule (window = patience = minimum phase,
+        # partial windows counted) would extend; here the rule runs as the paper states it
+        n = d["adaptive_round_steps"]
+        return f"""rule = "adaptive"
+harness_min_iterations = 5
+harness_patience = 2
+harness_max_iterations = 15
+weight_burn_in = {n}          # the minimum weight phase, 0.2 epoch
+weight_window = {n}
+weight_patience = {n}
+weight_partial_windows = true
+weight_max_steps = {d["total_steps"]}
+"""
+    iterations = d["harness_only_iterations"] if strategy == "harness-only" else PROPOSING
+    return f"""rule = "fixed"
+weight_steps = {d["round_steps"]}           # E = 0.6 epoch (ROUND_STEPS)
+proposing_iterations = {iterations}     # after the incoming harness's evaluation: I = {iterations + 1}
+"""
+
+
+def _budget(d: dict, strategy: str) -> str:
+    steps = f"weight_steps = {d['total_steps']}       # the release's TOTAL_STEPS"
+    if strategy == "weight-only":
+        return steps + "\n"
+    if strategy == "harness-only":
+        return (
+            f"proposing_iterations = {d['harness_only_iterations']}   # run/mh_only.sh ITERATIONS\n"
+        )
+    if (
+        strategy == "stagewise"
+    ):  # WHALE's proposing iterations: one harness phase per weight phase but the last
+        phases = -(-d["total_steps"] // d["round_steps"]) - 1
+        return f"{steps}\nproposing_iterations = {phases * PROPOSING}   # as many as WHALE's\n"
+    return steps + "\n"
 
 
 SEARCH = {
@@ -65,9 +137,6 @@ SEARCH = {
 candidates = 3
 tasks = 256
 samples = 1
-
-[search.agent]
-preset = "claude-code"      # needs `claude` on the PATH and ANTHROPIC_API_KEY
 """,
     True: """proposer = "gepa"           # prompt-only: the seed's SYSTEM_PROMPT, parents from the per-task front
 candidates = 3
@@ -82,68 +151,73 @@ max_tokens = 4096
 }
 
 
+def _agent(d: dict) -> str:
+    tools = d["allowed_tools"]
+    line = f"\nallowed_tools = {tools!r}".replace("'", '"') if tools else ""
+    return f"""
+[search.agent]
+preset = "claude-code"      # claude-opus-4-7, effort max, 2400 s (run/lib/alternate.sh); needs `claude` and ANTHROPIC_API_KEY{line}
+"""
+
+
 def experiment(domain: str, strategy: str) -> str:
     d = DOMAINS[domain]
-    steps = round(0.6 * d["train"] / PROMPTS_PER_STEP)
-    harness_only = strategy == "harness-only"
-    rollouts = HARNESS_ONLY_ITERATIONS * ROLLOUTS_PER_ITERATION if harness_only else d["rollouts"]
-    budget_note = (
-        f"{HARNESS_ONLY_ITERATIONS} iterations of K = 3 on 256 tasks"
-        if harness_only
-        else "shared by the strategies of this domain"
-    )
-    ends = {
-        "whale": 'end_on = "weight"           # the paper\'s runs end on a weight phase\n',
-        "stagewise": 'end_on = "weight"\n',
-        "fast-slow": 'end_on = "weight"\n',
-    }.get(strategy, "")
-    extra = "stagewise_weight_share = 0.96   # the WHALE run's weight share (~606k of ~631k)\n"
+    fast_slow = strategy == "fast-slow"
     return f"""\
 # {d["title"]}, {STRATEGIES[strategy]}.
-# The paper's settings (arXiv 2609.00196; release krafton-ai/WHALE): {d["model"]} on vLLM
-# with thinking, full fine-tune at lr {d["lr"]}, 256 prompts x 8 rollouts per RFT step, test
-# mean@8, the release's verifier.
+# The release's settings (arXiv 2609.00196; krafton-ai/WHALE): {d["model"]} on vLLM with
+# thinking, full fine-tune at lr {d["lr"]}, {d["prompts"]} prompts x 8 rollouts per RFT step, fixed
+# decoding (temperature 1.0, top_p 1.0, top_k 20), test mean@8, the release's verifier.
 # Data: {d["data"]}.
 # Written by scripts/make_paper_experiments.py; the README's "Reproducing the paper" table says
-# where the workbench still differs from the paper.
+# where the workbench still differs from the release.
 name = "paper-{domain}-{strategy}"
 domain = "{domain}"
-strategy = "{strategy.replace("-", "_")}"
+harness = "harness_archive/paper/{domain}/h0.py"
+strategy = "{strategy.removesuffix("-adaptive").replace("-", "_")}"
 scoring = "paper"
 seed = 0
-{extra if strategy == "stagewise" else ""}
+
 [switching]
-rule = "fixed"
-weight_steps = {steps}           # 0.6 epoch of {d["train"]:,} prompts at 256 per step
-harness_iterations = 6
-{ends}
+{_switching(d, strategy)}
 [rft]
-prompts_per_step = {PROMPTS_PER_STEP}
+prompts_per_step = {d["prompts"]}
 samples_per_prompt = 8
 temperature = 1.0
 threshold = 0.5
 lr = {d["lr"]}
+weight_decay = 0.01         # verl's AdamW default; the release sets none
 lora = false
-batch_size = 64
+batch_size = 64             # SFT mini-batch of 64 accepted rollouts, each a whole sequence
+batch_unit = "rollout"
 epochs = 1
-max_seq_len = 8192          # = --max-model-len (the default: the rollout's token budget)
+optimizer_state = "{d["optimizer"]}"
+max_seq_len = {d["prompt_len"] + d["response_len"]}        # prompt {d["prompt_len"]} + response {d["response_len"]}
 
 [search]
-{SEARCH[strategy == "fast-slow"]}
+{SEARCH[fast_slow]}{"" if fast_slow else _agent(d)}
 [test]
 k = 8
+every_weight_steps = {TEST_EVERY}
 
 [sampling]
+fixed = true                # every call, training, harness search and test alike
 temperature = 1.0
+top_p = 1.0
 top_k = 20
 chat_template_kwargs = {{enable_thinking = true}}
-{d["rollout"]}
-[budget]
-rollouts = {rollouts}       # {budget_note}
 
+[rollout]
+max_calls = {d["turns"]}                # the starting harness's turn limit
+max_completion_tokens = {d["assistant_tokens"]}  # the release's cumulative assistant-token budget
+max_tokens_per_call = {d["assistant_tokens"]}
+
+[budget]
+{_budget(d, strategy)}
 [runtime]
 backend = "vllm"
 llm_model = "{d["model"]}"
+vllm_max_model_len = 32768  # the release's vLLM
 """
 
 

@@ -1,7 +1,9 @@
 """A stand-in for a hosted LLM API: speaks the OpenAI chat-completions protocol over HTTP.
 
 Replies come from a script: a string is the answer to every request; a list is consumed in
-order (an int there makes that request fail with that status; past its end, 503s).
+order (an int there makes that request fail with that status; past its end, 503s). A dict in
+the list is a whole reply: the message's fields (content, reasoning_content, tool_calls) and
+optionally its `completion_tokens` and `finish_reason`.
 """
 
 import threading
@@ -16,7 +18,7 @@ from app.llm.local import free_port
 
 
 @contextmanager
-def openai_stub(script: str | list[str | int], message_extra: dict | None = None):
+def openai_stub(script: str | list[str | int | dict], message_extra: dict | None = None):
     """Yields (base_url, seen): each request's authorization header and body, in order.
     `message_extra` joins every answer's message (reasoning_content, tool_calls, ...)."""
     app = FastAPI()
@@ -30,7 +32,11 @@ def openai_stub(script: str | list[str | int], message_extra: dict | None = None
         reply = script if isinstance(script, str) else (queue.pop(0) if queue else 503)
         if isinstance(reply, int):
             return JSONResponse({"error": {"message": "scripted failure"}}, status_code=reply)
-        completion_tokens = max(1, len(reply) // 4)
+        message = dict(reply) if isinstance(reply, dict) else {"content": reply}
+        finish_reason = message.pop("finish_reason", "stop")
+        completion_tokens = message.pop("completion_tokens", None)
+        if completion_tokens is None:
+            completion_tokens = max(1, len(message.get("content") or "") // 4)
         return {
             "id": f"chatcmpl-{len(seen)}",
             "object": "chat.completion",
@@ -39,8 +45,8 @@ def openai_stub(script: str | list[str | int], message_extra: dict | None = None
             "choices": [
                 {
                     "index": 0,
-                    "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": reply, **(message_extra or {})},
+                    "finish_reason": finish_reason,
+                    "message": {"role": "assistant", **message, **(message_extra or {})},
                 }
             ],
             "usage": {

@@ -17,6 +17,7 @@ from app.domains import get_domain, scoring_of
 from app.experiment_schema import RolloutLimits, Sampling, describe
 from app.llm.generation import refused_fields
 from app.progress import phase_progress, progress_bars
+from app.read.benchmarks import benchmarks_line, evaluation_benchmarks
 from app.search.proposers import ProposerError
 
 
@@ -56,6 +57,14 @@ async def evaluate(
     return run, evaluation, statuses, reasons
 
 
+def stored_benchmarks(evaluation_id: int) -> dict | None:
+    """The evaluation's per-benchmark figures (app/read/benchmarks.py), read from the store."""
+    from app.db import open_engine, read_session
+
+    with read_session(open_engine(Settings().db_path)) as s:
+        return evaluation_benchmarks(s, evaluation_id)
+
+
 def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     failures = ", ".join(f"{r}: {n}" for r, n in reasons.most_common()) or "none"
     infra = f", {evaluation.n_infra} infrastructure failures left out" if evaluation.n_infra else ""
@@ -77,7 +86,7 @@ def settings_table(pairs: list[str], model: type, option: str) -> dict:
     table as an experiment's [sampling] would give it (values are TOML), checked."""
     try:
         table = tomllib.loads("\n".join(pairs))
-        return model.model_validate(table).model_dump(exclude_none=True)
+        return model.model_validate(table).model_dump(exclude_defaults=True)
     except tomllib.TOMLDecodeError as exc:
         raise typer.BadParameter(f"{option}: give KEY=VALUE, the value in TOML ({exc})") from None
     except ValidationError as exc:
@@ -121,7 +130,8 @@ def eval_(
 
     async def main():
         workbench = make_workbench(say=(lambda m: None) if as_json else None, sandbox=sandbox)
-        refused = refused_fields(declared["sampling"], workbench.backend_name)
+        call_fields = Sampling.model_validate(declared["sampling"]).defaults()  # not `fixed`
+        refused = refused_fields(call_fields, workbench.backend_name)
         if refused:
             raise typer.BadParameter(f"--sampling: {refused}")
         try:
@@ -131,6 +141,7 @@ def eval_(
             )
         finally:
             await workbench.stop()
+        breakdown = stored_benchmarks(evaluation.id)
         if as_json:
             print(
                 json.dumps(
@@ -138,6 +149,9 @@ def eval_(
                         "run_id": run.id,
                         "evaluation_id": evaluation.id,
                         "mean_at_k": evaluation.mean_at_k,
+                        # where tasks name their benchmark: each one's mean@k and their mean
+                        "benchmarks": breakdown and breakdown["benchmarks"],
+                        "macro_mean_at_k": breakdown and breakdown["macro_mean_at_k"],
                         "ci": [evaluation.ci_low, evaluation.ci_high],  # 95%, tasks resampled
                         "scoring": evaluation.scoring,
                         "k": k,
@@ -154,6 +168,8 @@ def eval_(
             )
         else:
             print(summary_line(evaluation, statuses, reasons))
+            if breakdown:
+                print(benchmarks_line(breakdown))
             print(f"run {run.id} stored in {Settings().db_path}")
 
     uvloop.run(main())

@@ -12,7 +12,6 @@ The domain is named "chess"; the module is not, so that `import chess` here is p
 import csv
 import gzip
 import hashlib
-import heapq
 import io
 import os
 import re
@@ -41,7 +40,13 @@ COLUMNS = (
     "OpeningTags",
 )
 REQUIRED = ("PuzzleId", "FEN", "Moves")
-SPLIT_SIZES = {"train": 16384, "harness": 256, "test": 256}  # the paper's, on the full database
+# The release's builder (domains/chess_puzzles/autoharness_chess_puzzle/grpo_dataset.py at
+# krafton-ai/WHALE 7d5a422a): 16,384 train, 256 harness ("mh_val") and a test pool of 1,024,
+# seed 42; the paper evaluates 256 puzzles of that pool.
+SPLIT_SIZES = {"train": 16384, "harness": 256, "test": 1024}
+SPLIT_SEED = 42
+TEST_TASKS = 256
+SAMPLE_SIZES = {"train": 256, "harness": 64, "test": 64}  # the 400-puzzle shipped sample
 MAX_SOLUTION_PLIES = 9  # the paper keeps puzzles with 1-9 ply solutions
 MAX_ILLEGAL_MOVES = 3  # illegal attempts a rollout may make before the puzzle counts as failed
 _MOVE_TAG = re.compile(r"<move>\s*([^<\s]+)\s*</move>", re.IGNORECASE)
@@ -184,37 +189,62 @@ def checked(path: Path, puzzle: Puzzle) -> chess.Board:
 # ---------------------------------------------------------------- splits
 
 
-def _key(puzzle_id: str) -> float:
-    return int.from_bytes(hashlib.blake2b(puzzle_id.encode(), digest_size=8).digest()) / 2**64
+def position_key(board: chess.Board) -> str:
+    """What makes two puzzles the same: the position the solver faces (piece placement and side
+    to move, without castling, en passant or clocks), as the release deduplicates."""
+    placement, side = board.fen().split()[:2]
+    return f"{placement} {side}"
 
 
-def split_of(puzzle_id: str) -> str:
-    """A puzzle's split depends on its id alone, so a newer dump never moves it to another:
-    a quarter of the id space each for test and harness, half for train."""
-    return _split(_key(puzzle_id))
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _split(key: float) -> str:
-    return "test" if key < 0.25 else "harness" if key < 0.5 else "train"
+def bucket_of(key: str, sizes: dict[str, int], seed: int = SPLIT_SEED) -> str:
+    """The split a position hashes to, as the release computes it: sha256 of sha256 of
+    "<position key>:<seed>", its first 12 hex digits modulo the sum of the sizes, cut into
+    harness, test and train ranges in that order."""
+    bucket = int(_sha256(_sha256(f"{key}:{seed}"))[:12], 16) % sum(sizes.values())
+    for split in ("harness", "test", "train"):
+        if bucket < sizes[split]:
+            return split
+        bucket -= sizes[split]
+    return "train"
 
 
-def select(puzzles: Iterator[Puzzle], sizes: dict[str, int]) -> dict[str, list[Puzzle]]:
-    """Each split's `sizes[split]` puzzles with the smallest keys, in key order. One pass with
-    bounded memory: the full database (millions of rows) is never held."""
-    heaps: dict[str, list] = {s: [] for s in SPLITS}  # max-heaps (negated keys) of the smallest
+def select(
+    path: Path, puzzles: Iterator[Puzzle], sizes: dict[str, int], seed: int = SPLIT_SEED
+) -> dict[str, list[tuple[Puzzle, chess.Board]]]:
+    """The release's split, in file order: a puzzle whose position an earlier one already
+    had is skipped; the others go to the split their position hashes to, or, when that one is
+    full, to the first of harness, test, train that is not; reading stops once all are full.
+    Each puzzle comes with its board after the trigger. A file too small to fill the sizes gives
+    smaller splits (the release refuses it)."""
+    chosen: dict[str, list[tuple[Puzzle, chess.Board]]] = {s: [] for s in SPLITS}
+    positions: set[str] = set()
+    lines: dict[str, int] = {}  # PuzzleId -> its line: a repeated id is a broken file
     for puzzle in puzzles:
-        key = _key(puzzle.id)
-        split = _split(key)
-        heap = heaps[split]
-        if len(heap) < sizes[split]:
-            heapq.heappush(heap, (-key, puzzle.id, -puzzle.line, puzzle))
-        elif -key > heap[0][0]:
-            heapq.heapreplace(heap, (-key, puzzle.id, -puzzle.line, puzzle))
-    return {s: [entry[-1] for entry in sorted(heap, reverse=True)] for s, heap in heaps.items()}
+        if puzzle.id in lines:
+            raise PuzzleFileError(
+                f"{path}: line {puzzle.line} (puzzle {puzzle.id}): the same PuzzleId as "
+                f"line {lines[puzzle.id]}"
+            )
+        lines[puzzle.id] = puzzle.line
+        board = checked(path, puzzle)
+        key = position_key(board)
+        if key in positions:
+            continue
+        split = bucket_of(key, sizes, seed)
+        if len(chosen[split]) >= sizes[split]:
+            split = next(s for s in ("harness", "test", "train") if len(chosen[s]) < sizes[s])
+        positions.add(key)
+        chosen[split].append((puzzle, board))
+        if all(len(chosen[s]) >= sizes[s] for s in SPLITS):
+            break
+    return chosen
 
 
-def _task(path: Path, puzzle: Puzzle) -> Task:
-    board = checked(path, puzzle)
+def _task(puzzle: Puzzle, board: chess.Board) -> Task:
     public = {
         "puzzle_id": puzzle.id,
         "fen": board.fen(),  # after the trigger: the solver is to move
@@ -264,13 +294,16 @@ class PuzzleEpisode:
 
     def observation(self) -> dict[str, Any]:
         """The position: FEN, an ASCII board (White in capitals, rank 8 on top), the side to
-        move, the last move played, the legal moves in UCI, and the puzzle's state."""
+        move, the last move played, the legal moves in UCI, the same moves in SAN (in the same
+        order: the sandbox has no python-chess to name them), and the puzzle's state."""
+        legal = sorted(self.board.legal_moves, key=lambda m: m.uci())
         return {
             "fen": self.board.fen(),
             "board": str(self.board),
             "side_to_move": "white" if self.board.turn == chess.WHITE else "black",
             "last_move": self.board.peek().uci() if self.board.move_stack else self.trigger,
-            "legal_moves": sorted(m.uci() for m in self.board.legal_moves),
+            "legal_moves": [m.uci() for m in legal],
+            "legal_moves_san": [self.board.san(m) for m in legal],
             "state": self.state,
         }
 
@@ -349,9 +382,15 @@ class PuzzleEpisode:
             self.state = "solved"
             return {"result": "solved", "message": "puzzle solved"}
         reply = self.line[self.played]
+        reply_san = self.board.san(reply)
         self.board.push(reply)
         self.played += 1
-        return {"result": "continue", "opponent_move": reply.uci(), **self.observation()}
+        return {
+            "result": "continue",
+            "opponent_move": reply.uci(),
+            "opponent_move_san": reply_san,
+            **self.observation(),
+        }
 
     def _mates(self, move: chess.Move) -> bool:
         self.board.push(move)
@@ -394,24 +433,24 @@ class ChessPuzzles:
     skill = SKILLS / "chess.md"
     scorings = ("lenient", "paper")
 
-    def __init__(self, path: str | Path | None = None, sizes: dict[str, int] | None = None):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        sizes: dict[str, int] | None = None,
+        test_tasks: int = TEST_TASKS,
+    ):
         self.path = Path(path or os.environ.get(PUZZLES_ENV) or SAMPLE)
         if not self.path.is_file():
             raise PuzzleFileError(
                 f"{self.path}: no such puzzle file (set {PUZZLES_ENV} to the "
                 f"Lichess CSV, e.g. lichess_db_puzzle.csv.zst)"
             )
-        chosen = select(read_puzzles(self.path), sizes or SPLIT_SIZES)
-        for puzzles in chosen.values():  # an id always lands in one split: repeats meet there
-            first: dict[str, int] = {}
-            for p in puzzles:
-                if p.id in first:
-                    raise PuzzleFileError(
-                        f"{self.path}: line {p.line} (puzzle {p.id}): the same "
-                        f"PuzzleId as line {first[p.id]}"
-                    )
-                first[p.id] = p.line
-        self._splits = {s: [_task(self.path, p) for p in chosen[s]] for s in SPLITS}
+        sizes = sizes or (SAMPLE_SIZES if self.path == SAMPLE else SPLIT_SIZES)
+        if set(sizes) != set(SPLITS) or any(n < 1 for n in sizes.values()):
+            raise ValueError(f"sizes must give each of {', '.join(SPLITS)} at least 1 puzzle")
+        chosen = select(self.path, read_puzzles(self.path), sizes)
+        chosen["test"] = chosen["test"][:test_tasks]  # the first of the pool, in file order
+        self._splits = {s: [_task(p, board) for p, board in chosen[s]] for s in SPLITS}
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._splits:

@@ -6,15 +6,21 @@
 - `BM25Index` (the default): SQLite FTS5 ranked by its bm25(). Built once per corpus into
   `<index dir>/<corpus key>.db` with a progress bar, atomically (a temporary file renamed into
   place), and reused by every later process. Standard library only.
-- `DenseIndex` (optional): e5-style embeddings (sentence-transformers) searched with a FAISS index
-  whose row i is corpus line i; the passages' text comes from the BM25 database.
+- `DenseIndex` (the paper's): queries embedded as the release's retriever embeds them (Search-R1's
+  e5 encoder: "query: " + text, 256 tokens at most, mean pooling, L2-normalised; transformers,
+  intfloat/e5-base-v2) and searched with a FAISS index whose row i is corpus line i (Search-R1's
+  e5_Flat.index, inner product); the passages' text comes from the BM25 database.
+- `PassageCutter`: a passage cut to its first N tokens of a tokenizer, title line included, as
+  the release's retrieval server cuts `contents` for `max_doc_tokens`.
 
-Both answer `search(query_list, topk)` with, for each query, a list of
+Both indexes answer `search(query_list, topk)` with, for each query, a list of
 {"id", "title", "text", "score"}, best first.
 
-    python -m app.domains.retrieval CORPUS [INDEX_DIR]   # build an index ahead of a run
+    python -m app.domains.retrieval CORPUS [INDEX_DIR]   # build the BM25 index ahead of a run
+    python -m app.domains.retrieval CORPUS --dense OUT.index [--model intfloat/e5-base-v2]
 """
 
+import argparse
 import gzip
 import hashlib
 import io
@@ -22,7 +28,6 @@ import json
 import os
 import re
 import sqlite3
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,6 +37,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from app.progress import err
 
 MAX_TOPK = 20
+E5_MODEL = "intfloat/e5-base-v2"  # the release's retriever model
+E5_MAX_LENGTH = 256  # the release's retrieval_query_max_length
 MAX_QUERIES = 16
 MAX_TERMS = 32  # terms of one query that reach the index (a pasted page would be slow, not better)
 _CONTENT_HASH_LIMIT = 512 * 2**20  # bigger corpora are keyed by path, size and mtime instead
@@ -251,25 +258,84 @@ def build_bm25(corpus: Path, db_path: Path, quiet: bool = False) -> None:
         raise
 
 
-class DenseIndex:
-    """e5-style dense retrieval: a sentence-transformers encoder and a FAISS index over the
-    corpus (row i = corpus line i, as Search-R1's e5_Flat.index is built)."""
+def _passage_text(title: str, text: str) -> str:
+    """A passage as wiki-18's `contents`: the quoted title, a newline, the text."""
+    return f'"{title}"\n{text}' if title else text
 
-    def __init__(self, passages: BM25Index, faiss_index: Path, model: str = "intfloat/e5-base-v2"):
-        try:
-            import faiss
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise RetrieverUnavailable(
-                f"the dense retriever needs sentence-transformers and faiss ({exc}); "
-                "pip install sentence-transformers faiss-cpu (or faiss-gpu), or use the default "
-                "BM25 retriever (WHALE_SEARCHQA_RETRIEVER=bm25)"
-            ) from exc
+
+class E5Encoder:
+    """Texts embedded as Search-R1's retriever embeds them with e5: a "query: " or "passage: "
+    prefix, at most 256 tokens, the mean of the last hidden states over the attention mask,
+    L2-normalised; fp16 on a GPU. Any transformers encoder loads (a hub id or a local folder)."""
+
+    def __init__(self, model: str = E5_MODEL, max_length: int = E5_MAX_LENGTH):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        if self.tokenizer.pad_token is None:  # decoder tokenizers have none; masked out anyway
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModel.from_pretrained(model).eval()
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if self.device == "cuda":
+            self.model = self.model.half().to(self.device)
+        self.max_length = max_length
+
+    def encode(self, texts: list[str], prefix: str = "query: ") -> "numpy.ndarray":  # noqa: F821
+        batch = self.tokenizer(
+            [prefix + t for t in texts],
+            max_length=self.max_length,
+            padding=True,
+            truncation=True,
+            return_tensors="pt",
+        ).to(self.device)
+        with self.torch.inference_mode():
+            hidden = self.model(**batch).last_hidden_state
+        mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1)
+        pooled = self.torch.nn.functional.normalize(pooled.float(), dim=-1)
+        return pooled.cpu().numpy().astype("float32")
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError as exc:
+        raise RetrieverUnavailable(
+            f"the dense retriever needs faiss ({exc}); pip install faiss-cpu (or faiss-gpu), or "
+            "use the default BM25 retriever (WHALE_SEARCHQA_RETRIEVER=bm25)"
+        ) from exc
+    return faiss
+
+
+class DenseIndex:
+    """The paper's retriever: an e5 query encoder and a FAISS index over the corpus (row i =
+    corpus line i, as Search-R1's e5_Flat.index is built), best inner product first."""
+
+    def __init__(
+        self,
+        passages: BM25Index,
+        faiss_index: Path,
+        model: str = E5_MODEL,
+        encoder: E5Encoder | None = None,
+    ):
+        faiss = _faiss()
         if not faiss_index.is_file():
             raise RetrieverUnavailable(f"no FAISS index at {faiss_index}")
         self.passages = passages
-        self.encoder = SentenceTransformer(model)
         self.index = faiss.read_index(str(faiss_index))
+        if self.index.ntotal != len(passages):
+            raise RetrieverUnavailable(
+                f"{faiss_index} holds {self.index.ntotal} vectors, the corpus "
+                f"{len(passages)} passages: it was built from another corpus"
+            )
+        self.encoder = encoder or E5Encoder(model)
+        if self.index.d != self.encoder.model.config.hidden_size:
+            raise RetrieverUnavailable(
+                f"{faiss_index} holds {self.index.d}-dimensional vectors, {model} makes "
+                f"{self.encoder.model.config.hidden_size}: it was built with another model"
+            )
         self._lock = threading.Lock()  # one encoder, many gateway threads
 
     def search(self, query_list: list[str], topk: int = 3) -> list[list[dict]]:
@@ -277,12 +343,7 @@ class DenseIndex:
         if not queries:
             return []
         with self._lock:
-            vectors = self.encoder.encode(
-                [f"query: {q}" for q in queries],  # e5's query prefix
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-            )
-            scores, rows = self.index.search(vectors.astype("float32"), topk)
+            scores, rows = self.index.search(self.encoder.encode(queries), topk)
         return [
             [
                 {**self.passages.passage(int(r)), "score": round(float(s), 4)}
@@ -293,11 +354,90 @@ class DenseIndex:
         ]
 
 
+def build_dense_index(
+    corpus: Path, out: Path, encoder: E5Encoder, batch_size: int = 64, quiet: bool = False
+) -> int:
+    """A flat inner-product FAISS index of the corpus's passages ("passage: " + contents, as
+    Search-R1's index builder embeds them for e5), row i = corpus line i, written atomically.
+    For a small corpus; wiki-18's e5_Flat.index is better downloaded than rebuilt."""
+    faiss = _faiss()
+    index = faiss.IndexFlatIP(encoder.model.config.hidden_size)
+    progress = Progress(
+        TextColumn(f"[bold]embedding {corpus.name}"), BarColumn(), console=err, disable=quiet
+    )
+    with progress:
+        bar = progress.add_task("", total=None)
+        batch: list[str] = []
+        for _, title, text in read_corpus(corpus):
+            batch.append(_passage_text(title, text))
+            if len(batch) == batch_size:
+                index.add(encoder.encode(batch, prefix="passage: "))
+                progress.update(bar, advance=len(batch))
+                batch.clear()
+        if batch:
+            index.add(encoder.encode(batch, prefix="passage: "))
+    if index.ntotal == 0:
+        raise CorpusError(f"{corpus}: no passages")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    faiss.write_index(index, str(tmp))
+    os.replace(tmp, out)
+    return index.ntotal
+
+
+class PassageCutter:
+    """Cuts a passage to its first N tokens, the quoted title line counted, as the release's
+    retrieval server cuts `contents` for `max_doc_tokens` (tokens of `tokenizer`, the policy's
+    there: encode without special tokens, decode the first N); with no tokenizer, N words."""
+
+    def __init__(self, tokenizer: str | None = None):
+        self.name = tokenizer
+        self._tokenizer = None
+        self._lock = threading.Lock()
+
+    def _load(self):
+        with self._lock:
+            if self._tokenizer is None:
+                from transformers import AutoTokenizer
+
+                try:
+                    self._tokenizer = AutoTokenizer.from_pretrained(self.name)
+                except Exception as exc:  # noqa: BLE001 - offline, no such model: say which
+                    raise RetrieverUnavailable(
+                        f"the passage tokenizer {self.name!r} could not be loaded: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from None
+        return self._tokenizer
+
+    def cut(self, passage: dict, max_tokens: int) -> dict:
+        title, text = passage["title"], passage["text"]
+        if self.name is None:
+            if len(_passage_text(title, text).split()) <= max_tokens:
+                return passage
+            head = len(_passage_text(title, "").split())  # the title line's words
+            return {**passage, "text": " ".join(text.split()[: max(0, max_tokens - head)])}
+        tokenizer = self._load()
+        ids = tokenizer.encode(_passage_text(title, text), add_special_tokens=False)
+        if len(ids) <= max_tokens:
+            return passage
+        cut = tokenizer.decode(ids[:max_tokens])
+        if not title:
+            return {**passage, "text": cut}
+        first, _, rest = cut.partition("\n")  # the cut may end inside the title line
+        return {**passage, "title": first.strip().strip('"'), "text": rest}
+
+
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python -m app.domains.retrieval CORPUS [INDEX_DIR]")
     from app.config import Settings
 
-    index_dir = Path(sys.argv[2]) if len(sys.argv) == 3 else Settings().home / "indexes"
-    index = BM25Index.open(Path(sys.argv[1]), index_dir)
+    parser = argparse.ArgumentParser(prog="python -m app.domains.retrieval")
+    parser.add_argument("corpus", type=Path)
+    parser.add_argument("index_dir", type=Path, nargs="?", help="default: $WHALE_HOME/indexes")
+    parser.add_argument("--dense", type=Path, metavar="OUT", help="also embed it into a FAISS file")
+    parser.add_argument("--model", default=E5_MODEL, help="the encoder for --dense")
+    args = parser.parse_args()
+    index = BM25Index.open(args.corpus, args.index_dir or Settings().home / "indexes")
     print(f"{index.path}: {len(index)} passages")
+    if args.dense:
+        count = build_dense_index(args.corpus, args.dense, E5Encoder(args.model))
+        print(f"{args.dense}: {count} vectors")

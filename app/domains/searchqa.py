@@ -1,19 +1,31 @@
 """searchqa: open-domain question answering with a `search(query_list, topk)` tool.
 
 Questions come in the formats Search-R1 and FlashRAG publish: JSONL or parquet rows with
-`question`, `golden_answers` (a list), `data_source` and usually `id`; or, where the `datasets`
-package is installed and the hub reachable, a hub id (`hf:nq:test`, `hf:<repo>:<config>:<split>`).
+`question`, `golden_answers` (a list), `data_source` and usually `id` (Search-R1's processed
+parquet, as the release uses it, has the question in `extra_info.question` or the prompt, and
+the answers in `reward_model.ground_truth.target`); or, where the `datasets` package is
+installed and the hub reachable, a hub id (`hf:nq:test`, `hf:<repo>:<config>:<split>`). Each
+task's `data_source` names its benchmark (nq, triviaqa, popqa, hotpotqa, 2wikimultihopqa,
+musique, bamboogle; Search-R1's "searchR1_" prefix dropped): test scores are also given per
+benchmark and as their mean, as the paper's table does (app/read/benchmarks.py).
 Passages come from a wiki-18 style JSONL corpus (see app/domains/retrieval.py). Without
 configuration the shipped sample in data/searchqa/ is used (built from Debian's dictd
 dictionaries by scripts/make_searchqa_sample.py).
 
 Environment:
-- WHALE_SEARCHQA_TRAIN: question files (comma-separated) for the train and harness splits
+- WHALE_SEARCHQA_TRAIN: question files (comma-separated) for the train split, which the
+  harness split is drawn from (the release's NQ + HotpotQA train file, 18,946 questions)
 - WHALE_SEARCHQA_TEST: question files for the test split
 - WHALE_SEARCHQA_CORPUS: the passage corpus
-- WHALE_SEARCHQA_HARNESS_SIZE: questions of the train files held out as the harness split (256)
+- WHALE_SEARCHQA_HARNESS_SIZE: the harness split's size (256)
+- WHALE_SEARCHQA_HARNESS_BASE: question files whose rows start the harness split (the release's
+  128 base NQ rows, mh_nq_single_128.parquet); each must be a train question
+- WHALE_SEARCHQA_HARNESS_DISJOINT: 1 to take the harness questions out of the train split (the
+  release leaves them in)
 - WHALE_SEARCHQA_RETRIEVER: bm25 (default) or dense, with WHALE_SEARCHQA_DENSE_INDEX (a FAISS
   index whose row i is corpus line i) and WHALE_SEARCHQA_DENSE_MODEL (default intfloat/e5-base-v2)
+- WHALE_SEARCHQA_PASSAGE_TOKENIZER: the tokenizer `search(..., max_doc_tokens=N)` counts a
+  passage's tokens with (the release: the policy's, Qwen/Qwen3.5-2B); words when unset
 - WHALE_SEARCHQA_JUDGE_URL, WHALE_SEARCHQA_JUDGE_MODEL, WHALE_SEARCHQA_JUDGE_KEY_ENV: an LLM judge
   over an OpenAI-compatible endpoint, asked when exact match fails (off unless the URL is set)
 
@@ -24,12 +36,12 @@ release's exact match (app/domains/paper_scoring.py): only a closed, lower-case 
 without one, no judge.
 """
 
-import hashlib
 import json
 import os
 import re
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -39,10 +51,15 @@ from app.config import Settings
 from app.domains import SKILLS, SPLITS, Task
 from app.domains.paper_scoring import search_qa_normalize as normalize
 from app.domains.paper_scoring import search_qa_score
-from app.domains.retrieval import BM25Index, DenseIndex, jsonl_rows, open_text
+from app.domains.retrieval import BM25Index, DenseIndex, PassageCutter, jsonl_rows, open_text
 
 SAMPLE = ROOT / "data" / "searchqa"
-HARNESS_SIZE = 256  # the paper's harness-search split
+# The release's harness split (domains/search_qa/scripts/data_process/build_meta_harness_nq_256.py
+# at krafton-ai/WHALE 7d5a422a): 256 NQ train questions, the base rows first, the rest drawn
+# with pandas' sample(n, random_state=42).
+HARNESS_SIZE = 256
+HARNESS_SEED = 42
+HARNESS_SOURCE = "nq"
 # FlashRAG's collection holds the seven test sets the paper reports, under these configs.
 FLASHRAG = "RUC-NLPIR/FlashRAG_datasets"
 HF_SHORT = {
@@ -58,11 +75,46 @@ class QuestionsError(ValueError):
 # ---- loading questions ----------------------------------------------------------------------
 
 
-def question_row(row: object, where: str, source: str) -> tuple[str, dict, list[str]]:
-    """(id, public fields, golden answers) of one question row; `where` names it in errors."""
+@dataclass(frozen=True)
+class Question:
+    id: str
+    public: dict  # question, data_source
+    golds: list[str]
+    index: int | None = None  # Search-R1's extra_info.index: with the question, the release's key
+
+    @property
+    def key(self) -> tuple[str, int | None, str]:
+        """What the release matches rows by: benchmark, extra_info.index and question."""
+        return (self.public["data_source"], self.index, self.public["question"])
+
+
+def benchmark_name(data_source: str) -> str:
+    """A data_source as the paper names the benchmark: Search-R1's "searchR1_nq" is "nq"."""
+    return data_source.strip().removeprefix("searchR1_").lower()
+
+
+def _question_text(row: dict) -> object:
+    """`question`, else Search-R1's extra_info.question, else the text after the last
+    "Question:" of the prompt's user message (Search-R1's template ends with the question)."""
+    if row.get("question") is not None:
+        return row["question"]
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+    if extra.get("question"):
+        return extra["question"]
+    prompt = row.get("prompt")
+    for message in prompt if isinstance(prompt, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if message.get("role") == "user" and isinstance(content, str) and "Question:" in content:
+            return content[content.rfind("Question:") + len("Question:") :]
+    return None
+
+
+def question_row(row: object, where: str, source: str, number: int = 0) -> Question:
+    """One question row as a Question; `where` names it in errors, `number` (its place in its
+    source) makes an id when the row has neither `id` nor extra_info.index."""
     if not isinstance(row, dict):
         raise QuestionsError(f"{where}: a question row must be an object, got {type(row).__name__}")
-    question = row.get("question")
+    question = _question_text(row)
     if not isinstance(question, str) or not question.strip():
         raise QuestionsError(f"{where}: 'question' must be a non-empty string")
     golds = row.get("golden_answers")
@@ -73,11 +125,19 @@ def question_row(row: object, where: str, source: str) -> tuple[str, dict, list[
     golds = list(golds) if golds is not None and not isinstance(golds, dict) else None
     if not golds or not all(isinstance(g, str) and g.strip() for g in golds):
         raise QuestionsError(f"{where}: 'golden_answers' must be a non-empty list of strings")
-    data_source = str(row.get("data_source") or source)
+    data_source = benchmark_name(str(row.get("data_source") or source))
+    extra = row.get("extra_info") if isinstance(row.get("extra_info"), dict) else {}
+    try:
+        index = int(extra["index"]) if extra.get("index") is not None else None
+    except (TypeError, ValueError):
+        index = None
     qid = str(row.get("id") if row.get("id") is not None else "")
-    if qid and not qid.startswith(data_source):  # FlashRAG ids ("test_0") repeat across sets
+    if not qid:
+        qid = f"{data_source}-{index if index is not None else number}"
+    elif not qid.startswith(data_source):  # FlashRAG ids ("test_0") repeat across sets
         qid = f"{data_source}-{qid}"
-    return qid, {"question": question.strip(), "data_source": data_source}, golds
+    public = {"question": question.strip(), "data_source": data_source}
+    return Question(qid, public, golds, index)
 
 
 def _rows(spec: str) -> Iterable[tuple[str, object]]:
@@ -144,40 +204,78 @@ def _hub_rows(spec: str) -> Iterable[tuple[str, object]]:
         yield f"{spec} row {i}", row
 
 
-def load_questions(specs: str) -> list[tuple[str, dict, list[str]]]:
+def load_questions(specs: str) -> list[Question]:
     """Every question of a comma-separated list of sources, ids made unique per source."""
     out, seen = [], set()
     for spec in (s.strip() for s in specs.split(",") if s.strip()):
         source = Path(spec).name.split(".")[0] if not spec.startswith("hf:") else spec
         for i, (where, row) in enumerate(_rows(spec), 1):
-            qid, public, golds = question_row(row, where, source)
-            qid = qid or f"{public['data_source']}-{i}"
+            q = question_row(row, where, source, i)
+            qid = q.id
             while qid in seen:  # two files, one id scheme: keep both questions
                 qid += "+"
             seen.add(qid)
-            out.append((qid, public, golds))
+            out.append(Question(qid, q.public, q.golds, q.index))
     return out
 
 
-def _hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+def draw_harness(
+    pool: list[Question],
+    size: int,
+    base: list[Question] = (),
+    seed: int = HARNESS_SEED,
+    source: str = HARNESS_SOURCE,
+) -> list[Question]:
+    """The release's harness draw: the base rows, then `size - len(base)` questions of
+    `source` (nq) drawn from the pool as pandas' DataFrame.sample(n, random_state=seed) draws
+    rows (numpy's RandomState(seed).permutation, its first n), leaving out the base rows' keys
+    and questions. A pool without `source` questions (the shipped sample) is drawn from whole."""
+    import numpy as np
+
+    in_pool = {q.key: q for q in pool}
+    missing = [q for q in base if q.key not in in_pool]
+    if missing:
+        raise QuestionsError(
+            f"{len(missing)} harness base question(s) are not train questions, e.g. "
+            f"{missing[0].public['question']!r} ({missing[0].public['data_source']}, index "
+            f"{missing[0].index})"
+        )
+    if len(base) > size:
+        raise QuestionsError(f"{len(base)} harness base questions, more than the size {size}")
+    chosen = [in_pool[q.key] for q in base]  # the train rows themselves: their ids
+    questions = {q.public["question"] for q in base}
+    keys = {q.key for q in base}
+    candidates = [q for q in pool if q.public["data_source"] == source] or pool
+    candidates = [
+        q for q in candidates if q.key not in keys and q.public["question"] not in questions
+    ]
+    order = np.random.RandomState(seed).permutation(len(candidates))[: size - len(base)]
+    return chosen + [candidates[i] for i in order]
 
 
-def make_splits(train: list, test: list, harness_size: int) -> dict[str, list[Task]]:
-    """test from the test files; harness = the train questions first in a fixed hash order (at
-    most a quarter of them); train = the rest. A question asked in test is dropped from the
-    other two, so the splits stay disjoint even when the files overlap."""
-    tested = {public["question"].lower() for _, public, _ in test}
-    pool = [q for q in train if q[1]["question"].lower() not in tested]
-    n_harness = min(harness_size, len(pool) // 4)
-    held = {q[0] for q in sorted(pool, key=lambda q: _hash(q[1]["question"]))[:n_harness]}
+def make_splits(
+    train: list[Question],
+    test: list[Question],
+    harness_size: int,
+    base: list[Question] = (),
+    disjoint: bool = False,
+) -> dict[str, list[Task]]:
+    """test from the test files; harness drawn from the train questions as the release draws
+    it (at most a quarter of them, for small files); train = the train questions, without the
+    harness ones when `disjoint` (the release keeps them). A train question also asked in test
+    is dropped from train and harness, so no test question is trained or searched on."""
+    tested = {q.public["question"].lower() for q in test}
+    pool = [q for q in train if q.public["question"].lower() not in tested]
+    size = max(len(base), min(harness_size, len(pool) // 4))
+    harness = draw_harness(pool, size, base)
+    held = {q.id for q in harness}
 
     def tasks(rows):
-        return [Task(qid, public, json.dumps(golds)) for qid, public, golds in rows]
+        return [Task(q.id, q.public, json.dumps(q.golds)) for q in rows]
 
     return {
-        "train": tasks(q for q in pool if q[0] not in held),
-        "harness": tasks(q for q in pool if q[0] in held),
+        "train": tasks(q for q in pool if not (disjoint and q.id in held)),
+        "harness": tasks(harness),
         "test": tasks(test),
     }
 
@@ -277,8 +375,13 @@ class SearchQA:
         env = os.environ.get
         train = load_questions(env("WHALE_SEARCHQA_TRAIN") or str(SAMPLE / "train.jsonl"))
         test = load_questions(env("WHALE_SEARCHQA_TEST") or str(SAMPLE / "test.jsonl"))
+        base = env("WHALE_SEARCHQA_HARNESS_BASE")
         self._splits = make_splits(
-            train, test, int(env("WHALE_SEARCHQA_HARNESS_SIZE") or HARNESS_SIZE)
+            train,
+            test,
+            int(env("WHALE_SEARCHQA_HARNESS_SIZE") or HARNESS_SIZE),
+            load_questions(base) if base else [],
+            disjoint=env("WHALE_SEARCHQA_HARNESS_DISJOINT", "") in ("1", "true", "yes"),
         )
         corpus = Path(env("WHALE_SEARCHQA_CORPUS") or SAMPLE / "corpus.jsonl.gz").expanduser()
         if not corpus.is_file():
@@ -300,8 +403,24 @@ class SearchQA:
             self.retriever = self.index
         else:
             raise ValueError(f"WHALE_SEARCHQA_RETRIEVER={retriever!r}: use bm25 or dense")
-        self.tools = {"search": self.retriever.search}
+        self.cutter = PassageCutter(env("WHALE_SEARCHQA_PASSAGE_TOKENIZER") or None)
+        self.tools = {"search": self.search}
         self.judge = judge_from_env()
+
+    def search(
+        self, query_list: list[str], topk: int = 3, max_doc_tokens: int | None = None
+    ) -> list[list[dict]]:
+        """The `search` tool: for each query its topk passages, best first, each cut to its
+        first max_doc_tokens tokens (title line included) when that is given, as the release's
+        retrieval server cuts them (the paper's h0 asks for 1 passage of 200 tokens)."""
+        found = self.retriever.search(query_list, topk)
+        if max_doc_tokens is None:
+            return found
+        if isinstance(max_doc_tokens, bool) or not isinstance(max_doc_tokens, int):
+            raise ValueError(f"max_doc_tokens must be a positive integer, got {max_doc_tokens!r}")
+        if max_doc_tokens < 1:
+            raise ValueError(f"max_doc_tokens must be a positive integer, got {max_doc_tokens}")
+        return [[self.cutter.cut(p, max_doc_tokens) for p in passages] for passages in found]
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._splits:

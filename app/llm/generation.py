@@ -8,6 +8,8 @@ The sections themselves are in app/experiment_schema.py.
   release counts them, the per-call completion cap, the wall-clock limit).
 - `[rft] temperature`: RFT samples at it whatever the harness sets, since a harness that
   hard-codes temperature 0 would turn n samples of a prompt into one sample n times.
+- `[sampling] fixed = true`: the decoding fields of [sampling] are sent on every call of every
+  split whatever the harness sets (the paper's fixed decoding).
 
 A field the backend does not take is refused with its name and the backend's, when the
 experiment is started and again when a harness sends it.
@@ -19,8 +21,9 @@ from typing import Any
 from app.experiment_schema import RolloutLimits, Sampling
 
 # What a harness's call may carry besides its messages, and which backend takes which. The
-# embedded local server implements only the first five (app/llm/local_server.py); vLLM and
-# OpenAI-compatible endpoints take them all (vLLM's extra sampling parameters included).
+# embedded local server implements the first five, `tools` and `chat_template_kwargs`
+# (app/llm/local_server.py); vLLM and OpenAI-compatible endpoints take them all (vLLM's extra
+# sampling parameters included).
 CALL_FIELDS = (
     "temperature",
     "top_p",
@@ -42,7 +45,7 @@ CALL_FIELDS = (
     "parallel_tool_calls",
 )
 BACKEND_FIELDS = {
-    "local": frozenset(CALL_FIELDS[:5]),
+    "local": frozenset(CALL_FIELDS[:5]) | {"tools", "chat_template_kwargs"},
     "vllm": frozenset(CALL_FIELDS),
     "endpoint": frozenset(CALL_FIELDS),  # WHALE_LLM_URL: the server itself refuses what it lacks
 }
@@ -64,6 +67,14 @@ class Generation:
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {})}
+
+    def overridden(self, body: dict[str, Any]) -> dict[str, Any]:
+        """What the harness asked for that the forced fields replaced (shown in its trace)."""
+        return {
+            k: v
+            for k, v in body.items()
+            if k in self.forced and v is not None and v != self.forced[k]
+        }
 
     def apply(self, body: dict[str, Any], completion_left: int | None) -> dict[str, Any]:
         """The call as it goes to the server: the harness's fields over the defaults, the
@@ -112,7 +123,9 @@ def generation_for(
     sampling = Sampling.model_validate(declared.get("sampling") or {})
     rollout = RolloutLimits.model_validate(declared.get("rollout") or {})
     temperature = (declared.get("rft") or {}).get("temperature")
-    forced = {"temperature": temperature} if split == "train" and temperature is not None else {}
+    forced = sampling.forced()  # [sampling] fixed = true: every split, every call
+    if split == "train" and temperature is not None:
+        forced["temperature"] = temperature
     given = {k: v for k, v in rollout.model_dump().items() if v is not None}
     return Generation(
         backend=backend, defaults=sampling.defaults(), forced=forced, **{**limits, **given}

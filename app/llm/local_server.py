@@ -8,6 +8,12 @@ seed is not its own, and temperature alone never turns sampling on. Here each re
 own temperature, top_p, max_tokens, stop strings and seed (a torch.Generator per request), and
 requests that arrive together are decoded together in one batch.
 
+Native tool calls, as vLLM serves them: a request's `tools` (and `chat_template_kwargs`, e.g.
+`enable_thinking`) go to the tokenizer's chat template, and when the request has tools a reply
+holding `<tool_call>...</tool_call>` blocks comes back as `tool_calls` (`app/llm/tool_calls.py`
+reads both the Hermes JSON form and Qwen3.5's XML form). `role: tool` messages and assistant
+messages carrying `tool_calls` are rendered by the template like any other.
+
 The `model` field of a request is a weights folder (the base, or a full fine-tune's weights)
 or a LoRA adapter folder, merged into its base on load (`load_weights`): a LoRA checkpoint keeps
 its adapter only, a few MB, where a merged copy is the whole model again. Folders are loaded on
@@ -33,6 +39,8 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict
 from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from app.llm.tool_calls import parse_tool_calls, template_messages
 
 MAX_BATCH = int(os.environ.get("WHALE_LOCAL_MAX_BATCH", "32"))  # requests decoded together
 # Decoding a small model on a CPU reads every weight once per token: bfloat16 halves what is read
@@ -71,6 +79,8 @@ class ChatRequest(BaseModel):
     max_tokens: int = 256
     seed: int | None = None
     stop: str | list[str] | None = None
+    tools: list[dict] | None = None
+    chat_template_kwargs: dict | None = None
 
 
 @dataclass
@@ -146,7 +156,13 @@ class Engine:
     def _generate(self, model_name: str, requests: list[ChatRequest]) -> list[dict]:
         model, tokenizer = self._load(model_name)
         prompts = [
-            tokenizer.apply_chat_template(r.messages, add_generation_prompt=True, tokenize=False)
+            tokenizer.apply_chat_template(
+                template_messages(r.messages),
+                tools=r.tools or None,
+                add_generation_prompt=True,
+                tokenize=False,
+                **(r.chat_template_kwargs or {}),
+            )
             for r in requests
         ]
         enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
@@ -253,6 +269,13 @@ def create_app(dtype: str = "bfloat16") -> FastAPI:
             result = await asyncio.wrap_future(engine.submit(request))
         except OSError as exc:
             raise HTTPException(404, f"cannot load model {request.model!r}: {exc}") from exc
+        message = {"role": "assistant", "content": result["content"]}
+        finish_reason = result["finish_reason"]
+        if request.tools:
+            content, calls = parse_tool_calls(result["content"], request.tools)
+            if calls:
+                message = {"role": "assistant", "content": content, "tool_calls": calls}
+                finish_reason = "tool_calls"
         return {
             "id": f"chatcmpl-{secrets.token_hex(8)}",
             "object": "chat.completion",
@@ -261,8 +284,8 @@ def create_app(dtype: str = "bfloat16") -> FastAPI:
             "choices": [
                 {
                     "index": 0,
-                    "finish_reason": result["finish_reason"],
-                    "message": {"role": "assistant", "content": result["content"]},
+                    "finish_reason": finish_reason,
+                    "message": message,
                 }
             ],
             "usage": {

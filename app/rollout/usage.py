@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Metric, Phase, Rollout, SearchIteration
+from app.db.schema import Evaluation, Metric, Phase, Rollout, SearchIteration, TrainingJob
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,8 @@ class Usage:
     rollouts: int
     tokens: int  # prompt + completion tokens of those rollouts and of the proposers
     proposer_usd: float
+    weight_steps: int = 0  # finished RFT steps (one that accepted nothing and trained none too)
+    proposing_iterations: int = 0  # finished iterations after each harness phase's iteration 0
 
 
 def spent(s: Session, *which) -> tuple[int, int]:
@@ -43,13 +45,18 @@ def spent(s: Session, *which) -> tuple[int, int]:
 
 
 # The budgets an experiment may set ([budget] in its TOML), in the order they are shown.
-BUDGETS = ("rollouts", "tokens", "proposer_usd", "wall_s")
+BUDGETS = ("rollouts", "tokens", "proposer_usd", "wall_s", "weight_steps", "proposing_iterations")
 EXCEEDED = {
     "rollouts": "budget: rollouts",
     "tokens": "budget: tokens",
     "proposer_usd": "budget: proposer cost",
     "wall_s": "budget: wall time",
+    "weight_steps": "budget: weight steps",
+    "proposing_iterations": "budget: proposing iterations",
 }
+# Budgets in the release's units: each limits its own kind of phase, which the loop ends when
+# it is used up (app/loop/driver.py); what the run does next depends on its strategy.
+PHASE_BUDGETS = {"weight": "weight_steps", "harness": "proposing_iterations"}
 
 
 def usage(s: Session, run_id: int) -> Usage:
@@ -62,7 +69,25 @@ def usage(s: Session, run_id: int) -> Usage:
             func.coalesce(func.sum(SearchIteration.cost_usd), 0.0),
         ).where(SearchIteration.run_id == run_id)
     ).one()
-    return Usage(rollouts, tokens + proposer_tokens, usd)
+    proposing = s.exec(
+        select(func.count())
+        .select_from(SearchIteration)
+        .where(
+            SearchIteration.run_id == run_id,
+            SearchIteration.iteration > 0,
+            col(SearchIteration.status).in_(("done", "failed")),
+        )
+    ).one()
+    return Usage(rollouts, tokens + proposer_tokens, usd, weight_steps_done(s, run_id), proposing)
+
+
+def weight_steps_done(s: Session, run_id: int) -> int:
+    """The run's finished RFT steps over all its weight phases (the x of its test points)."""
+    return s.exec(
+        select(func.count())
+        .select_from(TrainingJob)
+        .where(TrainingJob.run_id == run_id, col(TrainingJob.status).in_(("done", "skipped")))
+    ).one()
 
 
 def spending(s: Session, run_id: int, wall_s: float) -> dict[str, float]:
@@ -73,6 +98,8 @@ def spending(s: Session, run_id: int, wall_s: float) -> dict[str, float]:
         "tokens": used.tokens,
         "proposer_usd": used.proposer_usd,
         "wall_s": wall_s,
+        "weight_steps": used.weight_steps,
+        "proposing_iterations": used.proposing_iterations,
     }
 
 
@@ -98,13 +125,19 @@ def over_budget(limits: dict, spent: dict[str, float], next_cost: int) -> str | 
     the rollout budget when that unit would overshoot it, any other once it is used up."""
     for name in BUDGETS:
         limit = limits.get(name)
-        if limit is None:
+        if limit is None or name in PHASE_BUDGETS.values():
             continue
         if name == "rollouts" and spent[name] + max(next_cost, 1) > limit:
             return EXCEEDED[name]
         if name != "rollouts" and spent[name] >= limit:
             return EXCEEDED[name]
     return None
+
+
+def phase_budget_left(limits: dict, used: Usage, kind: str) -> bool:
+    """Whether a phase of `kind` may take another step or proposing iteration."""
+    name = PHASE_BUDGETS[kind]
+    return limits.get(name) is None or getattr(used, name) < limits[name]
 
 
 def rollouts_used(session: Session, run_id: int) -> int:

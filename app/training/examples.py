@@ -104,15 +104,15 @@ def encode(tokenizer, example: dict, max_len: int) -> tuple[list[int], list[int]
 
 
 def encode_all(tokenizer, examples: list[dict], max_len: int) -> tuple[list, dict[str, int]]:
-    """Every example encoded, without those that keep no trained token once cut to max_len,
-    and how many were cut and dropped: the job reports both."""
+    """Every example encoded as (ids, labels, its rollout's id), without those that keep no
+    trained token once cut to max_len, and how many were cut and dropped: the job reports both."""
     encoded, counts = [], {"truncated": 0, "dropped": 0}
     for example in examples:
         prompt_ids, completion_ids = _token_ids(tokenizer, example)
         ids, labels = _cut(prompt_ids, completion_ids, max_len)
         counts["truncated"] += len(prompt_ids) + len(completion_ids) > max_len
         if any(t != -100 for t in labels[1:]):
-            encoded.append((ids, labels))
+            encoded.append((ids, labels, example.get("rollout_id")))
         else:  # its prompt alone fills max_len: nothing of what the model produced is left
             counts["dropped"] += 1
     return encoded, counts

@@ -5,6 +5,12 @@ output folder), makes one pass over the examples with token-mean negative log-li
 completion tokens (no KL, no advantage, no clipping), saves the checkpoint and prints progress
 as JSON lines on stdout: {"event": "batch", ...} per optimizer step, then {"event": "done", ...}.
 
+A mini-batch (one optimizer step) holds `batch_size` examples (`batch_unit` "call": one model
+call each) or every call of `batch_size` accepted rollouts ("rollout": the release's online RSFT,
+whose SFT mini-batch counts whole multi-turn trajectories); its loss is the mean over all of its
+trained tokens, as verl's token-mean. `micro_batch_size` splits each process's share of a
+mini-batch into forward passes of that many rows, for memory only: the step is the same.
+
 The loop goes through `accelerate.Accelerator`, so one plain process and an `accelerate launch`
 of several (DDP, FSDP, DeepSpeed; GPUs or machines) run the same code: each process trains on its
 shard of every batch, and only the main process prints progress and writes the checkpoint.
@@ -22,13 +28,11 @@ import random
 import shutil
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator, DistributedType
-from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.children import die_with_parent
@@ -61,11 +65,11 @@ def load_model(spec: dict, adapter: str | None = None):
 
 def collate(chunk: list, pad_id: int):
     """Right-padded input ids, attention mask and labels (-100: no loss) of one batch."""
-    width = max(len(ids) for ids, _ in chunk)
+    width = max(len(row[0]) for row in chunk)
     ids = torch.full((len(chunk), width), pad_id)
     labels = torch.full((len(chunk), width), -100)
     mask = torch.zeros((len(chunk), width), dtype=torch.long)
-    for row, (x, y) in enumerate(chunk):
+    for row, (x, y, *_) in enumerate(chunk):
         ids[row, : len(x)], labels[row, : len(y)], mask[row, : len(x)] = (
             torch.tensor(x),
             torch.tensor(y),
@@ -77,9 +81,39 @@ def collate(chunk: list, pad_id: int):
 def with_fillers(encoded: list, step_size: int, pad_id: int) -> list:
     """`encoded` plus one-token rows without labels up to a multiple of `step_size`.
 
-    Every process then gets as many full batches as the others (DDP and FSDP need each to take
-    every step) and, unlike accelerate's own evening out, no example is trained on twice."""
-    return encoded + [([pad_id], [-100])] * (-len(encoded) % step_size)
+    Every process then gets as many rows, and forward passes, as the others (DDP and FSDP need
+    each to take every step) and, unlike accelerate's own evening out, no example is trained on
+    twice."""
+    return encoded + [([pad_id], [-100], None)] * (-len(encoded) % step_size)
+
+
+def mini_batches(encoded: list, batch_size: int, unit: str, seed: int) -> list[list]:
+    """The optimizer steps of one pass, in a seeded shuffle (the same on every process).
+
+    "call": `batch_size` examples per step. "rollout": the calls of `batch_size` rollouts per
+    step, a rollout's calls always together and in their order (the release's SFT mini-batch is
+    64 whole trajectories: ray_trainer._fit_online_rsft, dp_actor.update_sft_policy)."""
+    rng = random.Random(seed)
+    if unit == "call":
+        rows = list(encoded)
+        rng.shuffle(rows)
+        return [rows[i : i + batch_size] for i in range(0, len(rows), batch_size)]
+    if unit != "rollout":
+        raise ValueError(f"batch_unit is 'call' or 'rollout', not {unit!r}")
+    calls: dict = {}
+    for row in encoded:  # an example without a rollout (a file of one's own) is one alone
+        calls.setdefault(row[2] if row[2] is not None else object(), []).append(row)
+    groups = list(calls.values())
+    rng.shuffle(groups)
+    return [
+        [row for group in groups[i : i + batch_size] for row in group]
+        for i in range(0, len(groups), batch_size)
+    ]
+
+
+def labelled(rows: list) -> int:
+    """The trained tokens of these rows, as nll_sum counts them (a label after the first)."""
+    return sum(sum(t != -100 for t in row[1][1:]) for row in rows)
 
 
 def nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -118,40 +152,49 @@ def train(spec: dict) -> dict | None:
     tokenizer = AutoTokenizer.from_pretrained(spec["base_model"])
     examples = [json.loads(line) for line in open(spec["examples"])]
     encoded, cut = encode_all(tokenizer, examples, spec["max_seq_len"])
-    random.Random(spec["seed"]).shuffle(encoded)  # the same order on every process
+    # batch_size counts the examples (or rollouts) of one optimizer step over all processes
+    steps = mini_batches(encoded, spec["batch_size"], spec.get("batch_unit", "call"), spec["seed"])
     model = load_model(spec, spec.get("init_adapter"))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=spec["lr"], weight_decay=0.0)
+    # AdamW over every trainable weight, as verl's FSDP actor (its default weight_decay: 0.01)
+    optimizer = torch.optim.AdamW(params, lr=spec["lr"], weight_decay=spec.get("weight_decay", 0.0))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    # batch_size counts the examples of one optimizer step over all processes together.
-    per_process = math.ceil(spec["batch_size"] / accelerator.num_processes)
-    rows = with_fillers(encoded, per_process * accelerator.num_processes, pad)
-    loader = DataLoader(rows, batch_size=per_process, collate_fn=partial(collate, pad_id=pad))
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    processes, rank = accelerator.num_processes, accelerator.process_index
+    micro = spec.get("micro_batch_size")
+    if micro and accelerator.distributed_type == DistributedType.DEEPSPEED:
+        # accelerate steps a DeepSpeed engine at every backward: no accumulation here
+        raise ValueError("micro_batch_size is not supported under DeepSpeed")
     carried = carry_optimizer(accelerator, spec)
-    if carried and spec.get("optimizer_in"):  # the phase's optimizer, where its last step left it
+    if carried and spec.get("optimizer_in"):  # the optimizer where the last step left it
         optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
-    total_batches = spec["epochs"] * len(loader)
+    total_batches = spec["epochs"] * len(steps)
     losses, tokens, done, start = [], 0, 0, time.monotonic()
     for _ in range(spec["epochs"]):
-        for ids, mask, labels in loader:
-            logits = model(input_ids=ids, attention_mask=mask).logits
-            loss, n = nll_sum(logits, labels)
-            totals = accelerator.reduce(
-                torch.stack([loss.detach().float(), torch.tensor(float(n), device=loss.device)]),
-                reduction="sum",
-            )
-            all_n = int(totals[1])
-            # Gradients are averaged over the processes; scaled like this, the step follows the
-            # token mean over the whole batch (one process: the loss over its token count).
-            accelerator.backward(loss * accelerator.num_processes / max(all_n, 1))
+        for step in steps:
+            # this process's share of the step: as many rows as every other process
+            share = math.ceil(len(step) / processes)
+            mine = with_fillers(step, share * processes, pad)[rank * share : (rank + 1) * share]
+            all_n = labelled(step)  # every process knows the whole step: no exchange needed
+            nll = torch.zeros((), device=accelerator.device)
+            for i in range(0, share, micro or share):
+                ids, mask, labels = (
+                    t.to(accelerator.device) for t in collate(mine[i : i + (micro or share)], pad)
+                )
+                logits = model(input_ids=ids, attention_mask=mask).logits
+                loss, _ = nll_sum(logits, labels)
+                # Gradients are averaged over the processes and summed over the forward passes;
+                # scaled like this, the step follows the token mean over the whole mini-batch.
+                accelerator.backward(loss * processes / max(all_n, 1))
+                nll += loss.detach().float()
+            total = accelerator.reduce(nll, reduction="sum")
             accelerator.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             done += 1
             tokens += all_n
-            losses.append(totals[0].item() / max(all_n, 1))
+            losses.append(total.item() / max(all_n, 1))
             if accelerator.is_main_process:
                 emit(
                     event="batch",
@@ -186,11 +229,11 @@ def train(spec: dict) -> dict | None:
 
 
 def carry_optimizer(accelerator: Accelerator, spec: dict) -> bool:
-    """Whether this step continues the phase's optimizer (`[rft] optimizer_state = "phase"`,
-    the release's way) and saves it for the next step. Under FSDP or DeepSpeed each process
-    holds a shard of it: those start a fresh AdamW per step, and the job says so."""
+    """Whether this step continues an optimizer and saves it for the next step
+    (`[rft] optimizer_state` "phase" or "run"). Under FSDP or DeepSpeed each process holds a
+    shard of it: those start a fresh AdamW per step, and the job says so."""
     sharded = accelerator.distributed_type in (DistributedType.FSDP, DistributedType.DEEPSPEED)
-    return spec.get("optimizer_state", "step") == "phase" and not sharded
+    return spec.get("optimizer_state", "step") in ("phase", "run") and not sharded
 
 
 def save(accelerator: Accelerator, model, tokenizer, spec: dict, optimizer=None) -> None:

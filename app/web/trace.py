@@ -33,7 +33,9 @@ def _model_view(step: dict[str, Any], seen: list[dict]) -> dict[str, Any]:
         **step,
         "messages": messages,
         "n_folded": _shared_prefix(messages, seen),
-        "sampling": {k: v for k, v in request.items() if k != "messages"},
+        "sampling": {k: v for k, v in request.items() if k not in ("messages", "harness_asked")},
+        # what the harness set that the experiment's fixed decoding overrode (gateway.py)
+        "harness_asked": request.get("harness_asked") or {},
         "completion": completion,
         "finish_reason": response.get("finish_reason"),
     }

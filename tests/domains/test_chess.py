@@ -16,8 +16,11 @@ from app.domains.chess_puzzles import (
     COLUMNS,
     MAX_ILLEGAL_MOVES,
     SAMPLE,
+    SAMPLE_SIZES,
     ChessPuzzles,
     PuzzleFileError,
+    bucket_of,
+    position_key,
 )
 from tests.conftest import REPO, whale_eval_json
 
@@ -66,17 +69,74 @@ def test_the_domain_is_registered_and_loads_the_shipped_sample():
     assert domain.seed_harness.is_file()
 
 
-def test_sample_splits_are_disjoint_deterministic_and_cover_the_file(sample):
-    with SAMPLE.open() as f:
-        ids = [row["PuzzleId"] for row in csv.DictReader(f)]
+def positions(tasks):
+    return [position_key(chess.Board(t.public["fen"])) for t in tasks]
+
+
+def test_sample_splits_are_disjoint_deterministic_and_sized(sample):
     again = ChessPuzzles()
     split_ids = {s: [t.id for t in sample.tasks(s)] for s in SPLITS}
     for split in SPLITS:
         assert split_ids[split] == [t.id for t in again.tasks(split)]
-        assert len(split_ids[split]) >= 50  # the sample is big enough for every role
-    assert sorted(sum(split_ids.values(), [])) == sorted(ids)  # each puzzle in exactly one split
+        assert len(split_ids[split]) == SAMPLE_SIZES[split]  # 256, 64, 64 of the 400
+    every = positions(every_task(sample))
+    assert len(set(every)) == len(every) == sum(SAMPLE_SIZES.values())
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         sample.tasks("dev")
+
+
+def sample_rows():
+    with SAMPLE.open() as f:
+        return list(csv.DictReader(f))
+
+
+def as_line(row):
+    return ",".join(row[c] for c in COLUMNS)
+
+
+def test_a_repeated_position_lands_once_whatever_its_id(tmp_path):
+    rows = sample_rows()[:120]
+    lines = []
+    for row in rows:  # each position twice: the copy has its own id and other move counters
+        placement, side, castling, passant, _, _ = row["FEN"].split()
+        copy = {**row, "PuzzleId": "dup-" + row["PuzzleId"]}
+        copy["FEN"] = f"{placement} {side} {castling} {passant} 7 70"
+        lines += [as_line(row), as_line(copy)]
+    big = {"train": 1000, "harness": 1000, "test": 1000}
+    domain = ChessPuzzles(write(tmp_path / "dups.csv", [HEADER, *lines]), sizes=big)
+    tasks = every_task(domain)
+    assert sorted(t.id for t in tasks) == sorted(r["PuzzleId"] for r in rows)  # first kept
+    assert len(set(positions(tasks))) == len(tasks) == 120
+    for split in SPLITS:  # with room everywhere, a position goes where its hash sends it
+        assert all(bucket_of(key, big) == split for key in positions(domain.tasks(split)))
+
+
+def test_the_split_follows_the_position_and_seed_not_the_id_or_the_run():
+    keys = [position_key(chess.Board(t.public["fen"])) for t in every_task(ChessPuzzles())]
+    sizes = {"train": 50, "harness": 25, "test": 25}
+    seed_42 = [bucket_of(k, sizes) for k in keys]
+    assert seed_42 == [bucket_of(k, sizes, seed=42) for k in keys]
+    assert {"train", "harness", "test"} == set(seed_42)
+    assert seed_42 != [bucket_of(k, sizes, seed=7) for k in keys]  # the seed changes the draw
+
+
+def test_full_splits_overflow_and_reading_stops_once_all_are_full(tmp_path):
+    rows = sample_rows()
+    path = write(tmp_path / "p.csv", [HEADER, *map(as_line, rows)])
+    domain = ChessPuzzles(path, sizes={"train": 5, "harness": 5, "test": 5})
+    assert {s: len(domain.tasks(s)) for s in SPLITS} == {"train": 5, "harness": 5, "test": 5}
+    # nothing is skipped but repeats, so the 15 chosen are the file's first 15 puzzles
+    assert sorted(t.id for t in every_task(domain)) == sorted(r["PuzzleId"] for r in rows[:15])
+
+
+def test_the_test_split_is_the_start_of_the_test_pool(tmp_path):
+    sizes = {"train": 20, "harness": 5, "test": 10}
+    pool = ChessPuzzles(sizes=sizes, test_tasks=10).tasks("test")
+    assert [t.id for t in ChessPuzzles(sizes=sizes, test_tasks=4).tasks("test")] == [
+        t.id for t in pool[:4]
+    ]
+    with pytest.raises(ValueError, match="sizes must give each"):
+        ChessPuzzles(sizes={"train": 20, "harness": 5})
 
 
 def test_public_fields_are_the_position_after_the_trigger_and_hide_the_solution(sample):
@@ -110,13 +170,6 @@ def test_every_shipped_puzzle_is_a_mate_in_one_or_two(sample):
         assert board.is_checkmate(), task.id
         plies = {"mateIn1": 1, "mateIn2": 3}
         assert [plies[t] for t in task.public["themes"] if t in plies] == [len(line)]
-
-
-def test_sizes_cap_each_split_by_a_fixed_order_of_ids(sample):
-    small = ChessPuzzles(sizes={"train": 20, "harness": 5, "test": 5})
-    for split, n in {"train": 20, "harness": 5, "test": 5}.items():
-        # the bounded one-pass selection keeps the first ids of the full split's order
-        assert [t.id for t in small.tasks(split)] == [t.id for t in sample.tasks(split)][:n]
 
 
 @pytest.mark.parametrize(

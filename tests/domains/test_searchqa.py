@@ -3,8 +3,10 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sqlmodel import col, select
+from transformers import AutoTokenizer
 
 from app.db import open_engine, read_session
 from app.db.schema import Rollout, Step
@@ -13,7 +15,10 @@ from app.domains.retrieval import (
     BM25Index,
     CorpusError,
     DenseIndex,
+    E5Encoder,
+    PassageCutter,
     RetrieverUnavailable,
+    build_dense_index,
     read_corpus,
 )
 from app.domains.searchqa import (
@@ -25,6 +30,8 @@ from app.domains.searchqa import (
     f1,
     load_questions,
 )
+from app.llm.local import prepare_model
+from app.read.benchmarks import benchmark_breakdown, benchmarks_line
 from tests.conftest import REPO, whale_eval_json
 from tests.openai_stub import openai_stub
 
@@ -63,8 +70,11 @@ def test_shipped_sample_makes_fixed_disjoint_splits(home):
         questions[split] = {t.public["question"] for t in tasks}
     assert not questions["train"] & questions["test"]
     assert not questions["harness"] & questions["test"]
-    assert not questions["train"] & questions["harness"]
-    assert len({t.id for s in SPLITS for t in a.tasks(s)}) == sum(len(a.tasks(s)) for s in SPLITS)
+    # as the release draws it, the harness split is a part of the train questions
+    assert questions["harness"] <= questions["train"]
+    assert len({t.id for s in ("train", "test") for t in a.tasks(s)}) == len(
+        a.tasks("train")
+    ) + len(a.tasks("test"))
 
 
 def test_shipped_corpus_is_wiki18_format():
@@ -108,15 +118,15 @@ def test_synthetic_question_files_load(tmp_path, name, gz):
     else:
         _write_jsonl(path, ROWS, gz=gz)
     loaded = load_questions(str(path))
-    assert [q[0] for q in loaded] == ["nq-test_0", "qs-2", "hotpotqa-7"]
-    assert loaded[0][1] == {"question": "who wrote hamlet?", "data_source": "nq"}
-    assert [q[2] for q in loaded] == [["Shakespeare", "William Shakespeare"], ["Paris"], ["4"]]
+    assert [q.id for q in loaded] == ["nq-test_0", "qs-2", "hotpotqa-7"]
+    assert loaded[0].public == {"question": "who wrote hamlet?", "data_source": "nq"}
+    assert [q.golds for q in loaded] == [["Shakespeare", "William Shakespeare"], ["Paris"], ["4"]]
 
 
 def test_two_files_with_the_same_ids_keep_every_question(tmp_path):
     a = _write_jsonl(tmp_path / "a.jsonl", [{"id": "1", "question": "q1", "golden_answers": ["x"]}])
     b = _write_jsonl(tmp_path / "b.jsonl", [{"id": "1", "question": "q2", "golden_answers": ["y"]}])
-    ids = [q[0] for q in load_questions(f"{a},{b}")]
+    ids = [q.id for q in load_questions(f"{a},{b}")]
     assert len(set(ids)) == 2
 
 
@@ -190,8 +200,8 @@ def test_environment_selects_the_data(home, tmp_path, monkeypatch):
     monkeypatch.setenv("WHALE_SEARCHQA_CORPUS", str(corpus))
     domain = SearchQA()
     assert len(domain.tasks("test")) == 2
-    # q0 is asked in test, so it leaves train; a quarter of the rest is the harness split
-    assert len(domain.tasks("harness")) == 2 and len(domain.tasks("train")) == 9
+    # q0 is asked in test, so it leaves train; the harness split is drawn from the other 11
+    assert len(domain.tasks("harness")) == 2 and len(domain.tasks("train")) == 11
     assert domain.tools["search"](["second"], 1)[0][0]["title"] == "Beta"
 
 
@@ -273,16 +283,212 @@ def test_search_limits_are_explained(sample_index):
     assert json.loads(json.dumps(sample_index.search(["neon", "argon"], 2)))  # JSON for the trace
 
 
-def test_dense_retriever_refuses_clearly_when_missing(sample_index, tmp_path):
-    try:
-        import faiss  # noqa: F401
-        import sentence_transformers  # noqa: F401
+@pytest.fixture(scope="module")
+def stand_in_encoder(model_cache):
+    """The demo model's own embeddings stand in for e5's (intfloat/e5-base-v2 cannot be
+    downloaded here): the same loading, prefixes, pooling and normalisation."""
+    return E5Encoder(str(prepare_model(model_cache, say=lambda m: None)))
 
-        pytest.skip("dense retrieval packages are installed here")
-    except ImportError:
-        pass
-    with pytest.raises(RetrieverUnavailable, match="sentence-transformers and faiss"):
-        DenseIndex(sample_index, tmp_path / "e5_Flat.index")
+
+CORPUS_ROWS = [
+    {"id": "p1", "contents": '"Neon"\nNeon is a noble gas with atomic number 10.'},
+    {"id": "p2", "contents": '"Paris"\nParis is the capital and largest city of France.'},
+    {"id": "p3", "contents": '"Hamlet"\nHamlet is a tragedy written by William Shakespeare.'},
+    {"id": "p4", "contents": '"Volcano"\nA volcano is a rupture in the crust of a planet.'},
+]
+
+
+def test_dense_retriever_searches_a_faiss_index_built_from_the_corpus(tmp_path, stand_in_encoder):
+    corpus = _write_jsonl(tmp_path / "corpus.jsonl", CORPUS_ROWS)
+    passages = BM25Index.open(corpus, tmp_path / "indexes", quiet=True)
+    index_file = tmp_path / "e5_Flat.index"
+    assert build_dense_index(corpus, index_file, stand_in_encoder, batch_size=3, quiet=True) == 4
+    dense = DenseIndex(passages, index_file, encoder=stand_in_encoder)
+    for row in CORPUS_ROWS:  # a passage's own text finds it first
+        [hits] = dense.search([row["contents"].split("\n")[1]], 2)
+        assert hits[0]["id"] == row["id"] and len(hits) == 2
+        assert set(hits[0]) == {"id", "title", "text", "score"}
+        assert hits[0]["score"] >= hits[1]["score"]
+    assert [len(hits) for hits in dense.search(["neon", "paris"], 1)] == [1, 1]
+    with pytest.raises(ValueError, match="topk must be an integer"):
+        dense.search(["neon"], 0)
+    # an index of another corpus is refused before any search
+    other = _write_jsonl(tmp_path / "other.jsonl", CORPUS_ROWS[:2])
+    with pytest.raises(RetrieverUnavailable, match="holds 4 vectors, the corpus 2 passages"):
+        DenseIndex(
+            BM25Index.open(other, tmp_path / "indexes", quiet=True),
+            index_file,
+            encoder=stand_in_encoder,
+        )
+    with pytest.raises(RetrieverUnavailable, match="no FAISS index"):
+        DenseIndex(passages, tmp_path / "absent.index", encoder=stand_in_encoder)
+
+
+def test_the_domain_uses_the_dense_retriever_when_asked(home, tmp_path, monkeypatch, model_cache):
+    corpus = _write_jsonl(tmp_path / "corpus.jsonl", CORPUS_ROWS)
+    model = str(prepare_model(model_cache, say=lambda m: None))
+    index_file = tmp_path / "e5_Flat.index"
+    build_dense_index(corpus, index_file, E5Encoder(model), quiet=True)
+    monkeypatch.setenv("WHALE_SEARCHQA_CORPUS", str(corpus))
+    monkeypatch.setenv("WHALE_SEARCHQA_RETRIEVER", "dense")
+    with pytest.raises(ValueError, match="needs WHALE_SEARCHQA_DENSE_INDEX"):
+        SearchQA()
+    monkeypatch.setenv("WHALE_SEARCHQA_DENSE_INDEX", str(index_file))
+    monkeypatch.setenv("WHALE_SEARCHQA_DENSE_MODEL", model)
+    domain = SearchQA()
+    assert isinstance(domain.retriever, DenseIndex)
+    [hits] = domain.tools["search"]([CORPUS_ROWS[2]["contents"].split("\n")[1]], 1)
+    assert [h["id"] for h in hits] == ["p3"]
+
+
+def test_max_doc_tokens_cuts_passages_as_the_release_does(home, tmp_path, monkeypatch, model_cache):
+    text = " ".join(f"word{i}" for i in range(300))
+    corpus = _write_jsonl(
+        tmp_path / "corpus.jsonl",
+        [{"id": "long", "contents": f'"Long Title"\n{text}'}, {"id": "s", "contents": "short"}],
+    )
+    monkeypatch.setenv("WHALE_SEARCHQA_CORPUS", str(corpus))
+    search = SearchQA().tools["search"]
+    [[whole]] = search(["word7"], 1)
+    assert whole["text"] == text  # no max_doc_tokens: the whole passage
+    [[cut]] = search(["word7"], 1, max_doc_tokens=200)
+    # without a tokenizer named, tokens are words; the title line's 2 words count
+    assert cut["title"] == "Long Title" and cut["text"].split() == text.split()[:198]
+    for bad in (0, -3, "200", 2.5, True):
+        with pytest.raises(ValueError, match="max_doc_tokens must be a positive integer"):
+            search(["word7"], 1, max_doc_tokens=bad)
+
+    model = prepare_model(model_cache, say=lambda m: None)
+    monkeypatch.setenv("WHALE_SEARCHQA_PASSAGE_TOKENIZER", str(model))
+    [[cut]] = SearchQA().tools["search"](["word7"], 1, max_doc_tokens=200)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    contents = f'"{cut["title"]}"\n{cut["text"]}'
+    assert len(tokenizer.encode(contents, add_special_tokens=False)) in range(195, 201)
+    assert text.startswith(cut["text"]) and len(cut["text"]) < len(text)
+    cutter = PassageCutter(str(model))
+    short = {"id": "s", "title": "", "text": "short", "score": 1.0}
+    assert cutter.cut(short, 200) is short  # under the cap: unchanged
+    assert PassageCutter(str(tmp_path / "no-such-tokenizer")).name
+    with pytest.raises(RetrieverUnavailable, match="could not be loaded"):
+        PassageCutter(str(tmp_path / "no-such-tokenizer")).cut({**short, "text": text}, 10)
+
+
+# ---- the release's splits -------------------------------------------------------------------
+
+
+def search_r1_row(source, index, question, answers):
+    """A row of Search-R1's processed parquet as the release's files hold it."""
+    return {
+        "data_source": f"searchR1_{source}",
+        "prompt": [
+            {"role": "user", "content": f"Answer the given question. ... Question: {question}\n"}
+        ],
+        "ability": "fact-reasoning",
+        "reward_model": {"style": "rule", "ground_truth": {"target": answers}},
+        "extra_info": {"split": "train", "index": index, "question": question},
+    }
+
+
+def write_parquet(path, rows):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def test_search_r1_processed_rows_load_with_their_benchmark(tmp_path):
+    rows = [search_r1_row("nq", 4, "who sang x?", ["Y"]), search_r1_row("hotpotqa", 4, "z?", ["w"])]
+    no_extra_question = search_r1_row("popqa", 9, "what is q?", ["r"])
+    del no_extra_question["extra_info"]["question"]  # Search-R1's own files: only the prompt
+    loaded = load_questions(str(write_parquet(tmp_path / "t.parquet", [*rows, no_extra_question])))
+    assert [q.id for q in loaded] == ["nq-4", "hotpotqa-4", "popqa-9"]
+    assert [q.public for q in loaded] == [
+        {"question": "who sang x?", "data_source": "nq"},
+        {"question": "z?", "data_source": "hotpotqa"},
+        {"question": "what is q?", "data_source": "popqa"},
+    ]
+    assert [q.key for q in loaded][0] == ("nq", 4, "who sang x?")
+
+
+# numpy's RandomState(42).permutation(200)[:20]: the rows pandas' DataFrame.sample(20,
+# random_state=42) picks from 200, as the release's build_meta_harness_nq_256.py draws
+RELEASE_DRAW_OF_200 = [
+    95,
+    15,
+    30,
+    158,
+    128,
+    115,
+    69,
+    170,
+    174,
+    45,
+    66,
+    182,
+    165,
+    78,
+    186,
+    177,
+    56,
+    152,
+    82,
+    68,
+]
+
+
+def release_train(tmp_path):
+    nq = [search_r1_row("nq", i, f"nq question {i}?", [f"a{i}"]) for i in range(200)]
+    hotpot = [search_r1_row("hotpotqa", i, f"hotpot question {i}?", ["b"]) for i in range(100)]
+    mixed = [row for pair in zip(nq[:100], hotpot) for row in pair] + nq[100:]  # file order
+    return nq, write_parquet(tmp_path / "train.parquet", mixed)
+
+
+def test_the_harness_split_is_the_release_draw_of_nq_train_rows(home, tmp_path, monkeypatch):
+    nq, train = release_train(tmp_path)
+    test = _write_jsonl(
+        tmp_path / "test.jsonl",
+        [{"question": "t?", "golden_answers": ["t"], "data_source": "bamboogle"}],
+    )
+    monkeypatch.setenv("WHALE_SEARCHQA_TRAIN", str(train))
+    monkeypatch.setenv("WHALE_SEARCHQA_TEST", str(test))
+    monkeypatch.setenv("WHALE_SEARCHQA_HARNESS_SIZE", "20")
+    domain = SearchQA()
+    harness = domain.tasks("harness")
+    assert [t.public["question"] for t in harness] == [
+        nq[i]["extra_info"]["question"] for i in RELEASE_DRAW_OF_200
+    ]
+    assert all(t.public["data_source"] == "nq" for t in harness)
+    assert len(domain.tasks("train")) == 300  # the release trains on its harness rows too
+    assert {t.id for t in harness} <= {t.id for t in domain.tasks("train")}
+    assert [t.id for t in SearchQA().tasks("harness")] == [t.id for t in harness]  # fixed
+
+    monkeypatch.setenv("WHALE_SEARCHQA_HARNESS_DISJOINT", "1")
+    disjoint = SearchQA()
+    assert len(disjoint.tasks("train")) == 280
+    assert not {t.id for t in disjoint.tasks("harness")} & {t.id for t in disjoint.tasks("train")}
+
+
+def test_harness_base_rows_come_first_and_leave_the_draw(home, tmp_path, monkeypatch):
+    nq, train = release_train(tmp_path)
+    base = write_parquet(tmp_path / "base.parquet", [nq[95], nq[3], nq[7]])
+    monkeypatch.setenv("WHALE_SEARCHQA_TRAIN", str(train))
+    monkeypatch.setenv("WHALE_SEARCHQA_HARNESS_SIZE", "10")
+    monkeypatch.setenv("WHALE_SEARCHQA_HARNESS_BASE", str(base))
+    harness = [t.public["question"] for t in SearchQA().tasks("harness")]
+    assert harness[:3] == ["nq question 95?", "nq question 3?", "nq question 7?"]
+    # the other 7 are drawn, with the seed, from the 197 NQ rows left
+    rest = [i for i in range(200) if i not in (95, 3, 7)]
+    order = np.random.RandomState(42).permutation(197)[:7]
+    assert harness[3:] == [f"nq question {rest[i]}?" for i in order]
+    stranger = write_parquet(
+        tmp_path / "stranger.parquet", [search_r1_row("nq", 999, "new?", ["x"])]
+    )
+    monkeypatch.setenv("WHALE_SEARCHQA_HARNESS_BASE", str(stranger))
+    with pytest.raises(
+        QuestionsError, match=r"1 harness base question.*not train questions.*'new\?'"
+    ):
+        SearchQA()
 
 
 # ---- the verifier ---------------------------------------------------------------------------
@@ -380,3 +586,26 @@ def test_seed_harness_searches_through_the_gateway(whale_env):
         [hits] = mine[0].response["result"]
         assert len(hits) == 1 and {"id", "title", "text", "score"} <= set(hits[0])
         assert 1 <= sum(st.kind == "model" for st in mine) <= 2
+    # the test split's tasks name their benchmark: each one's mean@k and their plain mean
+    by_task = {r.task_id: (r.task["data_source"], r.reward or 0.0) for r in rollouts}
+    expected = {}
+    for source, reward in by_task.values():
+        expected.setdefault(source, []).append(reward)
+    assert out["benchmarks"] == {
+        name: {"mean_at_k": sum(v) / len(v), "n_tasks": len(v)} for name, v in expected.items()
+    }
+    means = [b["mean_at_k"] for b in out["benchmarks"].values()]
+    assert out["macro_mean_at_k"] == pytest.approx(sum(means) / len(means))
+
+
+def test_benchmark_breakdown_weighs_each_benchmark_the_same():
+    task_means = {"nq-1": 1.0, "nq-2": 1.0, "nq-3": 1.0, "nq-4": 0.0, "bamboogle-1": 0.0}
+    names = {t: t.split("-")[0] for t in task_means}
+    breakdown = benchmark_breakdown(task_means, names)
+    assert breakdown["benchmarks"] == {
+        "bamboogle": {"mean_at_k": 0.0, "n_tasks": 1},
+        "nq": {"mean_at_k": 0.75, "n_tasks": 4},
+    }
+    assert breakdown["macro_mean_at_k"] == 0.375  # the pooled mean would be 0.6
+    assert "mean over 2 benchmarks 0.375" in benchmarks_line(breakdown)
+    assert benchmark_breakdown(task_means, {}) is None  # tasks without a benchmark: no view

@@ -84,6 +84,38 @@ def test_rft_temperature_overrides_a_harness_that_samples_greedily(store):
     assert generation_for({"rft": {"temperature": None}}, "train", "local", {}).forced == {}
 
 
+def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
+    """[sampling] fixed = true, the paper's decoding: a harness asking for greedy decoding on
+    the test split still samples at temperature 1.0, top_p 1.0, top_k 20, and the step records
+    what the harness asked for."""
+    declared = {"sampling": {"fixed": True, "temperature": 1.0, "top_p": 1.0, "top_k": 20}}
+    for split in ("train", "harness", "test"):
+        got = generation_for(declared, split, "vllm", {})
+        assert got.forced == {"temperature": 1.0, "top_p": 1.0, "top_k": 20}, split
+        assert got.record()["forced"] == got.forced  # stored with each evaluation
+    test = generation_for(declared, "test", "vllm", {})
+    _, received, steps = call(store, test, {"messages": HELLO, "temperature": 0.0, "top_k": 1})
+    assert (received[0]["temperature"], received[0]["top_p"], received[0]["top_k"]) == (
+        1.0,
+        1.0,
+        20,
+    )
+    assert steps[0]["harness_asked"] == {"temperature": 0.0, "top_k": 1}
+    # without `fixed` the same section only fills what the harness leaves unset
+    loose = generation_for({"sampling": {"temperature": 1.0}}, "test", "vllm", {})
+    _, received, steps = call(store, loose, {"messages": HELLO, "temperature": 0.0})
+    assert received[0]["temperature"] == 0.0 and "harness_asked" not in steps[-1]
+
+
+def test_fixed_decoding_needs_a_value_and_agrees_with_rft_temperature():
+    from app.loop.experiment import ExperimentError, parse
+
+    with pytest.raises(ValueError, match="fixes nothing"):
+        Sampling(fixed=True, max_tokens=100)
+    with pytest.raises(ExperimentError, match=r"rft.temperature \(0.7\) differs"):
+        parse('name = "x"\n[rft]\ntemperature = 0.7\n[sampling]\nfixed = true\ntemperature = 1.0\n')
+
+
 def test_max_tokens_stays_within_the_call_cap_and_the_completion_budget(store):
     budget = Generation("local", max_tokens_per_call=100, max_completion_tokens=120)
     # the stand-in answers 4 characters per token: 400 characters are 100 completion tokens

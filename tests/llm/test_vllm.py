@@ -77,6 +77,30 @@ def test_the_command_line_comes_from_the_settings(tmp_path):
     assert "--enforce-eager" not in gpu and "--kv-cache-memory-bytes" not in gpu
 
 
+def test_a_launched_server_holds_the_context_the_run_asks_for(tmp_path):
+    """The release's vLLM ran at --max-model-len 32768: a run asking for it launches with it,
+    and WHALE_VLLM_ARGS saying otherwise is refused rather than silently preferred."""
+    settings = type("S", (), {})()
+    settings.__dict__.update(
+        vllm_urls=None,
+        llm_model=None,
+        vllm_python="python",
+        logs_dir=tmp_path,
+        vllm_max_lora_rank=64,
+        vllm_args="--dtype bfloat16",
+        vllm_max_model_len=32768,
+    )
+    backend = VLLMBackend.from_settings(settings, model_path=tmp_path)
+    server = VLLMServer("python", tmp_path, tmp_path / "log", cpu=False, max_model_len=32768)
+    assert backend.max_model_len == 32768
+    assert server.command()[-2:] == ["--max-model-len", "32768"]
+    settings.vllm_args = "--max-model-len=8192"
+    with pytest.raises(VLLMError, match="--max-model-len given twice: 8192 .* 32768"):
+        VLLMBackend.from_settings(settings, model_path=tmp_path)
+    settings.vllm_args = "--max-model-len 32768"  # the same, said twice: one argument
+    assert VLLMBackend.from_settings(settings, model_path=tmp_path).max_model_len is None
+
+
 def test_a_missing_model_folder_is_named(tmp_path):
     server = VLLMServer(sys.executable, tmp_path / "nowhere", tmp_path / "log", cpu=True)
     with pytest.raises(VLLMError, match=r"model folder .*nowhere does not exist"):

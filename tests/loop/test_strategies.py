@@ -7,9 +7,9 @@ import sqlite3
 import pytest
 
 from app.loop.driver import Loop, start_run
-from app.loop.experiment import config_hash, incoming_harness, parse
+from app.loop.experiment import config_hash, dry_run, incoming_harness, parse
 from tests.conftest import attached_settings, started_workbench, whale
-from tests.loop.conftest import quick_toml, store_invariants
+from tests.loop.conftest import logged, quick_toml, store_invariants
 
 
 @pytest.mark.slow
@@ -160,3 +160,66 @@ def test_seeds_run_one_grouped_run_each_and_compare_aggregates_them(tmp_path, wh
     with read_session(open_engine(tmp_path / "home" / "whale.db")) as s:
         seeds = [s.get(Run, i).config["experiment"]["seed"] for i in ids]
         assert seeds == [3, 4] and s.get(Run, ids[0]).config["group"]["seeds"] == [3, 4]
+
+
+@pytest.mark.slow
+def test_budgets_in_the_release_units_end_runs_as_its_launchers_do(
+    tmp_path, model_server, model_cache
+):
+    """budget.weight_steps (the release's TOTAL_STEPS) ends an alternating run with the weight
+    phase that takes the last step, a shorter one if the phase length does not divide it, as
+    run/lib/alternate.sh does; stagewise takes every step, then proposes until
+    budget.proposing_iterations."""
+    settings = attached_settings(tmp_path / "home", model_server, model_cache)
+    common = {
+        "switching": {"weight_steps": "2", "proposing_iterations": "1"},
+        "test": {"at_start": "false", "after_phase": "false"},
+        "search": {"tasks": "2", "candidates": "1"},
+    }
+    whale_text = quick_toml("steps", "whale", **common).replace("rollouts = 60", "weight_steps = 3")
+    stagewise_text = quick_toml("stages", "stagewise", **common).replace(
+        "rollouts = 60", "weight_steps = 2\nproposing_iterations = 2"
+    )
+    planned = {
+        name: dry_run(parse(text), settings)["work"]
+        for name, text in (("whale", whale_text), ("stagewise", stagewise_text))
+    }
+    runs = {"whale": run_in_process(whale_text, settings)}
+    runs["stagewise"] = run_in_process(stagewise_text, settings)
+    con = sqlite3.connect(tmp_path / "home" / "whale.db")
+
+    def phases(run_id):
+        return con.execute(
+            """SELECT p.kind, p.ended_reason,
+                      (SELECT count(*) FROM training_job j WHERE j.phase_id = p.id),
+                      (SELECT count(*) FROM search_iteration i
+                        WHERE i.phase_id = p.id AND i.iteration > 0)
+                 FROM phase p WHERE p.run_id = ? ORDER BY p.id""",
+            (run_id,),
+        ).fetchall()
+
+    assert phases(runs["whale"]) == [
+        ("weight", "fixed", 2, 0),
+        ("harness", "fixed", 0, 1),
+        ("weight", "budget", 1, 0),  # the third and last step: the run ends here
+    ]
+    assert phases(runs["stagewise"]) == [
+        ("weight", "stage", 2, 0),
+        ("harness", "fixed", 0, 1),
+        ("harness", "budget", 0, 1),
+    ]
+    ends = {e.run_id: e.detail["reason"] for e in logged(tmp_path / "home" / "whale.db", "run_end")}
+    assert ends[runs["whale"]] == ends[runs["stagewise"]] == "budget used up"
+    # the dry run said so beforehand, in phases and in the rollouts they imply
+    assert (planned["whale"]["weight_phases"], planned["whale"]["harness_phases"]) == (2, 1)
+    assert planned["whale"]["weight_rollouts"] == 3 * 4 * 2
+    assert planned["whale"]["harness_rollouts"] == 2 + 1 * (2 + 1)  # sweep + K x (2 + smoke)
+    assert planned["stagewise"]["proposing_iterations"] == 2
+    for name, run_id in runs.items():
+        (used,) = con.execute(
+            """SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+                WHERE r.run_id = ? AND e.split != 'test' AND r.status != 'pending'""",
+            (run_id,),
+        ).fetchone()
+        assert used == planned[name]["rollouts"], name
+    store_invariants(tmp_path / "home" / "whale.db")

@@ -3,7 +3,7 @@
 from app.experiment_schema import Switching
 from app.loop.switching import harness_phase_end, weight_phase_end
 
-FIXED = Switching(weight_steps=3, harness_iterations=2)
+FIXED = Switching(weight_steps=3, proposing_iterations=2)
 ADAPTIVE = Switching(
     rule="adaptive",
     harness_min_iterations=3,
@@ -48,3 +48,31 @@ def test_weight_patience_on_the_smoothed_reward_after_burn_in():
 
 def test_weight_cap():
     assert weight_phase_end(ADAPTIVE, [i / 10 for i in range(8)]) == "cap"
+
+
+def test_partial_windows_count_the_first_steps_of_a_phase():
+    """The paper's rule (window = patience = minimum phase): the first steps are smoothed over
+    the steps they have, so an early high reward can be the best a phase sees."""
+    rule = ADAPTIVE.model_copy(
+        update={"weight_window": 3, "weight_burn_in": 3, "weight_patience": 3}
+    )
+    partial = rule.model_copy(update={"weight_partial_windows": True})
+    rewards = [0.9, 0.1, 0.1, 0.2]
+    # full windows start at step 2: [0.367, 0.133], best at step 2, 1 step ago -> go on
+    assert weight_phase_end(rule, rewards) is None
+    # partial: [0.9, 0.5, 0.367, 0.133], best at step 0, 3 steps ago -> patience
+    assert weight_phase_end(partial, rewards) == "patience"
+    assert weight_phase_end(partial, rewards[:3]) is None  # the minimum phase (burn-in)
+
+
+def test_the_release_counts_iteration_zero_in_i_and_the_old_key_is_refused():
+    from app.loop.experiment import ExperimentError, parse
+
+    try:
+        parse('name = "x"\n[switching]\nharness_iterations = 6\n', "x.toml")
+    except ExperimentError as exc:
+        assert "proposing_iterations = 5" in str(exc)
+    else:
+        raise AssertionError("the old key was taken")
+    # a run stored before the rename resumes with the same number of proposing iterations
+    assert Switching.model_validate({"harness_iterations": 4}).proposing_iterations == 4

@@ -163,4 +163,4 @@ def test_examples_cut_to_max_seq_len_are_counted_and_those_left_empty_dropped(mo
     no_room = {**short, "messages": [{"role": "user", "content": "2+2? " * 200}]}
     encoded, counts = encode_all(tokenizer, [short, long, no_room], max_len=64)
     assert counts == {"truncated": 2, "dropped": 1}
-    assert len(encoded) == 2 and all(len(ids) <= 64 for ids, _ in encoded)
+    assert len(encoded) == 2 and all(len(ids) <= 64 for ids, *_ in encoded)

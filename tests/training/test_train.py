@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from app.llm.local import prepare_model
 from app.llm.local_server import load_weights
 from app.training.examples import encode
 from app.training.job import TrainingError, run_trainer
-from app.training.train import token_mean_nll
+from app.training.train import mini_batches, token_mean_nll
 
 EXAMPLES = [
     {
@@ -118,3 +119,56 @@ def test_a_failing_job_says_why_and_writes_no_checkpoint(tmp_path):
     with pytest.raises(TrainingError, match="no-such-model"):
         asyncio.run(run_trainer(spec, tmp_path / "job", lambda e: None))
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_rollout_mini_batches_hold_whole_rollouts_and_calls_alone_otherwise():
+    """batch_unit "rollout" forms the release's SFT mini-batches: `batch_size` whole accepted
+    rollouts per optimizer step, each rollout's calls together and in order."""
+    # rollouts 1..5 with 3, 1, 2, 4 and 1 calls: 11 examples
+    calls = {1: 3, 2: 1, 3: 2, 4: 4, 5: 1}
+    encoded = [([r, c], [-100, c], r) for r, n in calls.items() for c in range(n)]
+    steps = mini_batches(encoded, batch_size=2, unit="rollout", seed=0)
+    assert len(steps) == 3  # ceil(5 rollouts / 2): one optimizer step per 2 rollouts
+    rollouts = [[row[2] for row in step] for step in steps]
+    assert [len(set(r)) for r in rollouts] == [2, 2, 1]
+    assert sorted(row for step in steps for row in step) == sorted(encoded)  # each call once
+    for step in steps:
+        for r in {row[2] for row in step}:  # a rollout's calls: all in this step, in order
+            assert [row[1][1] for row in step if row[2] == r] == list(range(calls[r]))
+    assert mini_batches(encoded, 2, "rollout", 0) == steps  # the same on every process
+    assert mini_batches(encoded, 2, "rollout", 1) != steps  # shuffled by the seed
+    # "call": batch_size examples per step, whatever rollout they come from
+    assert [len(s) for s in mini_batches(encoded, 4, "call", 0)] == [4, 4, 3]
+    with pytest.raises(ValueError, match="batch_unit"):
+        mini_batches(encoded, 2, "trajectory", 0)
+
+
+def test_a_rollout_step_trains_its_calls_together_and_micro_batches_change_nothing(
+    tmp_path, model_cache
+):
+    """Through the training process: 4 examples from 2 rollouts at batch_size 1 are 2 optimizer
+    steps of 2 calls each; one forward per call (micro_batch_size 1) gives the same token-mean
+    loss as both calls at once; [rft] weight_decay is AdamW's (verl's default 0.01)."""
+    base = prepare_model(model_cache)
+    examples = [{**e, "rollout_id": 7 + i // 2} for i, e in enumerate(EXAMPLES)]
+
+    def train(name, **overrides):
+        spec = spec_for(tmp_path, base, epochs=1, batch_size=1, batch_unit="rollout", **overrides)
+        spec["output"] = str(tmp_path / name)
+        Path(spec["examples"]).write_text("".join(json.dumps(e) + "\n" for e in examples))
+        events = []
+        done = asyncio.run(run_trainer(spec, tmp_path / f"job-{name}", events.append))
+        return done, events
+
+    done, events = train("whole", optimizer_state="run", weight_decay=0.01)
+    assert [(e["batch"], e["of"]) for e in events] == [(1, 2), (2, 2)]
+    saved = torch.load(tmp_path / "whole" / "optimizer.pt", weights_only=True)
+    assert {g["weight_decay"] for g in saved["param_groups"]} == {0.01}
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    per_rollout = [
+        sum(sum(t != -100 for t in encode(tokenizer, e, 128)[1][1:]) for e in examples[i : i + 2])
+        for i in (0, 2)
+    ]
+    assert sorted(e["tokens"] for e in events) == sorted(per_rollout)  # both calls in each step
+    _, micro = train("micro", optimizer_state="run", weight_decay=0.01, micro_batch_size=1)
+    assert [e["loss"] for e in micro] == pytest.approx([e["loss"] for e in events], rel=1e-4)
