@@ -26,6 +26,9 @@ class Settings(BaseSettings):
     vllm_python: str | None = Field(default=None, description="python with vLLM, to launch one")
     vllm_args: str | None = Field(default=None, description="extra vLLM arguments (shell words)")
     vllm_max_lora_rank: int = 64  # the largest LoRA rank a launched server accepts
+    vllm_max_model_len: int | None = Field(
+        default=None, description="--max-model-len of a launched vLLM (default: vLLM's)"
+    )
     sandbox: Literal["auto", "process", "docker"] = "auto"
     sandbox_runtime: str | None = Field(default=None, description='docker runtime, e.g. "runsc"')
     sandbox_image: str | None = Field(default=None, description="use this image, do not build")
@@ -33,7 +36,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     token: str | None = Field(
-        default=None, description="web access token (default: generated when host is not loopback)"
+        default=None, description="web access token (default: a fresh one at each start)"
     )
     allowed_hosts: str | None = Field(
         default=None,
@@ -50,6 +53,10 @@ class Settings(BaseSettings):
     rollout_memory_mb: int = 1024
     rollout_max_calls: int = 32  # model calls one rollout may make
     rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
+    # model and tool calls one rollout may have open at once; more are refused ("open_calls")
+    rollout_max_open_calls: int = Field(default=8, ge=1)
+    # the largest request body the gateway reads from a sandbox; larger ones get 413 unread
+    gateway_max_body_mb: float = Field(default=16.0, gt=0)
     # tries more for a rollout that ended by an infrastructure failure (backend unreachable or
     # failing, sandbox not started) before it is recorded as one
     rollout_infra_retries: int = 2

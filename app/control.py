@@ -98,3 +98,5 @@ def _check_promote(s: Session, run: Run, args: dict) -> None:
         checkpoint = s.get(Checkpoint, checkpoint_id)
         if checkpoint is None or checkpoint.run_id not in (None, run.id):
             raise Refused(f"checkpoint {checkpoint_id} is not part of run {run.id}")
+        if checkpoint.weights_dropped_at is not None:  # [rft] keep_last, keep_every
+            raise Refused(f"checkpoint {checkpoint_id}'s weights were dropped: it cannot be served")

@@ -29,8 +29,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# The fields of [sampling] that shape the distribution a token is drawn from: what `fixed`
+# holds over every call of a run, so a harness cannot change how the model is sampled.
+DECODING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+
+
 class Sampling(_Strict):
-    """[sampling]: each field set here is sent on every call whose harness leaves it unset."""
+    """[sampling]: each field set here is sent on every call whose harness leaves it unset.
+    With `fixed = true` the decoding fields set here (DECODING_FIELDS) are sent on every call
+    whatever the harness sets, for training, harness evaluation and test alike, as the paper
+    samples (temperature 1.0, top_p 1.0, top_k 20): a harness at temperature 0 would make
+    mean@k one greedy sample k times, and a proposer could "improve" a harness by decoding."""
+
+    fixed: bool = Field(
+        default=False, description="the decoding fields set here override the harness's own"
+    )
 
     temperature: float | None = Field(default=None, ge=0, le=10)
     top_p: float | None = Field(default=None, gt=0, le=1)
@@ -49,7 +70,19 @@ class Sampling(_Strict):
     )
 
     def defaults(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        """What a call gets where it sets nothing itself."""
+        return self.model_dump(exclude_none=True, exclude={"fixed"})
+
+    def forced(self) -> dict[str, Any]:
+        """What every call gets whatever it sets (nothing unless `fixed`)."""
+        given = self.defaults()
+        return {k: given[k] for k in DECODING_FIELDS if k in given} if self.fixed else {}
+
+    @model_validator(mode="after")
+    def _fixed_needs_values(self):
+        if self.fixed and not self.forced():
+            raise ValueError(f"fixed = true fixes nothing: set one of {', '.join(DECODING_FIELDS)}")
+        return self
 
 
 class RolloutLimits(_Strict):
@@ -109,8 +142,26 @@ class RFTConfig(_Strict):
         default=0.5, ge=0, le=1, description="accept rollouts scoring above this"
     )
     lr: float = Field(default=2e-4, gt=0, le=1)
+    # verl's actor optimizer default (verl/trainer/config/optim/fsdp.yaml: weight_decay 0.01),
+    # which no script of the release overrides
+    weight_decay: float = Field(default=0.01, ge=0, le=10, description="AdamW weight decay")
     batch_size: int = Field(
-        default=16, ge=1, le=1_000_000, description="examples per optimizer step"
+        default=16,
+        ge=1,
+        le=1_000_000,
+        description="per optimizer step: examples (batch_unit call) or rollouts (rollout)",
+    )
+    batch_unit: Literal["call", "rollout"] = Field(
+        default="call",
+        description="call: a mini-batch holds batch_size model calls; rollout: every call of "
+        "batch_size accepted rollouts (the release's SFT mini-batch of whole trajectories)",
+    )
+    micro_batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="rows per forward pass on each training process, for memory only "
+        "(default: its whole share of the mini-batch at once)",
     )
     epochs: int = Field(default=1, ge=1, le=1000)
     max_seq_len: int | None = Field(
@@ -120,10 +171,12 @@ class RFTConfig(_Strict):
         description="tokens per example (default: the rollout token budget, which no call exceeds)",
     )
     lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
-    optimizer_state: Literal["phase", "step"] = Field(
+    optimizer_state: Literal["phase", "step", "run"] = Field(
         default="phase",
         description="phase: one AdamW for the whole weight phase, its state carried from step "
-        "to step (the release's way); step: a fresh AdamW every RFT step",
+        "to step; run: carried across weight phases too (the next phase continues the "
+        "optimizer saved with its starting checkpoint, as verl's resume does); step: a fresh "
+        "AdamW every RFT step",
     )
     lora_rank: int = Field(default=16, ge=1, le=4096)
     lora_alpha: int = Field(default=32, ge=1, le=1 << 16)
@@ -131,6 +184,28 @@ class RFTConfig(_Strict):
         default=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     seed: int = Field(default=0, ge=0, le=MAX_SEED)
+    # Retention (app/training/retention.py): a full fine-tune's checkpoint is the whole model,
+    # so a long run keeps the weights of only some; the rows stay. Unset: every one is kept.
+    keep_last: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_STEPS,
+        description="keep the weights of the newest N trained checkpoints (plus those the run "
+        "refers to: phases, test points, the served one); older ones are dropped",
+    )
+    keep_every: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_STEPS,
+        description="also keep every Mth RFT step's checkpoint (the release saves every 7)",
+    )
+    max_disk_gb: float | None = Field(
+        default=None,
+        gt=0,
+        le=1_000_000,
+        description="disk budget of $WHALE_HOME/checkpoints: over it, more are dropped, oldest "
+        "first; still over, the run pauses",
+    )
 
 
 class LLMProposerConfig(_Strict):
@@ -169,6 +244,15 @@ class AgentProposerConfig(_Strict):
     isolation: Literal["bwrap", "none"] = "bwrap"  # bwrap: only the workspace is writable
     network: bool = True  # a coding agent needs its model API; false cuts all network
     env: list[str] = Field(default_factory=list, description="variables passed to the agent")
+    # bwrap: the only hosts its network reaches, through the workbench's egress proxy
+    # ("host" means port 443, or "host:port"); default: the preset's API host
+    allow_hosts: list[str] | None = Field(default=None, max_length=100)
+    # bwrap: more host folders the agent may read (a CLI installed outside /usr, /opt...)
+    read_paths: list[str] = Field(default_factory=list, max_length=100)
+    # a preset's model, reasoning effort and tools (default: the preset's, see agent_presets.py)
+    model: str | None = Field(default=None, max_length=200)
+    effort: str | None = Field(default=None, max_length=50)
+    allowed_tools: list[str] | None = Field(default=None, max_length=100)
 
     @model_validator(mode="after")
     def _one_way(self):
@@ -229,16 +313,26 @@ HARNESS_KEYS = ("harness", "harness_id", "harness_code")  # at most one: the inc
 
 
 class Switching(_Strict):
-    """When a phase ends. `fixed`: a set length. `adaptive`: patience (docs/algorithm.md)."""
+    """When a phase ends. `fixed`: a set length. `adaptive`: patience (docs/algorithm.md).
+
+    Every harness phase begins with iteration 0, the incoming harness evaluated under the
+    phase's checkpoint; the iteration counts below are of the *proposing* iterations after it.
+    The release's I = 6 counts iteration 0 (run/lib/alternate.sh, ROUND_MH_ITERS=5): here
+    `proposing_iterations = 5`."""
 
     rule: Literal["fixed", "adaptive"] = "fixed"
     weight_steps: int = Field(
-        default=2, ge=1, le=MAX_STEPS, description="fixed: RFT steps per weight phase"
+        default=2, ge=1, le=MAX_STEPS, description="fixed: RFT steps per weight phase (E)"
     )
-    harness_iterations: int = Field(
-        default=2, ge=1, le=MAX_STEPS, description="fixed: iterations per harness phase"
+    proposing_iterations: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_STEPS,
+        description="fixed: proposing iterations per harness phase, after the incoming "
+        "harness's evaluation (the release's I - 1)",
     )
-    # adaptive, harness phase: signal = best frontier success on the harness split
+    # adaptive, harness phase: signal = best frontier success on the harness split (proposing
+    # iterations, as the release's --early-stop-min-iters and --iterations count them)
     harness_min_iterations: int = Field(default=5, ge=1, le=MAX_STEPS)
     harness_patience: int = Field(default=2, ge=1, le=MAX_STEPS)
     harness_max_iterations: int = Field(default=15, ge=1, le=MAX_STEPS)
@@ -247,9 +341,22 @@ class Switching(_Strict):
     weight_burn_in: int = Field(default=2, ge=0, le=MAX_STEPS)
     weight_patience: int = Field(default=2, ge=1, le=MAX_STEPS)
     weight_max_steps: int = Field(default=10, ge=1, le=MAX_STEPS)
+    # the smoothed reward of step i is the mean of the steps of its window that exist, so the
+    # first steps of a phase count with shorter windows (the rule as the paper states it)
+    weight_partial_windows: bool = False
     # "weight": the run ends on a weight phase, as the paper's runs do: a harness phase leaves
     # the rollouts of one RFT step, and the run's last phase uses them
     end_on: Literal["any", "weight"] = "any"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_name(cls, data: Any) -> Any:
+        """Runs stored before the key was renamed kept it under its old name, with the same
+        meaning (proposing iterations); a file that says it now is refused in parse()."""
+        if isinstance(data, dict) and "harness_iterations" in data:
+            data = dict(data)
+            data.setdefault("proposing_iterations", data.pop("harness_iterations"))
+        return data
 
 
 class TestSchedule(_Strict):
@@ -266,12 +373,24 @@ class TestSchedule(_Strict):
 
 class Budget(_Strict):
     """The run ends when any is used up; a step or iteration that would overshoot the rollout
-    budget is not started, so strategies compare at equal rollouts."""
+    budget is not started, so strategies compare at equal rollouts.
+
+    `weight_steps` and `proposing_iterations` count in the release's units instead (its
+    TOTAL_STEPS and its harness-only ITERATIONS): no RFT step past the first, no proposing
+    iteration past the second. An alternating run (whale, fast_slow) ends with the weight phase
+    that takes its last step, as the release's alternate.sh does; stagewise takes every weight
+    step, then proposes until `proposing_iterations`."""
 
     rollouts: int | None = Field(default=None, ge=1, le=10**10)
     tokens: int | None = Field(default=None, ge=1, le=10**14)
     proposer_usd: float | None = Field(default=None, ge=0, le=10**7)
     wall_s: float | None = Field(default=None, gt=0, le=10**8)  # about three years
+    weight_steps: int | None = Field(
+        default=None, ge=1, le=MAX_STEPS, description="RFT steps over the whole run"
+    )
+    proposing_iterations: int | None = Field(
+        default=None, ge=1, le=MAX_STEPS, description="proposing iterations over the whole run"
+    )
     max_phases: int = Field(default=50, ge=1, le=MAX_STEPS)  # a backstop when no budget is set
 
 
@@ -282,6 +401,9 @@ class Runtime(_Strict):
     llm_url: str | None = None
     llm_model: str | None = None
     sandbox: Literal["auto", "process", "docker"] | None = None
+    vllm_max_model_len: int | None = Field(
+        default=None, ge=16, le=1 << 22, description="the launched vLLM's --max-model-len"
+    )
 
 
 def distinct_seeds(seeds: list[int]) -> bool:
@@ -331,7 +453,9 @@ class Experiment(_Strict):
         if "steps" in self.rft.model_fields_set:
             raise ValueError("rft.steps is not used here: set switching.weight_steps")
         if "iterations" in self.search.model_fields_set:
-            raise ValueError("search.iterations is not used here: set switching.harness_iterations")
+            raise ValueError(
+                "search.iterations is not used here: set switching.proposing_iterations"
+            )
         if self.switching.end_on == "weight" and (
             self.strategy not in ("whale", "stagewise", "fast_slow") or self.budget.rollouts is None
         ):
@@ -346,6 +470,28 @@ class Experiment(_Strict):
                 "strategy fast_slow interleaves RFT with prompt evolution every round: set "
                 '[search] proposer = "gepa" and [switching] rule = "fixed"'
             )
-        if self.strategy == "stagewise" and self.budget.rollouts is None:
-            raise ValueError("strategy stagewise needs budget.rollouts (it splits the rollouts)")
+        budget = self.budget
+        if (
+            self.strategy == "stagewise"
+            and budget.rollouts is None
+            and None
+            in (
+                budget.weight_steps,
+                budget.proposing_iterations,
+            )
+        ):
+            raise ValueError(
+                "strategy stagewise needs budget.rollouts (it splits the rollouts) or both "
+                "budget.weight_steps and budget.proposing_iterations (the length of each stage)"
+            )
+        unused = {"weight_only": "proposing_iterations", "harness_only": "weight_steps"}
+        never = unused.get(self.strategy)
+        if never and getattr(budget, never) is not None:
+            raise ValueError(f"budget.{never}: a {self.strategy} run has no such phase")
+        rft_t, sampled_t = self.rft.temperature, self.sampling.forced().get("temperature")
+        if None not in (rft_t, sampled_t) and rft_t != sampled_t:
+            raise ValueError(
+                f"rft.temperature ({rft_t}) differs from the fixed sampling.temperature "
+                f"({sampled_t}): with fixed decoding every call, RFT's included, runs at one"
+            )
         return self

@@ -91,4 +91,24 @@ def close_open_work(s, run_id: int, status: str, reason: str) -> None:
     for iteration in iterations:
         iteration.status, iteration.error = "failed", why
     for phase in s.exec(select(Phase).where(Phase.run_id == run_id, Phase.status == "running")):
-        end_phase(s, phase.id, "stopped" if status == "stopped" else "failed")
+        end_phase(s, phase.id, "stopped" if status == "stopped" else "failed", **_kept(s, phase))
+
+
+def _kept(s, phase: Phase) -> dict:
+    """What a weight phase cut short hands on: the checkpoint of its last finished step, the
+    one its table shows (the run's summary names it as what the run ended with)."""
+    if phase.kind != "weight":
+        return {}
+    last = s.exec(
+        select(TrainingJob.checkpoint_out_id)
+        .where(
+            TrainingJob.phase_id == phase.id,
+            TrainingJob.status == "done",
+            col(TrainingJob.checkpoint_out_id).is_not(None),
+        )
+        .order_by(col(TrainingJob.id).desc())
+        .limit(1)
+    ).first()
+    if last is None:
+        return {}
+    return {"checkpoint_out_id": last, "harness_out_id": phase.harness_in_id}

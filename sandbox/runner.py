@@ -544,6 +544,9 @@ class _Rollout:
         self.stop_hash = limits["stop"]  # the host stops the rollout with the key hashed here
         self.budget = self.output_bytes
         self.status = None  # the worker's wait status once it has exited
+        # the worker's CPU limit, as it sets it on itself (_worker), and the CPU time it used
+        self.cpu_s = limits["cpu_s"] or int(self.wall_s + 5)
+        self.cpu_used = 0.0
         self.why = None  # "timeout", "output_limit" or "stopped": the rollout is stopped
 
     def read(self, fd):
@@ -591,6 +594,10 @@ class _Rollout:
         except ValueError:
             if os.WIFSIGNALED(self.status):
                 sig = os.WTERMSIG(self.status)
+                # RLIMIT_CPU kills with SIGKILL (SIGXCPU below the hard limit): its time says so
+                if sig in (signal.SIGKILL, signal.SIGXCPU) and self.cpu_used >= self.cpu_s - 0.5:
+                    error = f"CPU time limit of {self.cpu_s}s exceeded (killed by signal {sig})"
+                    return {**base, "reason": "cpu_limit", "error": error}
                 hint = " (out of memory?)" if sig == signal.SIGKILL else ""
                 error = f"sandbox ended without a result: killed by signal {sig}{hint}"
             else:
@@ -632,7 +639,7 @@ class _Server:
         re-parented to this PID 1 is only collected."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -640,6 +647,7 @@ class _Server:
             rollout = self.workers.pop(pid, None)
             if rollout is not None:
                 rollout.status = status
+                rollout.cpu_used = usage.ru_utime + usage.ru_stime
             scratch = self.cleaners.pop(pid, None)
             if scratch is not None:  # emptied: its directory goes, its uid may run again
                 try:
@@ -776,7 +784,8 @@ class _Server:
         except (ProcessLookupError, PermissionError):
             pass
         if rollout.status is None:
-            _, rollout.status = os.waitpid(rollout.pid, 0)
+            _, rollout.status, usage = os.wait4(rollout.pid, 0)
+            rollout.cpu_used = usage.ru_utime + usage.ru_stime
             self.workers.pop(rollout.pid, None)
         for fd in (rollout.out_r, rollout.err_r, rollout.res_r):
             if fd in self.selector.get_map():

@@ -193,6 +193,8 @@ batch_unit = "rollout"
 epochs = 1
 optimizer_state = "{d["optimizer"]}"
 max_seq_len = {d["prompt_len"] + d["response_len"]}        # prompt {d["prompt_len"]} + response {d["response_len"]}
+keep_every = {TEST_EVERY}              # weights of every 7th step, as the release saves (and those phases and tests use)
+keep_last = 1
 
 [search]
 {SEARCH[fast_slow]}{"" if fast_slow else _agent(d)}

@@ -17,7 +17,7 @@ from app import control
 from app.cli.base import TERMINATED, end_on_sigterm, fail
 from app.cli.report import format_group, interval
 from app.config import Settings
-from app.db.schema import Event, Phase, Run
+from app.db.schema import Event, Phase, Run, TrainingJob
 from app.experiment_schema import MAX_SEED, distinct_seeds
 from app.loop.experiment import (
     ExperimentError,
@@ -31,6 +31,7 @@ from app.loop.experiment import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
 from app.read.compare import group_summary, summarize
 from app.read.curves import intervals, test_points
+from app.read.training_jobs import TIMING_PARTS
 
 
 def run(
@@ -163,7 +164,7 @@ def format_plan(plan: dict) -> str:
         f"harness {plan['harness']}, scoring {plan['scoring']}",
         f"model: {plan['model']} ({plan['backend']} backend)",
     ]
-    for group in ("switching", "rft", "search", "test", "budget", "sampling", "rollout"):
+    for group in ("switching", "rft", "search", "test", "budget", "sampling", "rollout", "work"):
         values = ", ".join(f"{k} {v}" for k, v in plan[group].items()) or "defaults"
         lines.append(f"{group}: {values}")
     lines += [f"warning: {w}" for w in plan["warnings"]]
@@ -222,6 +223,13 @@ def summary(s, run_id: int) -> dict:
             }
             for p in points
         ],
+        # per RFT step, where its time went (app/training/rft.py)
+        "rft_steps": [
+            {"job_id": j.id, "step": j.step, "status": j.status, **(j.timings or {})}
+            for j in s.exec(
+                select(TrainingJob).where(TrainingJob.run_id == run_id).order_by(TrainingJob.id)
+            )
+        ],
     }
 
 
@@ -247,6 +255,14 @@ def print_summary(result: dict) -> None:
             f"{p['checkpoint_in']} -> {p['checkpoint_out']}",
         )
     out.print(table)
+    if result.get("rft_steps"):
+        steps = Table(title="RFT steps: seconds per part")
+        for column in ("step", "status", *TIMING_PARTS.values()):
+            steps.add_column(column)
+        for j in result["rft_steps"]:
+            seconds = [f"{j[k]:.1f}" if k in j else "-" for k in TIMING_PARTS]
+            steps.add_row(str(j["step"]), j["status"], *seconds)
+        out.print(steps)
     curve = ", ".join(f"{p['mean_at_k']:.3f}@{p['rollouts']}" for p in result["test_points"])
     out.print(f"test mean@k by rollouts used: {curve or 'none'}")
     if result["selected"] is not None:

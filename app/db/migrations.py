@@ -203,6 +203,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE search_iteration ADD COLUMN gate BLOB;
         """,
     ),
+    (
+        "012_checkpoint_retention",
+        """
+        -- when retention ([rft] keep_last, keep_every, max_disk_gb) deleted a checkpoint's
+        -- weights; its row stays, with the rows that refer to it
+        ALTER TABLE checkpoint ADD COLUMN weights_dropped_at DATETIME;
+        -- an RFT step's seconds per part: sampling, scoring, training, saving, weight sync (JSON)
+        ALTER TABLE training_job ADD COLUMN timings BLOB;
+        """,
+    ),
 ]
 
 

@@ -94,6 +94,8 @@ class Checkpoint(SQLModel, table=True):
     training_job_id: int | None = Field(default=None, foreign_key="training_job.id")
     size_bytes: int | None = None
     created_at: datetime = Field(default_factory=now)
+    # retention deleted its weights folder (app/training/retention.py); the row stays
+    weights_dropped_at: datetime | None = None
 
 
 class Evaluation(SQLModel, table=True):
@@ -191,13 +193,15 @@ class TrainingJob(SQLModel, table=True):
     n_truncated: int | None = None  # examples longer than max_seq_len (trained on their start)
     n_dropped: int | None = None  # examples with nothing trainable within max_seq_len
     max_seq_len: int | None = None
-    optimizer_carried: bool | None = None  # continued the phase's AdamW (optimizer_state "phase")
+    optimizer_carried: bool | None = None  # continued an AdamW (optimizer_state "phase" or "run")
     loss: float | None = None
     error: str | None = None
     log_tail: str | None = None
     created_at: datetime = Field(default_factory=now)
     finished_at: datetime | None = None
     phase_id: int | None = Field(default=None, foreign_key="phase.id")
+    # seconds per part of the step: sampling_s, scoring_s, training_s, saving_s, sync_s
+    timings: dict | None = zjson()
 
 
 class Phase(SQLModel, table=True):

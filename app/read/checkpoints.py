@@ -16,6 +16,7 @@ def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:
         "name": checkpoint.name,
         "kind": checkpoint.kind,
         "training_job_id": checkpoint.training_job_id,
+        "weights_dropped": checkpoint.weights_dropped_at is not None,
     }
 
 
@@ -73,4 +74,10 @@ def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
         "children": [checkpoint_ref(c) for c in children],
         "mean_at_k_by_split": mean_at_k_by_split(evaluations),
         "evaluations": evaluations,
+        # retention ([rft] keep_last, keep_every, max_disk_gb) deletes the weights of some
+        # trained checkpoints; the row and all that refers to it stay
+        "weights": {
+            "dropped": checkpoint.weights_dropped_at is not None,
+            "dropped_at": as_dict(checkpoint)["weights_dropped_at"],
+        },
     }

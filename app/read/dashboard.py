@@ -5,6 +5,7 @@ baseline run overlaid. The run page shows it, and /api/runs/{id} gives it as `da
 from typing import Annotated, Any, Literal
 
 from fastapi import Query
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app import control
@@ -63,14 +64,65 @@ def budgets(s: Session, run: Run) -> list[dict[str, Any]]:
     return budget_lines(limits, spending(s, run.id, wall_s))
 
 
+def in_flight(s: Session, run_id: int) -> int:
+    """The run's rollouts running in a sandbox now (pending, with their start recorded)."""
+    return s.exec(
+        select(func.count()).where(
+            Rollout.run_id == run_id,
+            Rollout.status == "pending",
+            col(Rollout.started_at).is_not(None),
+        )
+    ).one()
+
+
+def _training(s: Session, run_id: int) -> TrainingJob | None:
+    return s.exec(
+        select(TrainingJob).where(TrainingJob.run_id == run_id, TrainingJob.status == "training")
+    ).first()
+
+
+def _rollouts(n: int) -> str:
+    return f"{n} rollout{'s' if n != 1 else ''}"
+
+
+def holding(s: Session, run: Run) -> tuple[str, str] | None:
+    """(status to show, what it waits for) of a live run asked to pause or stop: "pausing" or
+    "stopping" while rollouts it started (or a training) are still running - none new starts -
+    then "paused"; None for a run not asked to hold. The stored status changes only when the
+    loop acts, so the page says at once what the request is waiting for."""
+    if run.status not in LIVE_STATUSES or run.desired not in ("paused", "stopped"):
+        return None
+    running = in_flight(s, run.id)
+    job = _training(s, run.id) if not running else None
+    if run.desired == "stopped":
+        if running:
+            return "stopping", f"stopping: waiting for {_rollouts(running)} in flight"
+        if job:
+            return "stopping", f"stopping: training RFT step {job.step + 1} ends first"
+        return "stopping", "stopping"
+    if running:
+        return "pausing", f"pausing: {_rollouts(running)} in flight"
+    if job:
+        return "pausing", f"pausing: training RFT step {job.step + 1} ends first"
+    return "paused", "paused: no rollout is running, none starts until it is resumed"
+
+
+def shown_status(s: Session, run: Run) -> str:
+    """The run's status as its badge shows it (pausing and stopping included)."""
+    held = holding(s, run)
+    return held[0] if held else run.status
+
+
 def activity(s: Session, run: Run) -> str | None:
     """One line on what the run is doing now; None once it is finished."""
     if run.status not in LIVE_STATUSES:
         return None
-    if run.status in ("paused", "stopping", "created", "resuming"):
+    held = holding(s, run)
+    if held:
+        return held[1]
+    if run.status in ("paused", "created", "resuming"):
         return {
-            "paused": "paused: rollouts in flight finished, no new one starts",
-            "stopping": "stopping after the rollouts in flight",
+            "paused": "paused",
             "created": "waiting to start",
             "resuming": "resuming after a restart",
         }[run.status]
@@ -286,6 +338,8 @@ def get_dashboard(
         "run": {
             "id": run.id,
             "status": run.status,
+            # what the badge shows: "pausing" or "stopping" while what it started still runs
+            "shown_status": shown_status(s, run),
             "desired": run.desired,
             "command": run.command,
             "live": run.status in LIVE_STATUSES,

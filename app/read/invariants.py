@@ -17,6 +17,7 @@ from app.faults import FAULT_EVENTS
 from app.phases import TEST_SERIES
 from app.read.runs import get_runs
 from app.rollout.usage import usage
+from app.training.retention import needed
 
 FINISHED = ("done", "stopped", "failed")  # a run in one of these has nothing in flight
 SANDBOX_STOPPED = (
@@ -184,7 +185,19 @@ def _checkpoints_load(s: Session, run: Run) -> list[str]:
     rows = s.exec(
         select(Checkpoint).where(or_(Checkpoint.run_id == run.id, col(Checkpoint.id).in_(used)))
     ).all()
-    return [f"checkpoint {c.id}: {p}" for c in rows if (p := checkpoint_problem(c))]
+    broken = [
+        f"checkpoint {c.id}: {p}"
+        for c in rows
+        if c.weights_dropped_at is None and (p := checkpoint_problem(c))
+    ]
+    # retention may drop the weights of a trained checkpoint, never of one the run refers to
+    must_keep = needed(s, run.id)
+    broken += [
+        f"checkpoint {c.id}: its weights were dropped, but {must_keep[c.id]}"
+        for c in rows
+        if c.weights_dropped_at is not None and c.id in must_keep
+    ]
+    return broken
 
 
 def _story_told(s: Session, run: Run) -> list[str]:
@@ -278,7 +291,8 @@ RUN_CHECKS = (
     ("harness code", "every harness's code hashes to its row", _harnesses_hash),
     (
         "checkpoints",
-        "every checkpoint it registered or used has its files, and they read",
+        "every checkpoint it registered or used has its files, and they read, unless retention "
+        "dropped them from one the run no longer refers to",
         _checkpoints_load,
     ),
     ("event log", "a finished run and every failure say why in the event log", _story_told),

@@ -67,9 +67,13 @@ class RunSummary(Open):
     best_test_evaluation_id: int | None
     n_rollouts: int
     n_done: int
-    phase: str | None = Field(description="its latest phase, as 'weight 2'")
-    rollouts_used: int
-    rollouts_left: int | None
+    phase: str | None = Field(description="its latest phase, as 'weight phase 2'")
+    shown_status: str = Field(
+        description="status as its badge shows it: 'pausing' or 'stopping' while rollouts it "
+        "started are still running"
+    )
+    rollouts_used: int = Field(description="rollouts its budget counts (test ones are not)")
+    rollouts_left: int | None = Field(description="what its rollout budget leaves; None: no limit")
 
 
 class RunsPage(Open):
@@ -279,6 +283,9 @@ class TrainingJobPage(Open):
     harness: Row
     sampling_evaluation: Row | None
     loss_curve: list[Row]
+    time_split: list[Row] = Field(
+        default=[], description="seconds per part of the RFT step: sampling, scoring, ..."
+    )
     accepted_rollouts: list[Row]
 
 
@@ -289,6 +296,9 @@ class CheckpointPage(Open):
     children: list[Row]
     mean_at_k_by_split: dict[str, Row]
     evaluations: list[Row]
+    weights: Row = Field(
+        default={}, description="whether its weights are on disk or retention dropped them"
+    )
 
 
 # -- rollouts and traces ----------------------------------------------------------------------

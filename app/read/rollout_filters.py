@@ -16,7 +16,11 @@ from app.read.common import FAILED_STATUSES, NotFound, phase_ref
 
 MAX_ID = 2**63 - 1  # SQLite ids are signed 64-bit: a larger number is malformed, not unknown
 # A status, or "failed": fail, error and timeout together (in the order the chips show them).
-StatusChoice = Literal["pending", "pass", "failed", "fail", "error", "timeout", "infra"]
+# A pending rollout is "running" once it has a sandbox (its start is recorded), "queued" before;
+# "pending" is both.
+StatusChoice = Literal[
+    "running", "queued", "pending", "pass", "failed", "fail", "error", "timeout", "infra"
+]
 STATUS_CHOICES: tuple[str, ...] = get_args(StatusChoice)
 
 
@@ -50,7 +54,9 @@ class RolloutFilters(FormParams):
     checkpoint: int | None = id_param("only rollouts under this checkpoint")
     task: Annotated[str | None, Field(max_length=200, description="only this task id")] = None
     status: StatusChoice | None = Field(
-        default=None, description='a status, or "failed" for fail, error and timeout together'
+        default=None,
+        description='a status, "failed" for fail, error and timeout together, or "running" '
+        'and "queued" for the pending rollouts in a sandbox and those waiting for one',
     )
     q: Annotated[
         str | None,
@@ -81,6 +87,8 @@ class RolloutFilters(FormParams):
 def statuses_of(status: str | None) -> tuple[str, ...]:
     if status is None:
         return ()
+    if status in ("running", "queued"):
+        return ("pending",)
     return FAILED_STATUSES if status == "failed" else (status,)
 
 
@@ -103,6 +111,10 @@ def conditions(f: RolloutFilters) -> list:
     statuses = statuses_of(f.status)
     if statuses:
         terms.append(col(Rollout.status).in_(statuses))
+    if f.status == "running":
+        terms.append(col(Rollout.started_at).is_not(None))
+    elif f.status == "queued":
+        terms.append(col(Rollout.started_at).is_(None))
     return terms
 
 

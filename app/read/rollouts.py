@@ -67,8 +67,12 @@ LIST_COLUMNS = [
     Rollout.harness_s,
     Rollout.model_wait_s,
     Rollout.created_at,
+    Rollout.started_at,
     Rollout.finished_at,
 ]
+# The counts a list or run page shows: a pending rollout counted as running (in a sandbox) or
+# queued (waiting for one), then the finished statuses.
+COUNTED_STATUSES = ("running", "queued", *(s for s in ROLLOUT_STATUSES if s != "pending"))
 
 
 def question_of(task: dict | None) -> str | None:
@@ -83,10 +87,19 @@ def question_of(task: dict | None) -> str | None:
 def list_item(row) -> dict[str, Any]:
     item = dict(row._mapping)
     item["created_at"] = utc(item["created_at"])
+    item["started_at"] = utc(item["started_at"])
     item["finished_at"] = utc(item["finished_at"])
+    item["state"] = pending_state(item["status"], item["started_at"])
     item["question"] = question_of(item["task"])
     item["tokens"] = item["prompt_tokens"] + item["completion_tokens"]
     return item
+
+
+def pending_state(status: str, started_at) -> str:
+    """The status a person reads: a pending rollout is running or queued."""
+    if status != "pending":
+        return status
+    return "queued" if started_at is None else "running"
 
 
 def with_pairs(s: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,14 +133,25 @@ def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
 def status_counts(
     s: Session, run_id: int | None = None, evaluation_id: int | None = None
 ) -> dict[str, int]:
-    """Rollouts per status (every status present, zeros included), counted by the database."""
-    query = select(Rollout.status, func.count()).group_by(Rollout.status)
+    """Rollouts per status (every one of COUNTED_STATUSES, zeros included), counted by the
+    database; the pending ones as running and queued."""
+    scope = []
     if run_id is not None:
-        query = query.where(Rollout.run_id == run_id)
+        scope.append(Rollout.run_id == run_id)
     if evaluation_id is not None:
-        query = query.where(Rollout.evaluation_id == evaluation_id)
-    counts = dict.fromkeys(ROLLOUT_STATUSES, 0)
-    counts.update(dict(s.exec(query).all()))
+        scope.append(Rollout.evaluation_id == evaluation_id)
+    query = select(Rollout.status, func.count()).where(*scope).group_by(Rollout.status)
+    found = dict(s.exec(query).all())
+    pending = found.pop("pending", 0)
+    running = 0
+    if pending:
+        running = s.exec(
+            select(func.count()).where(
+                *scope, Rollout.status == "pending", col(Rollout.started_at).is_not(None)
+            )
+        ).one()
+    counts = dict.fromkeys(COUNTED_STATUSES, 0)
+    counts.update(found, running=running, queued=pending - running)
     return counts
 
 
@@ -283,6 +307,7 @@ def get_rollout(
             **as_dict(rollout),
             "question": question_of(rollout.task),
             "tokens": rollout.prompt_tokens + rollout.completion_tokens,
+            "state": pending_state(rollout.status, rollout.started_at),
         },
         "run": {"id": run.id, "name": run.name, "domain": run.domain, "status": run.status},
         "harness": {"id": harness.id, "name": harness.name, "sha": harness.sha},
@@ -293,6 +318,9 @@ def get_rollout(
             "k": evaluation.k,
             "phase_id": evaluation.phase_id,
             "phase": phase_ref(s.get(Phase, evaluation.phase_id) if evaluation.phase_id else None),
+            # what every call of the rollout was sent whatever its harness set ([sampling]
+            # fixed, [rft] temperature); a step whose harness asked otherwise says so
+            "forced": (evaluation.generation or {}).get("forced") or {},
         },
         "n_steps": n_steps,
         "first_step": first,

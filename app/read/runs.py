@@ -8,11 +8,11 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Phase, Run
 from app.read.common import NotFound, as_dict
+from app.read.dashboard import budgets, shown_status
 from app.read.evaluations import evaluation_rows
 from app.read.harness_phases import get_harness_phases
 from app.read.rollouts import recent_failures, status_counts
 from app.read.training_jobs import get_weight_phase
-from app.rollout.usage import rollouts_used
 
 
 class UnknownRuns(LookupError):
@@ -90,18 +90,19 @@ def best_test(s: Session, run_id: int) -> dict[str, Any]:
 
 
 def _progress(s: Session, run: Run) -> dict[str, Any]:
-    """Where a run is: its latest phase, best test mean@k, rollouts used and left. A few indexed
-    lookups per run, none over its rollouts."""
+    """Where a run is: its latest phase, best test mean@k, rollouts used and left (the run
+    page's rollout budget line, test rollouts not counted). A few indexed lookups per run, none
+    over its rollouts."""
     phase = s.exec(
         select(Phase).where(Phase.run_id == run.id).order_by(col(Phase.id).desc())
     ).first()
-    used = rollouts_used(s, run.id)
-    limit = (((run.config or {}).get("experiment") or {}).get("budget") or {}).get("rollouts")
+    rollouts = next(line for line in budgets(s, run) if line["name"] == "rollouts")
     return {
-        "phase": f"{phase.kind} {phase.round}" if phase else None,
+        "phase": f"{phase.kind} phase {phase.round}" if phase else None,
+        "shown_status": shown_status(s, run),
         **best_test(s, run.id),
-        "rollouts_used": used,
-        "rollouts_left": None if limit is None else max(limit - used, 0),
+        "rollouts_used": rollouts["used"],
+        "rollouts_left": rollouts["left"],
     }
 
 

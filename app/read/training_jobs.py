@@ -17,6 +17,25 @@ from app.read.rollouts import list_rollouts
 LIVE_STATUSES = ("sampling", "training")
 N_ACCEPTED_SHOWN = 5
 RUN_CURVES = ["test/mean@k", "train/accept_rate", "train/mean_reward"]
+# An RFT step's parts, in order, as app/training/rft.py times them (job.timings).
+TIMING_PARTS = {
+    "sampling_s": "sampling",
+    "scoring_s": "scoring",
+    "training_s": "training",
+    "saving_s": "saving",
+    "sync_s": "weight sync",
+}
+
+
+def time_split(job: TrainingJob) -> list[dict[str, Any]]:
+    """Where the step's time went: seconds per part it has reached (none for a job recorded
+    before steps were timed)."""
+    timings = job.timings or {}
+    return [
+        {"part": label, "key": key, "seconds": timings[key]}
+        for key, label in TIMING_PARTS.items()
+        if key in timings
+    ]
 
 
 def job_row(job: TrainingJob, checkpoints: dict[int, Checkpoint]) -> dict[str, Any]:
@@ -84,6 +103,7 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
         "harness": {"id": harness.id, "name": harness.name},
         "sampling_evaluation": sampling,
         "loss_curve": losses,
+        "time_split": time_split(job),
         # what the job trained on: the list of these is /rollouts?evaluation=E&status=pass
         "accepted_rollouts": _accepted_rollouts(s, job.evaluation_id),
     }

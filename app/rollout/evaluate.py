@@ -209,7 +209,10 @@ class Evaluator:
         generation: Generation,
         scoring: str,
     ) -> Rollout:
+        # Written now, not with the result: a pending rollout with a start is running in a
+        # sandbox, one without is queued for a slot (the pages and a pause or stop count them).
         started_at = now()
+        await self.writer.run(lambda s: _mark_started(s, rollout.id, started_at))
         no_sandbox = False  # the last try's sandbox did not start
         for attempt in range(1, generation.infra_retries + 2):
             if attempt > 1:  # the failed try's steps go: the rollout runs again from the start
@@ -380,6 +383,17 @@ _COUNT_DONE = (
 )
 
 
+_START_ROLLOUT = (
+    _ROLLOUT.update()
+    .where(_ROLLOUT.c.id == bindparam("rollout_id"))
+    .values(started_at=bindparam("started"))
+)
+
+
+def _mark_started(s: Session, rollout_id: int, started_at) -> None:
+    s.connection().execute(_START_ROLLOUT, {"rollout_id": rollout_id, "started": started_at})
+
+
 def _record_result(s: Session, rollout: Rollout, values: dict) -> None:
     connection = s.connection()
     connection.execute(_FINISH_ROLLOUT, {"rollout_id": rollout.id, **values})
@@ -387,14 +401,16 @@ def _record_result(s: Session, rollout: Rollout, values: dict) -> None:
 
 
 def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
-    """The rollouts still to run. Steps an interrupted attempt left on them are dropped: that
-    attempt never finished, so the rollout runs again from the start."""
+    """The rollouts still to run. Steps an interrupted attempt left on them are dropped (and its
+    start): that attempt never finished, so the rollout runs again from the start."""
     pending = s.exec(
         select(Rollout)
         .where(Rollout.evaluation_id == evaluation_id, Rollout.status == "pending")
         .order_by(Rollout.id)
     ).all()
     _drop_steps(s, [r.id for r in pending])
+    for rollout in pending:  # an interrupted one is queued again until it gets a sandbox
+        rollout.started_at = None
     return list(pending)
 
 

@@ -4,7 +4,8 @@
    through the current harness and checkpoint, in the sandbox (the evaluation path: every trace
    is recorded and browsable);
 2. accept: rollouts scoring above `threshold`; none accepted -> the step is skipped;
-3. train: every model call of the accepted rollouts is an example; one pass in a separate process;
+3. train: every model call of the accepted rollouts is an example; one pass in a separate process
+   (mini-batches of `batch_size` calls, or of the calls of `batch_size` rollouts: `batch_unit`);
 4. register the new checkpoint with its parent and job, and make it servable (hot-load).
 """
 
@@ -13,6 +14,7 @@ import json
 import logging
 import random
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -118,6 +120,16 @@ async def rft_step(
     if job.status == "failed":  # its run was paused on it and is resumed (after a restart)
         job = await writer.run(lambda s: _retrain(s, job.id))
 
+    # Where the step's time goes, shown on its page: a resumed job adds to what it recorded.
+    # Scoring is the accept pass; each rollout's verifier runs within its sampling.
+    timings = dict(job.timings or {})
+    clock = time.monotonic()
+
+    def lap(part: str) -> None:
+        nonlocal clock
+        timings[part] = round(timings.get(part, 0.0) + time.monotonic() - clock, 3)
+        clock = time.monotonic()
+
     # 1. sample (the evaluation is named on the job before any rollout runs)
     if job.status == "sampling":
         evaluator = workbench.evaluator()
@@ -125,15 +137,21 @@ async def rft_step(
         evaluation = await evaluator.complete(
             evaluation, harness, checkpoint, domain, lambda r: say("rollout", {"rollout": r})
         )
+        lap("sampling_s")
         job = await _accept(workbench, job, evaluation.id, cfg, step)
     with workbench.session() as s:
         examples = _accepted_examples(s, job.evaluation_id, cfg.threshold)
         rollouts_used = usage(s, run_id).rollouts
+    lap("scoring_s")
+    job = await writer.run(lambda s: _update(s, job.id, timings=dict(timings)))
     say(
         "accepted", {"accepted": job.n_accepted, "total": job.n_rollouts, "examples": len(examples)}
     )
     if job.status != "training":  # skipped: nothing accepted
         return job, checkpoint
+    with workbench.session() as s:  # a stop asked while it sampled: no training starts now
+        if s.get(Run, run_id).desired == "stopped":
+            raise RunStopped()
 
     # 3. train
     job_dir = workbench.settings.home / "training" / f"job-{job.id}"
@@ -144,7 +162,7 @@ async def rft_step(
     out = workbench.settings.home / "checkpoints" / f"run-{run_id}" / f"job-{job.id}"
     with workbench.session() as s:
         max_len = cfg.max_seq_len or _rollout_tokens(workbench, s.get(Run, run_id))
-        carried = _phase_optimizer(s, checkpoint, job) if cfg.optimizer_state == "phase" else None
+        carried = _carried_optimizer(s, checkpoint, job, cfg.optimizer_state)
     spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out, max_len)
     spec["optimizer_in"] = str(carried) if carried else None
 
@@ -183,6 +201,7 @@ async def rft_step(
     # rollouts. A full disk is no failed try: the run pauses naming the path. Nothing to pause
     # (a single `whale train`): the failure ends the step. docs/faults.md
     attempt = 0
+    clock = time.monotonic()
     while True:
         await clean_slate()
         try:
@@ -214,8 +233,16 @@ async def rft_step(
             await writer.run(lambda s: _retrain(s, job.id))
             attempt = 0
 
+    # the trainer's own clock splits its process into training and writing the checkpoint
+    saving_s = max(0.0, (result.get("seconds") or 0.0) - (result.get("train_seconds") or 0.0))
+    lap("training_s")
+    timings["training_s"] = round(timings["training_s"] - saving_s, 3)
+    timings["saving_s"] = round(timings.get("saving_s", 0.0) + saving_s, 3)
+
     # 4. register and serve
+    clock = time.monotonic()
     name = await workbench.serve_checkpoint(out)
+    lap("sync_s")
 
     def register(s):
         new = Checkpoint(
@@ -240,6 +267,7 @@ async def rft_step(
             n_dropped=result["dropped"],
             max_seq_len=result["max_seq_len"],
             optimizer_carried=result["optimizer_carried"] and bool(carried),
+            timings=timings,
             finished_at=now(),
         )
         return new
@@ -340,15 +368,18 @@ def _accepted_examples(s, evaluation_id: int, threshold: float) -> list[dict]:
     return examples_from_rollouts(s, list(accepted))
 
 
-def _phase_optimizer(s, checkpoint: Checkpoint, job: TrainingJob) -> Path | None:
-    """The optimizer state to continue from: the one the phase's previous step saved with the
-    checkpoint this step starts from. A phase's first step starts a fresh AdamW."""
-    if checkpoint.training_job_id is None or checkpoint.path is None:
+def _carried_optimizer(s, checkpoint: Checkpoint, job: TrainingJob, state: str) -> Path | None:
+    """The optimizer state to continue from: the one saved with the checkpoint this step starts
+    from, when `state` carries it that far. "phase": only from a step of the same weight phase
+    (a phase's first step starts a fresh AdamW); "run": from any step, so a weight phase goes on
+    with the optimizer of the checkpoint it starts from, as verl's resume reloads it with the
+    weights; "step": never."""
+    if state == "step" or checkpoint.training_job_id is None or checkpoint.path is None:
         return None
     made_by = s.get(TrainingJob, checkpoint.training_job_id)
     saved = Path(checkpoint.path) / OPTIMIZER_FILE
     same_phase = made_by is not None and made_by.phase_id == job.phase_id
-    return saved if same_phase and saved.is_file() else None
+    return saved if (same_phase or state == "run") and saved.is_file() else None
 
 
 def _rollout_tokens(workbench, run: Run) -> int:
@@ -372,6 +403,9 @@ def _spec(
         "lora_targets": cfg.lora_targets,
         "lr": cfg.lr,
         "batch_size": cfg.batch_size,
+        "batch_unit": cfg.batch_unit,
+        "micro_batch_size": cfg.micro_batch_size,
+        "weight_decay": cfg.weight_decay,
         "epochs": cfg.epochs,
         "max_seq_len": max_len,
         "optimizer_state": cfg.optimizer_state,

@@ -9,13 +9,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import func
-from sqlmodel import col, select
+from sqlmodel import select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, TrainingJob, utc
 from app.domains import Domain
 from app.experiment_schema import RFTConfig
 from app.phases import end_phase, plot_test_point
+from app.rollout.usage import weight_steps_done
+from app.training.retention import retain
 from app.training.rft import rft_step
 
 # The end rule: given the mean rewards of the phase's finished steps, why the phase ends now, or
@@ -30,13 +31,8 @@ def phase_jobs(workbench, phase_id: int) -> list[TrainingJob]:
 
 
 def steps_done(workbench, run_id: int) -> int:
-    """The run's finished RFT steps, over all its weight phases (the x of its test points)."""
     with workbench.session() as s:
-        return s.exec(
-            select(func.count())
-            .select_from(TrainingJob)
-            .where(TrainingJob.run_id == run_id, col(TrainingJob.status).in_(("done", "skipped")))
-        ).one()
+        return weight_steps_done(s, run_id)
 
 
 async def weight_phase(
@@ -83,6 +79,8 @@ async def weight_phase(
         unfinished = None
         if after_step:
             await after_step(checkpoint)
+        # after the step's test point, so a checkpoint evaluated on test keeps its weights
+        await retain(workbench, phase.run_id, cfg)
     return await workbench.writer.run(
         lambda s: end_phase(
             s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id

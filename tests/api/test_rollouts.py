@@ -263,7 +263,15 @@ def test_status_counts_only_for_a_run_or_evaluation(client, world):
 
     assert client.get("/api/rollouts").json()["status_counts"] is None
     counts = client.get("/api/rollouts", params={"run": run1.id}).json()["status_counts"]
-    assert counts == {"pending": 0, "pass": 6, "fail": 6, "error": 3, "timeout": 3, "infra": 0}
+    assert counts == {
+        "running": 0,
+        "queued": 0,
+        "pass": 6,
+        "fail": 6,
+        "error": 3,
+        "timeout": 3,
+        "infra": 0,
+    }
     # the counts are the run's whatever status is picked
     picked = client.get("/api/rollouts", params={"run": run1.id, "status": "pass"}).json()
     assert picked["status_counts"] == counts

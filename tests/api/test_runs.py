@@ -37,8 +37,10 @@ def test_run_status_counts_match_the_rollout_rows(store, client):
 
     assert data["run"]["id"] == run.id
     expected = Counter(STATUSES)
+    # a pending rollout without a recorded start is waiting for a sandbox: queued
+    expected["queued"] = expected.pop("pending")
     assert data["status_counts"] == {
-        s: expected[s] for s in ("pending", "pass", "fail", "error", "timeout", "infra")
+        s: expected[s] for s in ("running", "queued", "pass", "fail", "error", "timeout", "infra")
     }
     # and each count is what the rollout list filtered by that status returns
     for status, n in data["status_counts"].items():

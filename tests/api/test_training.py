@@ -23,6 +23,7 @@ def test_training_job_has_its_counts_checkpoints_and_loss_curve(store, client):
         "name": out.name,
         "kind": "lora",
         "training_job_id": job.id,
+        "weights_dropped": False,
     }
     assert data["run"]["id"] == phase.run.id and data["harness"]["name"] == "seed.py"
     assert data["mean_loss"] == job.loss

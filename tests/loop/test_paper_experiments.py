@@ -40,7 +40,14 @@ def plan_of(path: Path) -> dict:
 
 def test_there_is_a_file_for_each_domain_and_strategy():
     names = {f.stem for f in FILES}
-    strategies = ("whale", "whale-adaptive", "weight-only", "harness-only", "stagewise", "fast-slow")
+    strategies = (
+        "whale",
+        "whale-adaptive",
+        "weight-only",
+        "harness-only",
+        "stagewise",
+        "fast-slow",
+    )
     assert names == {f"{d}-{s}" for d in DOMAIN_OF for s in strategies}
 
 
@@ -65,6 +72,8 @@ def test_the_dry_run_says_the_release_s_settings(path):
     assert rft["lora"] is False and r("fine_tune") == "full"
     assert (rft["batch_size"], rft["batch_unit"]) == (r("sft_mini_batch_size"), "rollout")
     assert rft["epochs"] == r("sft_epochs")
+    # the release keeps every checkpoint it saves, one each save_freq steps
+    assert (rft["keep_every"], r("max_ckpt_to_keep")) == (r("save_freq"), None)
     assert rft["max_seq_len"] == r("max_prompt_length") + r("max_response_length")
     resumed = {"run": True, "phase": False}[rft["optimizer_state"]]
     if (domain, "optimizer_state_resumed") not in DIFFERS:

@@ -1,6 +1,7 @@
 """One RFT step end to end: sample in the sandbox, accept, train, register, serve the new weights."""
 
 import asyncio
+import json
 import os
 import signal
 import sqlite3
@@ -26,6 +27,13 @@ ORACLE = """
 def run(task, llm, tools):
     expr = task["question"].removeprefix("What is ").rstrip("?")
     llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8, temperature=0.0)
+    return eval(expr)
+"""
+TWO_CALLS = """
+def run(task, llm, tools):
+    expr = task["question"].removeprefix("What is ").rstrip("?")
+    for _ in range(2):
+        llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8, temperature=0.0)
     return eval(expr)
 """
 NEVER = (
@@ -128,6 +136,22 @@ def test_accepted_rollouts_train_a_registered_servable_checkpoint_past_a_killed_
     assert reply["choices"][0]["message"]["content"]
 
 
+def test_a_rollout_mini_batch_holds_every_call_of_its_rollouts(tmp_path, model_server, model_cache):
+    """batch_unit "rollout": 6 accepted rollouts of 2 calls at batch_size 2 are 3 optimizer
+    steps of 4 calls (by calls they would be 6 steps of 2), with AdamW's weight decay set."""
+    cfg = RFTConfig(
+        prompts_per_step=3, samples_per_prompt=2, lora_rank=4, batch_size=2, batch_unit="rollout"
+    )
+    job, _, _, _, stored = run_step(tmp_path, model_server, model_cache, TWO_CALLS, cfg)
+    assert (job.status, job.n_accepted, job.n_examples) == ("done", 6, 12)
+    losses = [m for m in stored["metrics"] if m.series == "train/loss"]
+    assert sorted(m.x for m in losses) == [1 / 3, 2 / 3, 1.0]
+    spec = json.loads((tmp_path / "home" / "training" / f"job-{job.id}" / "spec.json").read_text())
+    assert (spec["batch_unit"], spec["batch_size"], spec["weight_decay"]) == ("rollout", 2, 0.01)
+    rollouts = [json.loads(line)["rollout_id"] for line in open(spec["examples"])]
+    assert sorted(rollouts) == sorted(r.id for r in stored["rollouts"] for _ in range(2))
+
+
 def test_a_full_fine_tune_step_trains_every_weight_and_the_new_weights_answer(
     tmp_path, model_server, model_cache
 ):
@@ -193,10 +217,10 @@ def test_train_prompts_are_shuffled_per_epoch_by_the_seed_each_once_per_epoch():
     assert other != drawn[:7]
 
 
-def test_a_step_continues_the_optimizer_its_phase_saved_and_no_other(store, tmp_path):
+def test_a_step_continues_the_optimizer_its_phase_or_run_saved_and_no_other(store, tmp_path):
     from app.db import read_session
     from app.db.schema import Harness, Phase, Run
-    from app.training.rft import _phase_optimizer
+    from app.training.rft import _carried_optimizer
 
     engine, writer = store
 
@@ -223,8 +247,12 @@ def test_a_step_continues_the_optimizer_its_phase_saved_and_no_other(store, tmp_
 
     base, trained, same, later = writer.submit(rows).result()
     with read_session(engine) as s:
-        assert _phase_optimizer(s, trained, same) is None  # no optimizer.pt was saved
+        assert _carried_optimizer(s, trained, same, "phase") is None  # no optimizer.pt was saved
         (tmp_path / "optimizer.pt").write_bytes(b"state")
-        assert _phase_optimizer(s, trained, same) == tmp_path / "optimizer.pt"
-        assert _phase_optimizer(s, trained, later) is None  # a new phase starts afresh
-        assert _phase_optimizer(s, base, same) is None  # the base has no optimizer
+        assert _carried_optimizer(s, trained, same, "phase") == tmp_path / "optimizer.pt"
+        assert _carried_optimizer(s, trained, later, "phase") is None  # a new phase starts afresh
+        assert _carried_optimizer(s, base, same, "phase") is None  # the base has no optimizer
+        # "run": the next weight phase goes on with the optimizer its checkpoint was saved with
+        assert _carried_optimizer(s, trained, later, "run") == tmp_path / "optimizer.pt"
+        assert _carried_optimizer(s, base, later, "run") is None
+        assert _carried_optimizer(s, trained, same, "step") is None

@@ -59,13 +59,15 @@ def test_runs_list_shows_strategy_phase_best_test_and_budget_left(store, client)
     run = loop_run(store, "whale-a")
     harness, checkpoint = store.harness(run), store.checkpoint()
     store.evaluation(run, harness, checkpoint, n_tasks=4, status="done", mean_at_k=0.5)
+    # the rollouts the budget counts: the sampling's 40, not the test evaluation's 4
+    store.evaluation(run, harness, checkpoint, n_tasks=40, split="train", status="done", n_done=40)
     row = next(r for r in client.get("/api/runs").json()["runs"] if r["id"] == run.id)
-    assert row["strategy"] == "whale" and row["phase"] == "harness 1"
+    assert row["strategy"] == "whale" and row["phase"] == "harness phase 1"
     assert row["best_test"] == 0.5 and row["rollouts_used"] == 40 and row["rollouts_left"] == 60
 
     page = client.get("/runs").text
     assert f'name="ids" value="{run.id}"' in page  # a checkbox to pick it for comparing
-    assert "harness 1" in page and "0.500" in page
+    assert "harness phase 1" in page and "0.500" in page
     assert "arith-quick.toml" in page  # the shipped experiments offered when starting a run
 
 

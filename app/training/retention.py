@@ -1,0 +1,154 @@
+"""Which trained checkpoints keep their weights on disk ([rft] keep_last, keep_every, max_disk_gb).
+
+A full fine-tune's checkpoint is the whole model (a 4B model: about 8 GB), so a run of hundreds
+of RFT steps cannot keep them all. After each step the weights folders of the run's trained
+checkpoints that no rule keeps are deleted; their rows stay, marked `weights_dropped_at`, with
+everything that refers to them (jobs, rollouts, lineage).
+
+Always kept, whatever the budget: the checkpoints the run refers to (`needed`): a phase's
+incoming and outgoing one, every one evaluated on the test split (so the run's best too), one an
+unfinished evaluation samples from, and the newest (the one served and trained on next). Kept
+while the disk budget allows: the newest `keep_last` and every `keep_every`th step's (the
+release saves every 7 steps). Over `max_disk_gb` the latter go too, oldest first; still over,
+the run pauses naming the folder, as a full disk pauses it (docs/faults.md).
+"""
+
+import logging
+import shutil
+from pathlib import Path
+
+from sqlmodel import Session, col, or_, select
+
+from app.db.schema import Checkpoint, Evaluation, Phase, TrainingJob, now
+from app.experiment_schema import RFTConfig
+from app.training.rft import pause_until_resumed
+
+log = logging.getLogger(__name__)
+GB = 1e9
+
+
+class DiskBudgetExceeded(RuntimeError):
+    """Over [rft] max_disk_gb with nothing left to drop, and no loop to pause."""
+
+
+def needed(s: Session, run_id: int) -> dict[int, str]:
+    """The run's checkpoints that must keep their weights, each with the reason."""
+    why: dict[int, str] = {}
+    for phase in s.exec(select(Phase).where(Phase.run_id == run_id)):
+        for checkpoint_id in (phase.checkpoint_in_id, phase.checkpoint_out_id):
+            if checkpoint_id is not None:
+                why.setdefault(checkpoint_id, f"phase {phase.id} starts or ends with it")
+    trained = select(Checkpoint.id).where(Checkpoint.run_id == run_id)
+    evaluations = s.exec(
+        select(Evaluation).where(
+            col(Evaluation.checkpoint_id).in_(trained),
+            or_(Evaluation.split == "test", Evaluation.status != "done"),
+        )
+    )
+    for e in evaluations:
+        reason = "evaluated on the test split" if e.split == "test" else "an evaluation uses it"
+        why.setdefault(e.checkpoint_id, f"{reason} (evaluation {e.id})")
+    newest = s.exec(
+        select(Checkpoint.id)
+        .where(Checkpoint.run_id == run_id, col(Checkpoint.training_job_id).is_not(None))
+        .order_by(col(Checkpoint.id).desc())
+    ).first()
+    if newest is not None:
+        why.setdefault(newest, "the newest: served and trained on next")
+    return why
+
+
+def _trained(s: Session, run_id: int, root: Path) -> list[tuple[Checkpoint, int]]:
+    """The run's trained checkpoints that still have weights under `root`, oldest first, each
+    with the RFT step that made it (0-based)."""
+    rows = s.exec(
+        select(Checkpoint, TrainingJob.step)
+        .join(TrainingJob, TrainingJob.id == Checkpoint.training_job_id)
+        .where(Checkpoint.run_id == run_id, col(Checkpoint.weights_dropped_at).is_(None))
+        .order_by(Checkpoint.id)
+    ).all()
+    return [(c, step) for c, step in rows if c.path and Path(c.path).is_relative_to(root)]
+
+
+def plan(s: Session, run_id: int, cfg: RFTConfig, root: Path) -> tuple[list[int], list[int]]:
+    """(to drop now, droppable under the disk budget, oldest first) among the run's trained
+    checkpoints under `root`."""
+    rows = _trained(s, run_id, root)
+    hard = needed(s, run_id)
+    unneeded = [(c, step) for c, step in rows if c.id not in hard]
+    if cfg.keep_last is None and cfg.keep_every is None:
+        return [], [c.id for c, _ in unneeded]  # no count rule: only the budget drops
+    newest = {c.id for c, _ in rows[-cfg.keep_last :]} if cfg.keep_last else set()
+    # step s (0-based) is the release's global step s + 1, saved when a multiple of keep_every
+    every = {c.id for c, step in rows if cfg.keep_every and (step + 1) % cfg.keep_every == 0}
+    drop = [c.id for c, _ in unneeded if c.id not in newest | every]
+    kept = [c.id for c, _ in unneeded if c.id in newest | every]
+    return drop, kept
+
+
+def disk_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+
+
+async def _drop(workbench, checkpoint_ids: list[int]) -> None:
+    """Mark the rows first, then delete the folders: a crash between leaves a marked row whose
+    folder the next step deletes, never a live row without weights."""
+
+    def mark(s):
+        paths = []
+        for checkpoint_id in checkpoint_ids:
+            checkpoint = s.get(Checkpoint, checkpoint_id)
+            checkpoint.weights_dropped_at = now()
+            paths.append(checkpoint.path)
+        return paths
+
+    for path in await workbench.writer.run(mark):
+        shutil.rmtree(path, ignore_errors=True)
+    if checkpoint_ids:
+        log.info("dropped the weights of checkpoints %s", checkpoint_ids)
+
+
+def _leftovers(s: Session, run_id: int, root: Path) -> list[str]:
+    """Folders of marked checkpoints that are still there (a crash after the mark)."""
+    rows = s.exec(
+        select(Checkpoint.path).where(
+            Checkpoint.run_id == run_id, col(Checkpoint.weights_dropped_at).is_not(None)
+        )
+    ).all()
+    return [p for p in rows if p and Path(p).is_relative_to(root) and Path(p).exists()]
+
+
+async def retain(workbench, run_id: int, cfg: RFTConfig) -> list[int]:
+    """Apply the retention rules after an RFT step; returns the checkpoints dropped. Over the
+    disk budget with nothing left to drop, the run pauses until resumed (a single `whale
+    train`, which nothing can pause, fails with DiskBudgetExceeded)."""
+    if cfg.keep_last is None and cfg.keep_every is None and cfg.max_disk_gb is None:
+        return []
+    root = workbench.settings.home / "checkpoints"
+    with workbench.session() as s:
+        drop, spare = plan(s, run_id, cfg, root)
+        for path in _leftovers(s, run_id, root):
+            shutil.rmtree(path, ignore_errors=True)
+    await _drop(workbench, drop)
+    if cfg.max_disk_gb is None:
+        return drop
+    budget = cfg.max_disk_gb * GB
+    over_budget = []
+    with workbench.session() as s:
+        sizes = {c.id: c.size_bytes or 0 for c, _ in _trained(s, run_id, root)}
+    used = disk_bytes(root)
+    for checkpoint_id in spare:  # oldest first
+        if used <= budget:
+            break
+        over_budget.append(checkpoint_id)
+        used -= sizes.get(checkpoint_id, 0)
+    await _drop(workbench, over_budget)
+    used = disk_bytes(root)
+    if used > budget:
+        reason = (
+            f"the disk budget is spent: {root} holds {used / GB:.2f} GB, over [rft] max_disk_gb "
+            f"= {cfg.max_disk_gb:g}, and every checkpoint left there is needed or not this run's"
+        )
+        if not await pause_until_resumed(workbench, run_id, reason):
+            raise DiskBudgetExceeded(reason)
+    return drop + over_budget
