@@ -280,7 +280,13 @@ class SearchConfig(_Strict):
     )
     smoke: bool = True  # one sandbox rollout before a candidate is evaluated
     smoke_timeout_s: float = Field(default=120.0, gt=0, le=86_400)
-    proposer_timeout_s: float = Field(default=1800.0, gt=0, le=7 * 86_400)
+    proposer_timeout_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=7 * 86_400,
+        description="seconds one proposing session may take (default: the agent preset's own, "
+        "2400 for claude-code as the release ran it; else 1800)",
+    )
     max_code_bytes: int = Field(default=200_000, ge=100, le=10_000_000)
     on_proposer_error: Literal["continue", "end"] = "continue"
     # when a candidate replaces the incumbent (app/search/acceptance.py, docs/statistics.md)

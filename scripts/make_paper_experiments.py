@@ -118,6 +118,8 @@ proposing_iterations = {iterations}     # after the incoming harness's evaluatio
 
 def _budget(d: dict, strategy: str) -> str:
     steps = f"weight_steps = {d['total_steps']}       # the release's TOTAL_STEPS"
+    if strategy == "whale-adaptive":  # MAX_ROUNDS=30 cycles of a weight and a harness phase
+        return f"{steps}\nmax_phases = 60\n"
     if strategy == "weight-only":
         return steps + "\n"
     if strategy == "harness-only":

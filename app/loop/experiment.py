@@ -158,6 +158,7 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
     the settings against the backend, the harness, the data each split finds. Raises
     ExperimentError naming what would fail."""
     from app.domains import get_domain, scoring_of
+    from app.search.proposers import proposer_timeout
 
     check_generation(experiment, settings.backend_name, source)
     if experiment.harness_id is None:  # a stored harness is checked when the run starts
@@ -187,8 +188,11 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
         "backend": settings.backend_name,
         "model": model,
         "switching": experiment.switching.model_dump(exclude_none=True),
-        "rft": experiment.rft.model_dump(exclude_none=True),
-        "search": experiment.search.model_dump(exclude_none=True),
+        "rft": experiment.rft.model_dump(exclude_none=True, exclude={"steps"}),
+        "search": {
+            **experiment.search.model_dump(exclude_none=True, exclude={"iterations"}),
+            "proposer_timeout_s": proposer_timeout(experiment.search),  # the one in force
+        },
         "test": experiment.test.model_dump(exclude_none=True),
         "budget": experiment.budget.model_dump(exclude_none=True),
         "sampling": {

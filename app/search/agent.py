@@ -35,13 +35,11 @@ class AgentProposer:
         archive_dir: Path,
         max_code_bytes: int,
         hidden: list[Path] = (),
-        timeout_s: float | None = None,
     ):
         self.cfg = cfg
         self.archive_dir = archive_dir
         self.max_code_bytes = max_code_bytes
         self.hidden = list(hidden)  # what the agent must not see (the store, the test split)
-        self.timeout_s = timeout_s  # the harness phase's limit on one proposal, when set
         self.preset = PRESETS[cfg.preset] if cfg.preset else None
         if self.preset:  # a bad tool list is said when the run starts, not at iteration 1
             self.command = self.preset.argv(cfg.isolation, cfg.model, cfg.effort, cfg.allowed_tools)

@@ -46,7 +46,7 @@ class Preset:
     model: str | None = None  # defaults, each overridable in [search.agent]
     effort: str | None = None
     tools: tuple[str, ...] | None = None
-    timeout_s: float | None = None  # default time limit (else search.proposer_timeout_s)
+    timeout_s: float | None = None  # its time limit unless search.proposer_timeout_s is set
     setenv: dict[str, str] = field(default_factory=dict)  # variables it always gets
     # the agent's own sandbox flags, by the proposer's isolation
     sandbox: dict[str, tuple[str, ...]] = field(default_factory=dict)

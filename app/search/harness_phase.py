@@ -39,6 +39,7 @@ from app.search.acceptance import Decision, decide, sequential_on
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.pareto import Score, accept, frontier
+from app.search.proposers import proposer_timeout
 from app.search.validate import static_error
 
 log = logging.getLogger(__name__)
@@ -234,8 +235,7 @@ class _Search:
             shas=self._run_column(Harness.sha),
             proposals_before=self._proposals_before(),
         )
-        # a proposer may bring its own limit (the claude-code preset's)
-        limit = getattr(self.proposer, "timeout_s", None) or self.cfg.proposer_timeout_s
+        limit = proposer_timeout(self.cfg)  # the claude-code preset's 2400 s unless set
         try:
             # asyncio.timeout, not wait_for: Python 3.11's wait_for returns the result of an
             # instant proposer and drops a SIGTERM's cancel that came at the same moment

@@ -71,20 +71,25 @@ def llm(cfg, workbench):
 
 def agent(cfg, workbench):
     from app.search.agent import AgentProposer
-    from app.search.agent_presets import PRESETS
 
     s = workbench.settings
     # Never shown to the agent (its sandbox shows none of them; these are masked should a
     # folder it is given hold one): the store (test-split rollouts live there), the sandboxes'
     # runtime folder (the gateway socket, harness copies), the test splits' files.
     hidden = [s.home, *([workbench.runtime] if workbench.runtime else []), *held_out_files()]
-    preset = PRESETS.get(cfg.agent.preset)
-    # a preset's own time limit (the release's 2400 s for Claude Code) unless the experiment
-    # sets proposer_timeout_s
-    timeout = (
-        None if "proposer_timeout_s" in cfg.model_fields_set or not preset else preset.timeout_s
-    )
-    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden, timeout)
+    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden)
+
+
+DEFAULT_PROPOSER_TIMEOUT_S = 1800.0
+
+
+def proposer_timeout(cfg) -> float:
+    """Seconds one proposing session may take: the experiment's `proposer_timeout_s`, else the
+    agent preset's own (the release's 2400 s for Claude Code), else 1800."""
+    from app.search.agent_presets import PRESETS
+
+    preset = PRESETS.get(cfg.agent.preset) if cfg.proposer == "agent" else None
+    return cfg.proposer_timeout_s or (preset and preset.timeout_s) or DEFAULT_PROPOSER_TIMEOUT_S
 
 
 def held_out_files() -> list:

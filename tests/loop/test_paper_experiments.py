@@ -105,6 +105,7 @@ def test_the_dry_run_says_the_release_s_settings(path):
         minimum = r("adaptive_round_steps")  # window = patience = the minimum phase
         assert switching["weight_burn_in"] == switching["weight_window"] == minimum
         assert switching["weight_patience"] == minimum and switching["weight_partial_windows"]
+        assert budget["max_phases"] == 2 * r("adaptive_max_rounds")  # cycles of two phases
     elif strategy == "harness-only":
         assert switching["proposing_iterations"] == r("mh_only_iterations")
         assert budget["proposing_iterations"] == r("mh_only_iterations")
@@ -128,8 +129,7 @@ def test_the_dry_run_says_the_release_s_settings(path):
         assert agent.preset == "claude-code"
         preset = PRESETS["claude-code"]
         assert preset.model == r("proposer_model") and preset.effort == r("proposer_effort")
-        assert preset.timeout_s == r("proposer_timeout_s")  # the file leaves it to the preset
-        assert "proposer_timeout_s" not in exp.search.model_fields_set
+        assert plan["search"]["proposer_timeout_s"] == r("proposer_timeout_s")  # the preset's
         tools = agent.allowed_tools or list(preset.tools)
         assert sorted(tools) == sorted(r("proposer_allowed_tools"))
         argv = preset.argv("bwrap", agent.model, agent.effort, agent.allowed_tools)

@@ -213,11 +213,15 @@ def test_the_claude_code_preset_runs_as_the_release_did(tmp_path):
 
     workbench = Workbench(Settings(home=tmp_path / "home"), say=lambda _: None)
     release = SearchConfig(proposer="agent", agent={"preset": "claude-code"})
-    assert proposers.agent(release, workbench).timeout_s == 2400
+    assert proposers.proposer_timeout(release) == 2400
+    # a run resumes from its stored config, every key given: the preset's limit still holds
+    stored = SearchConfig.model_validate(release.model_dump(mode="json"))
+    assert proposers.proposer_timeout(stored) == 2400
     own_limit = SearchConfig(
         proposer="agent", proposer_timeout_s=600, agent={"preset": "claude-code"}
     )
-    assert proposers.agent(own_limit, workbench).timeout_s is None  # the phase's 600 s
+    assert proposers.proposer_timeout(own_limit) == 600
+    assert proposers.proposer_timeout(SearchConfig(proposer="knobs")) == 1800
     codex = SearchConfig(proposer="agent", agent={"preset": "codex", "model": "gpt-5-codex"})
     assert "--model gpt-5-codex" in " ".join(proposers.agent(codex, workbench).command)
     with pytest.raises(ValueError, match="the codex preset has no tool list"):
