@@ -10,7 +10,7 @@ import textwrap
 import httpx
 import pytest
 
-from tests.conftest import WHALE, whale_eval_json, whale_serve
+from tests.conftest import AUTH, WHALE, whale_eval_json, whale_serve
 
 # the module's tests share one `whale serve` for the module: under xdist they run on one worker
 pytestmark = pytest.mark.xdist_group("bad-input")
@@ -61,7 +61,7 @@ def test_bad_harness_fails_with_its_reason(store, tmp_path, reason):
     assert len(rows) == 2
     assert all(r == reason and detail in e for r, e in rows), rows
     # the server saw the new run and is still up
-    runs = httpx.get(f"{url}/api/runs", timeout=10).json()["runs"]
+    runs = httpx.get(f"{url}/api/runs", headers=AUTH, timeout=10).json()["runs"]
     assert out["run_id"] in {r["id"] for r in runs}
 
 

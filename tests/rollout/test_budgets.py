@@ -1,8 +1,15 @@
 """The budget rule the loop stops on and the run page shows: one function each, same numbers."""
 
-from app.rollout.usage import budget_lines, over_budget
+from app.rollout.usage import Usage, budget_lines, over_budget, phase_budget_left
 
-SPENT = {"rollouts": 90, "tokens": 5_000, "proposer_usd": 1.5, "wall_s": 600.0}
+SPENT = {
+    "rollouts": 90,
+    "tokens": 5_000,
+    "proposer_usd": 1.5,
+    "wall_s": 600.0,
+    "weight_steps": 3,
+    "proposing_iterations": 10,
+}
 
 
 def test_a_step_that_would_overshoot_the_rollout_budget_is_not_started():
@@ -21,7 +28,14 @@ def test_the_other_budgets_stop_the_run_once_used_up():
 
 def test_the_page_shows_each_budget_used_and_left():
     lines = {b["name"]: b for b in budget_lines({"rollouts": 120, "wall_s": 400}, SPENT)}
-    assert list(lines) == ["rollouts", "tokens", "proposer_usd", "wall_s"]
+    assert list(lines) == [
+        "rollouts",
+        "tokens",
+        "proposer_usd",
+        "wall_s",
+        "weight_steps",
+        "proposing_iterations",
+    ]
     assert lines["rollouts"] == {
         "name": "rollouts",
         "used": 90,
@@ -31,3 +45,14 @@ def test_the_page_shows_each_budget_used_and_left():
     }
     assert lines["wall_s"]["left"] == 0 and lines["wall_s"]["share"] == 1.0  # over: capped
     assert lines["tokens"]["limit"] is None and lines["tokens"]["left"] is None
+
+
+def test_budgets_in_the_release_units_hold_their_own_kind_of_phase():
+    """budget.weight_steps and budget.proposing_iterations do not end a run by themselves:
+    each stops its kind of phase (stagewise goes on to its harness stage), the loop decides."""
+    limits = {"weight_steps": 3, "proposing_iterations": 12}
+    assert over_budget(limits, SPENT, 1) is None
+    used = Usage(90, 5_000, 1.5, weight_steps=3, proposing_iterations=10)
+    assert not phase_budget_left(limits, used, "weight")
+    assert phase_budget_left(limits, used, "harness")
+    assert phase_budget_left({}, used, "weight")  # unset: unlimited

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import whale_eval_json, whale_serve
+from tests.conftest import AUTH, whale_eval_json, whale_serve
 
 # the module's tests share one warm pool per backend: under xdist they run on one worker
 pytestmark = pytest.mark.xdist_group("attacks")
@@ -130,7 +130,7 @@ def attack(request, tmp_path_factory, model_server, model_cache):
                 ]
             assert len(rows) == limit * k and all(r["status"] != "pending" for r in rows)
             # the server keeps serving and sees the run
-            runs = httpx.get(f"{url}/api/runs", timeout=10).json()["runs"]
+            runs = httpx.get(f"{url}/api/runs", headers=AUTH, timeout=10).json()["runs"]
             assert out["run_id"] in {r["id"] for r in runs}
             return out, rows
 
