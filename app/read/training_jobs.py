@@ -21,6 +21,7 @@ RUN_CURVES = ["test/mean@k", "train/accept_rate", "train/mean_reward"]
 TIMING_PARTS = {
     "sampling_s": "sampling",
     "scoring_s": "scoring",
+    "startup_s": "trainer start",
     "training_s": "training",
     "saving_s": "saving",
     "sync_s": "weight sync",

@@ -4,6 +4,7 @@ import asyncio
 import json
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,49 +41,115 @@ def trainer_command(
     ]
 
 
+class Trainer:
+    """A training process kept up across the steps of a weight phase
+    (`python -m app.training --serve FOLDER`): each step's spec goes to its inbox, its progress
+    comes back on stdout. It holds the model and optimizer between steps, so a step costs no
+    imports and no load from disk. A process that died (killed, out of memory, crashed) is
+    started again by the next step, which then loads its start from the checkpoint on disk, as
+    every step did before processes were kept.
+
+    FOLDER/trainer.log is the process's stderr; each job's folder gets its own slice of it
+    (train.log, starting with the command line) and the job's spec.json."""
+
+    STOP_GRACE_S = 30.0  # after the stop request, then it is killed
+
+    def __init__(self, folder: Path, command: list[str] | None = None):
+        self.folder = folder
+        self.command = command or trainer_command()
+        self.log_path = folder / "trainer.log"
+        self.proc: asyncio.subprocess.Process | None = None
+        self.sent = 0  # steps written to the inbox of the running process
+
+    @property
+    def argv(self) -> list[str]:
+        return [*self.command, "--serve", str(self.folder)]
+
+    async def _start(self) -> None:
+        inbox = self.folder / "inbox"
+        shutil.rmtree(inbox, ignore_errors=True)
+        inbox.mkdir(parents=True)
+        self.sent = 0
+        with open(self.log_path, "ab") as log:
+            log.write(f"$ {shlex.join(self.argv)}\n".encode())
+            log.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                preexec_fn=die_with_parent,
+                env={**os.environ, SUPERVISED: "1"},
+            )
+
+    def _send(self, message: dict) -> None:
+        self.sent += 1
+        path = self.folder / "inbox" / f"{self.sent:06d}.json"
+        tmp = path.with_suffix(".tmp")  # renamed whole: a reader never sees half a spec
+        tmp.write_text(json.dumps(message))
+        tmp.rename(path)
+
+    async def step(self, spec: dict, job_dir: Path, on_event: Callable[[dict], None]) -> dict:
+        """Train one step; returns its "done" event. Cancelling the awaiting task kills the
+        process (the next step starts another)."""
+        job_dir.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        (job_dir / "spec.json").write_text(json.dumps(spec, indent=1))
+        if self.proc is None or self.proc.returncode is not None:
+            await self._start()
+        offset = self.log_path.stat().st_size
+        self._send(spec)
+        done = None
+        try:
+            async for line in self.proc.stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a library printing to stdout
+                if not isinstance(event, dict):
+                    continue
+                if event.get("event") == "done":
+                    done = event
+                    break
+                on_event(event)
+            if done is None:  # stdout ended: the process is gone
+                code = await self.proc.wait()
+                tail = f"$ {shlex.join(self.argv)}\n{self._log_since(offset)[-2000:]}"
+                raise TrainingError(f"training process exited with code {code}:\n{tail}")
+        except asyncio.CancelledError:
+            await self.kill()
+            raise
+        finally:
+            text = f"$ {shlex.join(self.argv)}\n{self._log_since(offset)}"
+            (job_dir / "train.log").write_text(text)
+        return done
+
+    def _log_since(self, offset: int) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
+    async def kill(self) -> None:
+        if self.proc and self.proc.returncode is None:
+            self.proc.kill()  # the training processes of a launcher die with it (PDEATHSIG)
+            await self.proc.wait()
+
+    async def close(self) -> None:
+        """Ask the process to end (it ends the accelerator cleanly), then kill it if it lingers."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        self._send({"stop": True})
+        try:
+            await asyncio.wait_for(self.proc.wait(), self.STOP_GRACE_S)
+        except TimeoutError:
+            await self.kill()
+
+
 async def run_trainer(
     spec: dict, job_dir: Path, on_event: Callable[[dict], None], command: list[str] | None = None
 ) -> dict:
-    """Run `command` (default: `python -m app.training`) on `spec`; returns its "done" event.
-
-    Cancelling the awaiting task kills the process. Its stderr goes to job_dir/train.log, which
-    starts with the command line (what other machines of a multi-node training run too), and
-    whose tail is the error message when it fails.
-    """
-    job_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = job_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec, indent=1))
-    argv = [*(command or trainer_command()), str(spec_path)]
-    log_path = job_dir / "train.log"
-    with open(log_path, "wb") as log:
-        log.write(f"$ {shlex.join(argv)}\n".encode())
-        log.flush()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log,
-            preexec_fn=die_with_parent,
-            env={**os.environ, SUPERVISED: "1"},
-        )
-    done = None
+    """One step in a process of its own, ended afterwards (the whole training of `spec`)."""
+    trainer = Trainer(job_dir, command)
     try:
-        async for line in proc.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue  # a library printing to stdout
-            if not isinstance(event, dict):
-                continue
-            if event.get("event") == "done":
-                done = event
-            else:
-                on_event(event)
-        code = await proc.wait()
-    except asyncio.CancelledError:
-        proc.kill()  # the training processes of a launcher die with it (PDEATHSIG)
-        await proc.wait()
-        raise
-    if code != 0 or done is None:
-        tail = log_path.read_text(errors="replace")[-2000:]
-        raise TrainingError(f"training process exited with code {code}:\n{tail}")
-    return done
+        return await trainer.step(spec, job_dir, on_event)
+    finally:
+        await trainer.close()

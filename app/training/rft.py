@@ -39,7 +39,7 @@ from app.llm.generation import generation_for
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
-from app.training.job import OPTIMIZER_FILE, TrainingError, run_trainer, trainer_command
+from app.training.job import OPTIMIZER_FILE, Trainer, TrainingError, trainer_command
 
 log = logging.getLogger(__name__)
 TRAINING_TRIES = 2  # a training process that fails is started once more, then the run pauses
@@ -97,8 +97,11 @@ async def rft_step(
     progress: Callable[[str, dict], None] | None = None,
     phase_id: int | None = None,
     job: TrainingJob | None = None,
+    trainer: Trainer | None = None,
 ) -> tuple[TrainingJob, Checkpoint]:
     """Run one RFT step; returns the job and the checkpoint to continue from (new or same).
+    `trainer`: the weight phase's kept training process (without one, the step starts and ends
+    a process of its own).
 
     Given an unfinished `job` (a run resumed after a crash), it goes on from where the job was:
     the sampling's recorded rollouts are kept and only the missing ones run; an interrupted
@@ -192,52 +195,58 @@ async def rft_step(
         )
         say("batch", event)
 
-    command = trainer_command(
-        workbench.settings.train_accelerate_config, workbench.settings.train_accelerate_args
-    )
+    own_trainer = trainer is None
+    trainer = trainer or phase_trainer(workbench, run_id, phase_id)
     # The policy on a failed training process (killed, out of memory, crashed): try once more,
     # logged; a second failure marks the job failed with its log tail and pauses the run, naming
     # the job; `resume` trains it again (TRAINING_TRIES more tries) from the same accepted
     # rollouts. A full disk is no failed try: the run pauses naming the path. Nothing to pause
     # (a single `whale train`): the failure ends the step. docs/faults.md
-    attempt = 0
-    clock = time.monotonic()
-    while True:
-        await clean_slate()
-        try:
-            result = await run_trainer(spec, job_dir, on_batch, command)
-            break
-        except TrainingError as exc:
-            error = str(exc)[-4000:]
-            if NO_SPACE in error:
-                await clean_slate()  # the half-written checkpoint goes, and its room with it
-                reason = (
-                    f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
-                )
-                if await pause_until_resumed(workbench, run_id, reason):
+    try:
+        attempt = 0
+        clock = time.monotonic()
+        while True:
+            await clean_slate()
+            try:
+                wall = time.monotonic()
+                result = await trainer.step(spec, job_dir, on_batch)
+                result["wall_seconds"] = time.monotonic() - wall
+                break
+            except TrainingError as exc:
+                error = str(exc)[-4000:]
+                if NO_SPACE in error:
+                    await clean_slate()  # the half-written checkpoint goes, and its room with it
+                    reason = f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
+                    if await pause_until_resumed(workbench, run_id, reason):
+                        continue
+                attempt += 1
+                if attempt < TRAINING_TRIES:
+                    log.warning("training job %s failed, trying again: %s", job.id, error[-300:])
+                    detail = {"job_id": job.id, "step": step, "attempt": attempt, "error": error}
+                    await writer.insert(Event(run_id=run_id, kind="training_retry", detail=detail))
                     continue
-            attempt += 1
-            if attempt < TRAINING_TRIES:
-                log.warning("training job %s failed, trying again: %s", job.id, error[-300:])
-                detail = {"job_id": job.id, "step": step, "attempt": attempt, "error": error}
-                await writer.insert(Event(run_id=run_id, kind="training_retry", detail=detail))
-                continue
-            await writer.run(
-                lambda s, error=error: _update(
-                    s, job.id, status="failed", error=error, finished_at=now()
+                await writer.run(
+                    lambda s, error=error: _update(
+                        s, job.id, status="failed", error=error, finished_at=now()
+                    )
                 )
-            )
-            reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
-            if not await pause_until_resumed(workbench, run_id, reason):
-                raise
-            await writer.run(lambda s: _retrain(s, job.id))
-            attempt = 0
-
-    # the trainer's own clock splits its process into training and writing the checkpoint
-    saving_s = max(0.0, (result.get("seconds") or 0.0) - (result.get("train_seconds") or 0.0))
+                reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
+                if not await pause_until_resumed(workbench, run_id, reason):
+                    raise
+                await writer.run(lambda s: _retrain(s, job.id))
+                attempt = 0
+    finally:
+        if own_trainer:
+            await trainer.close()
+    # The trainer's own clock splits its step into training and writing the checkpoint; the
+    # rest of the try that succeeded is starting the process and loading the model (none when
+    # the phase's kept trainer already held it). Failed tries count as training.
     lap("training_s")
-    timings["training_s"] = round(timings["training_s"] - saving_s, 3)
+    saving_s, train_s = result["save_seconds"], result["train_seconds"]
+    startup_s = max(0.0, result["wall_seconds"] - train_s - saving_s)
+    timings["training_s"] = round(timings["training_s"] - saving_s - startup_s, 3)
     timings["saving_s"] = round(timings.get("saving_s", 0.0) + saving_s, 3)
+    timings["startup_s"] = round(timings.get("startup_s", 0.0) + startup_s, 3)
 
     # 4. register and serve
     clock = time.monotonic()
@@ -416,6 +425,14 @@ def _spec(
     elif checkpoint.kind == "full":
         spec["base_model"] = str(Path(checkpoint.path) / "merged")
     return spec
+
+
+def phase_trainer(workbench, run_id: int, phase_id: int | None) -> Trainer:
+    """The training process of a weight phase, in its own folder under $WHALE_HOME/training."""
+    settings = workbench.settings
+    folder = settings.home / "training" / f"run-{run_id}-phase-{phase_id or 0}"
+    command = trainer_command(settings.train_accelerate_config, settings.train_accelerate_args)
+    return Trainer(folder, command)
 
 
 def _gist(error: str) -> str:

@@ -1,4 +1,6 @@
-"""The training process: `python -m app.training SPEC.json`, or the same under `accelerate launch`.
+"""The training process: `python -m app.training SPEC.json` (one step) or
+`python -m app.training --serve FOLDER` (every step of a weight phase, the model and optimizer
+kept in memory between them), or either under `accelerate launch`.
 
 Reads the spec (base model, optional adapter to continue from, examples file, hyperparameters,
 output folder), makes one pass over the examples with token-mean negative log-likelihood on
@@ -145,87 +147,147 @@ def on_cpu() -> bool:
     return not torch.accelerator.is_available()
 
 
-def train(spec: dict) -> dict | None:
-    """Train and save; returns the "done" event on the main process, None on the others."""
-    accelerator = Accelerator(cpu=on_cpu())
-    torch.manual_seed(spec["seed"])
-    tokenizer = AutoTokenizer.from_pretrained(spec["base_model"])
-    examples = [json.loads(line) for line in open(spec["examples"])]
-    encoded, cut = encode_all(tokenizer, examples, spec["max_seq_len"])
-    # batch_size counts the examples (or rollouts) of one optimizer step over all processes
-    steps = mini_batches(encoded, spec["batch_size"], spec.get("batch_unit", "call"), spec["seed"])
-    model = load_model(spec, spec.get("init_adapter"))
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
+class TrainerState:
+    """What a training process keeps between the steps of a weight phase: the accelerator, and
+    the model, tokenizer and optimizer exactly as it saved them last (`holds`: that checkpoint's
+    weights folder). A step that continues from that checkpoint trains on them in memory; any
+    other step loads its start from disk, as a new process would. Under FSDP or DeepSpeed the
+    model and optimizer are wrapped together, so every step loads them afresh."""
+
+    def __init__(self):
+        self.accelerator = Accelerator(cpu=on_cpu())
+        self.model = self.optimizer = self.tokenizer = None
+        self.holds: str | None = None
+
+    def _reusable(self, spec: dict) -> bool:
+        sharded = self.accelerator.distributed_type in (
+            DistributedType.FSDP,
+            DistributedType.DEEPSPEED,
+        )
+        return self.model is not None and not sharded and self.holds == starting_weights(spec)
+
+    def _load(self, spec: dict) -> None:
+        """The step's start from disk: the model, and a new AdamW (the saved state goes in later)."""
+        accelerator = self.accelerator
+        self.model = self.optimizer = None
+        self.holds = None
+        accelerator.free_memory()  # the previous model and optimizer go before the next comes
+        self.tokenizer = AutoTokenizer.from_pretrained(spec["base_model"])
+        model = load_model(spec, spec.get("init_adapter"))
+        model.train()
+        self.model, self.optimizer = accelerator.prepare(model, new_optimizer(model, spec))
+
+    def step(self, spec: dict) -> dict | None:
+        """Train one pass over the spec's examples and save; returns the "done" event on the
+        main process, None on the others."""
+        accelerator, started = self.accelerator, time.monotonic()
+        torch.manual_seed(spec["seed"])  # a step trains alike in a new process or a kept one
+        carried = carry_optimizer(accelerator, spec)
+        reused = self._reusable(spec)
+        if not reused:
+            self._load(spec)
+            if carried and spec.get("optimizer_in"):  # where the last step left it
+                self.optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
+        elif not (carried and spec.get("optimizer_in")):  # this step starts a fresh AdamW
+            self.optimizer = accelerator.prepare(new_optimizer(self.model, spec))
+        else:  # the optimizer in memory is the saved one: only the settings may differ
+            for group in self.optimizer.param_groups:
+                group["lr"], group["weight_decay"] = spec["lr"], spec.get("weight_decay", 0.0)
+        model, optimizer, tokenizer = self.model, self.optimizer, self.tokenizer
+        load_seconds = time.monotonic() - started
+        examples = [json.loads(line) for line in open(spec["examples"])]
+        encoded, cut = encode_all(tokenizer, examples, spec["max_seq_len"])
+        # batch_size counts the examples (or rollouts) of one optimizer step over all processes
+        steps = mini_batches(
+            encoded, spec["batch_size"], spec.get("batch_unit", "call"), spec["seed"]
+        )
+        pad = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        processes, rank = accelerator.num_processes, accelerator.process_index
+        micro = spec.get("micro_batch_size")
+        if micro and accelerator.distributed_type == DistributedType.DEEPSPEED:
+            # accelerate steps a DeepSpeed engine at every backward: no accumulation here
+            raise ValueError("micro_batch_size is not supported under DeepSpeed")
+        total_batches = spec["epochs"] * len(steps)
+        losses, tokens, done, start = [], 0, 0, time.monotonic()
+        for _ in range(spec["epochs"]):
+            for step in steps:
+                # this process's share of the step: as many rows as every other process
+                share = math.ceil(len(step) / processes)
+                mine = with_fillers(step, share * processes, pad)[rank * share : (rank + 1) * share]
+                all_n = labelled(step)  # every process knows the whole step: no exchange needed
+                nll = torch.zeros((), device=accelerator.device)
+                for i in range(0, share, micro or share):
+                    ids, mask, labels = (
+                        t.to(accelerator.device)
+                        for t in collate(mine[i : i + (micro or share)], pad)
+                    )
+                    logits = model(input_ids=ids, attention_mask=mask).logits
+                    loss, _ = nll_sum(logits, labels)
+                    # Gradients are averaged over the processes and summed over the forward
+                    # passes; scaled like this, the step follows the token mean over the whole
+                    # mini-batch.
+                    accelerator.backward(loss * processes / max(all_n, 1))
+                    nll += loss.detach().float()
+                total = accelerator.reduce(nll, reduction="sum")
+                accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                done += 1
+                tokens += all_n
+                losses.append(total.item() / max(all_n, 1))
+                if accelerator.is_main_process:
+                    emit(
+                        event="batch",
+                        batch=done,
+                        of=total_batches,
+                        loss=losses[-1],
+                        tokens=all_n,
+                        tokens_per_s=tokens / (time.monotonic() - start),
+                    )
+        train_seconds = time.monotonic() - start
+        save(accelerator, model, tokenizer, spec, optimizer if carried else None)
+        self.holds = trained_weights(spec)
+        if not accelerator.is_main_process:
+            return None
+        size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
+        return {
+            "event": "done",
+            "loss": sum(losses) / len(losses) if losses else None,
+            "tokens": tokens,
+            "batches": done,
+            "examples": len(encoded),
+            "truncated": cut["truncated"],  # longer than max_seq_len, trained on their first part
+            "dropped": cut["dropped"],  # nothing trainable left within max_seq_len
+            "max_seq_len": spec["max_seq_len"],
+            "optimizer_carried": carried,
+            "size_bytes": size,
+            "processes": processes,
+            "kept_loaded": reused,  # trained on what the process held, nothing read from disk
+            "load_seconds": load_seconds,
+            "train_seconds": train_seconds,
+            "save_seconds": time.monotonic() - start - train_seconds,
+            "seconds": time.monotonic() - started,
+        }
+
+
+def starting_weights(spec: dict) -> str:
+    """What a step starts from, named as `trained_weights` names what a step saved."""
+    if spec["lora"]:
+        return spec.get("init_adapter") or f"base:{spec['base_model']}"
+    return spec["base_model"]
+
+
+def trained_weights(spec: dict) -> str:
+    """The weights folder a step saves, which the next step names as its start."""
+    return str(Path(spec["output"]) / ("adapter" if spec["lora"] else "merged"))
+
+
+def new_optimizer(model, spec: dict) -> torch.optim.Optimizer:
     # AdamW over every trainable weight, as verl's FSDP actor (its default weight_decay: 0.01)
-    optimizer = torch.optim.AdamW(params, lr=spec["lr"], weight_decay=spec.get("weight_decay", 0.0))
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    model, optimizer = accelerator.prepare(model, optimizer)
-    processes, rank = accelerator.num_processes, accelerator.process_index
-    micro = spec.get("micro_batch_size")
-    if micro and accelerator.distributed_type == DistributedType.DEEPSPEED:
-        # accelerate steps a DeepSpeed engine at every backward: no accumulation here
-        raise ValueError("micro_batch_size is not supported under DeepSpeed")
-    carried = carry_optimizer(accelerator, spec)
-    if carried and spec.get("optimizer_in"):  # the optimizer where the last step left it
-        optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
-    total_batches = spec["epochs"] * len(steps)
-    losses, tokens, done, start = [], 0, 0, time.monotonic()
-    for _ in range(spec["epochs"]):
-        for step in steps:
-            # this process's share of the step: as many rows as every other process
-            share = math.ceil(len(step) / processes)
-            mine = with_fillers(step, share * processes, pad)[rank * share : (rank + 1) * share]
-            all_n = labelled(step)  # every process knows the whole step: no exchange needed
-            nll = torch.zeros((), device=accelerator.device)
-            for i in range(0, share, micro or share):
-                ids, mask, labels = (
-                    t.to(accelerator.device) for t in collate(mine[i : i + (micro or share)], pad)
-                )
-                logits = model(input_ids=ids, attention_mask=mask).logits
-                loss, _ = nll_sum(logits, labels)
-                # Gradients are averaged over the processes and summed over the forward passes;
-                # scaled like this, the step follows the token mean over the whole mini-batch.
-                accelerator.backward(loss * processes / max(all_n, 1))
-                nll += loss.detach().float()
-            total = accelerator.reduce(nll, reduction="sum")
-            accelerator.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            done += 1
-            tokens += all_n
-            losses.append(total.item() / max(all_n, 1))
-            if accelerator.is_main_process:
-                emit(
-                    event="batch",
-                    batch=done,
-                    of=total_batches,
-                    loss=losses[-1],
-                    tokens=all_n,
-                    tokens_per_s=tokens / (time.monotonic() - start),
-                )
-    train_seconds = time.monotonic() - start
-    save(accelerator, model, tokenizer, spec, optimizer if carried else None)
-    is_main, processes = accelerator.is_main_process, accelerator.num_processes
-    accelerator.end_training()
-    if not is_main:
-        return None
-    size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
-    return {
-        "event": "done",
-        "loss": sum(losses) / len(losses) if losses else None,
-        "tokens": tokens,
-        "batches": done,
-        "examples": len(encoded),
-        "truncated": cut["truncated"],  # longer than max_seq_len, trained on their first part
-        "dropped": cut["dropped"],  # nothing trainable left within max_seq_len
-        "max_seq_len": spec["max_seq_len"],
-        "optimizer_carried": carried,
-        "size_bytes": size,
-        "processes": processes,
-        "train_seconds": train_seconds,
-        "seconds": time.monotonic() - start,
-    }
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=spec["lr"], weight_decay=spec.get("weight_decay", 0.0))
 
 
 def carry_optimizer(accelerator: Accelerator, spec: dict) -> bool:
@@ -259,11 +321,40 @@ def save(accelerator: Accelerator, model, tokenizer, spec: dict, optimizer=None)
     accelerator.wait_for_everyone()
 
 
+INBOX_POLL_S = 0.05  # how often a kept trainer looks for its next step
+
+
+def serve(folder: Path) -> None:
+    """Train the steps the workbench writes to FOLDER/inbox as 000001.json, 000002.json, ...
+    (each a spec, or {"stop": true}), one at a time, keeping what TrainerState keeps. Every
+    process of an `accelerate launch` reads the same files: no collective waits while the
+    workbench samples, which takes longer than a collective's timeout."""
+    state, n = TrainerState(), 1
+    while True:
+        path = folder / "inbox" / f"{n:06d}.json"
+        while not path.exists():
+            time.sleep(INBOX_POLL_S)
+        spec = json.loads(path.read_text())
+        if spec.get("stop"):
+            break
+        done = state.step(spec)
+        if done is not None:
+            emit(**done, request=n)
+        n += 1
+    state.accelerator.end_training()
+
+
 def main(argv: list[str]) -> int:
+    """`python -m app.training SPEC.json`: one step; `python -m app.training --serve FOLDER`: a
+    trainer kept up for a weight phase (app/training/job.py)."""
     if os.environ.get(SUPERVISED):
         die_with_parent()
-    spec = json.loads(Path(argv[1]).read_text())
-    done = train(spec)
+    if argv[1] == "--serve":
+        serve(Path(argv[2]))
+        return 0
+    state = TrainerState()
+    done = state.step(json.loads(Path(argv[1]).read_text()))
+    state.accelerator.end_training()
     if done is not None:
         emit(**done)
     return 0

@@ -17,7 +17,7 @@ from app.experiment_schema import RFTConfig
 from app.phases import end_phase, plot_test_point
 from app.rollout.usage import weight_steps_done
 from app.training.retention import retain
-from app.training.rft import rft_step
+from app.training.rft import phase_trainer, rft_step
 
 # The end rule: given the mean rewards of the phase's finished steps, why the phase ends now, or
 # None to run one more step.
@@ -56,31 +56,40 @@ async def weight_phase(
     with workbench.session() as s:
         start = unfinished.checkpoint_in_id if unfinished else (done[-1] if done else checkpoint.id)
         checkpoint = s.get(Checkpoint, start)
-    while True:
-        if unfinished is None:
-            finished = phase_jobs(workbench, phase.id)
-            rewards = [j.mean_reward or 0.0 for j in finished if j.status in ("done", "skipped")]
-            reason = await end_check(rewards)
-            if reason:
-                break
-        step = unfinished.step if unfinished else steps_done(workbench, phase.run_id)
-        _, checkpoint = await rft_step(
-            workbench,
-            phase.run_id,
-            harness,
-            checkpoint,
-            domain,
-            cfg,
-            step,
-            progress,
-            phase.id,
-            job=unfinished,
-        )
-        unfinished = None
-        if after_step:
-            await after_step(checkpoint)
-        # after the step's test point, so a checkpoint evaluated on test keeps its weights
-        await retain(workbench, phase.run_id, cfg)
+    # One training process for the phase, the model and optimizer kept between its steps
+    # (app/training/job.py); it ends with the phase, and a crash of it costs one reload.
+    trainer = phase_trainer(workbench, phase.run_id, phase.id)
+    try:
+        while True:
+            if unfinished is None:
+                finished = phase_jobs(workbench, phase.id)
+                rewards = [
+                    j.mean_reward or 0.0 for j in finished if j.status in ("done", "skipped")
+                ]
+                reason = await end_check(rewards)
+                if reason:
+                    break
+            step = unfinished.step if unfinished else steps_done(workbench, phase.run_id)
+            _, checkpoint = await rft_step(
+                workbench,
+                phase.run_id,
+                harness,
+                checkpoint,
+                domain,
+                cfg,
+                step,
+                progress,
+                phase.id,
+                job=unfinished,
+                trainer=trainer,
+            )
+            unfinished = None
+            if after_step:
+                await after_step(checkpoint)
+            # after the step's test point, so a checkpoint evaluated on test keeps its weights
+            await retain(workbench, phase.run_id, cfg)
+    finally:
+        await trainer.close()
     return await workbench.writer.run(
         lambda s: end_phase(
             s, phase.id, reason, checkpoint_out_id=checkpoint.id, harness_out_id=harness.id

@@ -38,7 +38,9 @@ def test_a_training_killed_twice_pauses_the_run_keeps_earlier_checkpoints_and_re
         "training-killed", "weight_only", rollouts=16, test={"at_start": "false"}
     ).replace('domain = "arith"', f'domain = "arith"\nharness_code = {json.dumps(ORACLE)}')
     # the first job trains; every process of the second is killed until the run pauses
-    killed = kill_training(f"{home}/training/job-2/", times=TRAINING_TRIES)
+    killed = kill_training(
+        home, times=TRAINING_TRIES, once=home / "training" / "job-2" / "spec.json"
+    )
 
     async def main():
         async with started_workbench(settings) as wb:

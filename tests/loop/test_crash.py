@@ -104,7 +104,9 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
     # the training process dies with the server (its parent-death signal): wait for it, boundedly
     deadline = time.monotonic() + 30
     while (
-        subprocess.run(["pgrep", "-f", f"app.training {tmp_path}"], capture_output=True).returncode
+        subprocess.run(
+            ["pgrep", "-f", f"app.training (--serve )?{tmp_path}"], capture_output=True
+        ).returncode
         == 0
     ):
         assert time.monotonic() < deadline, "the training process outlived the killed server"

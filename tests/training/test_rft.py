@@ -9,6 +9,7 @@ import subprocess
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlmodel import select
@@ -41,17 +42,20 @@ NEVER = (
 )
 
 
-def kill_training(where, times: int) -> list[int]:
-    """SIGKILL the first `times` training processes whose spec lies under `where` (the test's
-    folder, or one job's) as they appear (an OOM kill, seen from the workbench); returns their
-    pids as it goes."""
+def kill_training(where, times: int, once: Path | None = None) -> list[int]:
+    """SIGKILL the first `times` training processes whose folder lies under `where` (the test's
+    folder) as they appear (an OOM kill, seen from the workbench), or only once the file `once`
+    exists (a job's spec: that job is training); returns their pids as it goes."""
     killed: list[int] = []
 
     def watch():
         deadline = time.monotonic() + 600
         while len(killed) < times and time.monotonic() < deadline:
+            if once is not None and not once.exists():
+                time.sleep(0.1)
+                continue
             found = subprocess.run(
-                ["pgrep", "-f", f"app.training {where}"], capture_output=True, text=True
+                ["pgrep", "-f", f"app.training (--serve )?{where}"], capture_output=True, text=True
             ).stdout.split()
             for pid in map(int, found):
                 if pid not in killed:
