@@ -24,7 +24,7 @@ from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
 from app.llm.supervisor import SupervisedServer
 from app.llm.vllm import VLLMBackend
-from app.rollout.admission import Admission, ServerQueue
+from app.rollout.admission import Admission, ServerQueue, in_flight_cap
 from app.rollout.evaluate import Evaluator
 from sandbox.pool import Limits, SandboxPool, SandboxUnavailable
 from sandbox.process import ProcessLauncher
@@ -47,6 +47,7 @@ class Workbench:
         self._runtime: Path | None = None
         self._server_queue: ServerQueue | None = None
         self.admission: Admission | None = None
+        self.in_flight = self.settings.concurrency  # the cap on rollouts in flight, set at start
         self.base_model_path: Path | None = None  # the weights RFT starts from
         self.gates: dict = {}  # run id -> its loop (a RunGate: pause/stop), app/loop/driver.py
         self.evaluating: Counter[int] = Counter()  # run id -> its evaluations in progress
@@ -104,7 +105,12 @@ class Workbench:
         self._server_queue = ServerQueue(
             getattr(self.endpoint, "base_urls", [self.endpoint.base_url])
         )
-        self.admission = Admission(s.concurrency, self._server_queue)
+        batch = await self.vllm.batch_capacity() if self.vllm else None
+        self.in_flight, why = in_flight_cap(
+            s.concurrency, "concurrency" in s.model_fields_set, batch
+        )
+        self.say(f"rollouts in flight: up to {self.in_flight} ({why})")
+        self.admission = Admission(self.in_flight, self._server_queue)
         await self.gateway.start(self.gateway_socket)
         launcher = await asyncio.to_thread(self._launcher)
         limits = Limits(wall_s=s.rollout_timeout, memory_mb=s.rollout_memory_mb)
@@ -238,7 +244,7 @@ class Workbench:
             self.gateway,
             self.sandbox,
             self._runtime / "harnesses",
-            s.concurrency,
+            self.in_flight,
             self.backend_name,
             limits,
             self.gates,

@@ -35,11 +35,15 @@ def table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def report(title: str, body: str, notes: str = "", replace: bool = False) -> None:
+def report(
+    title: str, body: str, notes: str = "", replace: bool = False, where: str | None = None
+) -> None:
     """Print the section and append it to docs/benchmarks.md; with `replace`, put it in place of
-    an earlier section of the same title instead (a benchmark that keeps one current figure)."""
+    an earlier section of the same title instead (a benchmark that keeps one current figure).
+    `where`: the date and machine the figures were measured on, when not here and now."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    section = f"\n## {title}\n{stamp}; {machine()}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
+    where = where or f"{stamp}; {machine()}"
+    section = f"\n## {title}\n{where}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
     print(section)
     path = REPO / "docs" / "benchmarks.md"
     text = path.read_text()

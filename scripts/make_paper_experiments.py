@@ -222,6 +222,9 @@ max_tokens_per_call = {d["assistant_tokens"]}
 backend = "vllm"
 llm_model = "{d["model"]}"
 vllm_max_model_len = 32768  # the release's vLLM
+# Rollouts in flight: up to what the vLLM servers batch (max_num_seqs x replicas, read from
+# them at start), so the {d["prompts"]} x 8 rollouts of an RFT step fill the GPU; `concurrency = N`
+# here caps it (whale run --dry-run says the cap in force).
 """
 
 

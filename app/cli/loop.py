@@ -167,6 +167,7 @@ def format_plan(plan: dict) -> str:
     for group in ("switching", "rft", "search", "test", "budget", "sampling", "rollout", "work"):
         values = ", ".join(f"{k} {v}" for k, v in plan[group].items()) or "defaults"
         lines.append(f"{group}: {values}")
+    lines.append(f"in flight: {plan['in_flight']}")
     lines += [f"warning: {w}" for w in plan["warnings"]]
     lines.append("checked: the settings, the harness and the data; nothing was started")
     return "\n".join(lines)

@@ -263,6 +263,12 @@ def create_app(dtype: str = "bfloat16") -> FastAPI:
             f"whale:num_requests_running {engine.decoding}\n"
         )
 
+    @app.get("/v1/models")
+    def models():
+        """The folders loaded now, as OpenAI lists models (any other folder loads on request)."""
+        loaded = list(engine.models)
+        return {"object": "list", "data": [{"id": m, "object": "model"} for m in loaded]}
+
     @app.post("/v1/chat/completions")
     async def chat(request: ChatRequest):
         try:

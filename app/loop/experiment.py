@@ -201,8 +201,30 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
         },
         "rollout": experiment.rollout.model_dump(exclude_none=True),
         "work": planned_work(experiment, sizes),
+        "in_flight": planned_in_flight(settings),
         "warnings": warnings,
     }
+
+
+def planned_in_flight(settings) -> str:
+    """The cap on rollouts in flight the run would start with (app/rollout/admission.py)."""
+    import shlex
+
+    from app.llm.vllm import flag_value
+    from app.rollout.admission import in_flight_cap
+
+    explicit = "concurrency" in settings.model_fields_set
+    if settings.backend_name != "vllm" or explicit:
+        cap, why = in_flight_cap(settings.concurrency, explicit, None)
+        return f"up to {cap} rollouts ({why})"
+    given = flag_value(shlex.split(settings.vllm_args or ""), "--max-num-seqs")
+    if given and given.isdigit() and not settings.vllm_urls:
+        cap, why = in_flight_cap(settings.concurrency, False, int(given))
+        return f"up to {cap} rollouts ({why})"
+    return (
+        "up to what the vLLM servers batch (max_num_seqs x replicas, read from them at start; "
+        f"vLLM's default is 256 or more on a GPU), at least {settings.concurrency}"
+    )
 
 
 def planned_work(experiment: Experiment, sizes: dict[str, int]) -> dict:

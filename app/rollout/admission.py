@@ -9,8 +9,11 @@ server's `whale:num_requests_waiting`, summed over replicas):
 
 - requests waiting beyond `max_waiting`: the window shrinks to what the server is serving now
   (rollouts in flight minus requests waiting), so the next rollout starts when one ends;
-- no queue and every slot taken: the window doubles, up to `upper` (WHALE_CONCURRENCY), where
-  it also starts.
+- no queue and every slot taken: the window doubles, up to `upper`, where it also starts.
+
+`upper` is WHALE_CONCURRENCY (32) where it is set or the server's batch is unknown; on vLLM it
+is what the servers can batch (`max_num_seqs` times replicas, `in_flight_cap`), so the rollouts
+of a GPU-sized step fill the batch, and the queue still holds the window back.
 
 "Waiting" is vLLM's: requests the server could not schedule at its next step (the batch is
 full), not requests that will join it then.
@@ -41,6 +44,16 @@ def waiting_requests(metrics_text: str) -> int | None:
             total += float(line.rsplit(" ", 1)[1])
             seen = True
     return int(total) if seen else None
+
+
+def in_flight_cap(concurrency: int, explicit: bool, batch: int | None) -> tuple[int, str]:
+    """The most rollouts in flight at once, and why: WHALE_CONCURRENCY when it is set, else what
+    the model servers batch (`batch`, when known), never less than the default."""
+    if explicit or not batch:
+        return concurrency, "WHALE_CONCURRENCY" if explicit else "the default (WHALE_CONCURRENCY)"
+    if batch <= concurrency:
+        return concurrency, "the default (WHALE_CONCURRENCY)"
+    return batch, "what the vLLM servers batch (max_num_seqs x replicas)"
 
 
 class ServerQueue:

@@ -12,19 +12,22 @@ assistant turn is rendered back through the model's chat template, which writes 
 the way the model was taught to produce them: thinking and tool-call tokens are trained too.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlmodel import Session
-
-from app.db.schema import Step
-from app.db.steps import load_steps
 from app.llm.reasoning import reasoning_field
+
+if TYPE_CHECKING:  # the training process imports this module, and nothing of the store
+    from sqlmodel import Session
+
+    from app.db.schema import Step
 
 SENTINEL = "\x00whale-end-of-turn\x00"  # finds what a chat template writes after a turn
 
 
-def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
+def examples_from_rollouts(s: "Session", rollout_ids: list[int]) -> list[dict]:
     """Every successful model call of these rollouts, in rollout and step order."""
+    from app.db.steps import load_steps
+
     return [
         example
         for steps in load_steps(s, rollout_ids, kind="model").values()
@@ -33,7 +36,7 @@ def examples_from_rollouts(s: Session, rollout_ids: list[int]) -> list[dict]:
     ]
 
 
-def _example(step: Step, request: dict) -> dict | None:
+def _example(step: "Step", request: dict) -> dict | None:
     """The (messages -> completion) example of one successful model call, else None."""
     if step.error or not step.response or not step.response.get("message"):
         return None

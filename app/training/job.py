@@ -52,7 +52,9 @@ class Trainer:
     FOLDER/trainer.log is the process's stderr; each job's folder gets its own slice of it
     (train.log, starting with the command line) and the job's spec.json."""
 
-    STOP_GRACE_S = 30.0  # after the stop request, then it is killed
+    # after the stop request, then it is killed: time to write the optimizer's state (twice a
+    # full fine-tune's weights) of the last step
+    STOP_GRACE_S = 600.0
 
     def __init__(self, folder: Path, command: list[str] | None = None):
         self.folder = folder

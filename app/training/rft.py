@@ -275,7 +275,7 @@ async def rft_step(
             n_truncated=result["truncated"],
             n_dropped=result["dropped"],
             max_seq_len=result["max_seq_len"],
-            optimizer_carried=result["optimizer_carried"] and bool(carried),
+            optimizer_carried=result["optimizer_continued"],
             timings=timings,
             finished_at=now(),
         )
@@ -388,7 +388,9 @@ def _carried_optimizer(s, checkpoint: Checkpoint, job: TrainingJob, state: str) 
     made_by = s.get(TrainingJob, checkpoint.training_job_id)
     saved = Path(checkpoint.path) / OPTIMIZER_FILE
     same_phase = made_by is not None and made_by.phase_id == job.phase_id
-    return saved if (same_phase or state == "run") and saved.is_file() else None
+    # the file may still be being written by the phase's trainer, which holds the same state
+    # in memory (app/training/train.py); a trainer started afresh without it starts a new one
+    return saved if same_phase or state == "run" else None
 
 
 def _rollout_tokens(workbench, run: Run) -> int:

@@ -29,6 +29,7 @@ import os
 import random
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -158,6 +159,13 @@ class TrainerState:
         self.accelerator = Accelerator(cpu=on_cpu())
         self.model = self.optimizer = self.tokenizer = None
         self.holds: str | None = None
+        self.writing: threading.Thread | None = None  # the last step's optimizer.pt, if any
+
+    def finish_writing(self) -> None:
+        """Wait for the optimizer state the last step is writing (before it changes again)."""
+        if self.writing is not None:
+            self.writing.join()
+            self.writing = None
 
     def _reusable(self, spec: dict) -> bool:
         sharded = self.accelerator.distributed_type in (
@@ -180,17 +188,25 @@ class TrainerState:
     def step(self, spec: dict) -> dict | None:
         """Train one pass over the spec's examples and save; returns the "done" event on the
         main process, None on the others."""
-        accelerator, started = self.accelerator, time.monotonic()
+        accelerator, asked = self.accelerator, time.monotonic()
+        self.finish_writing()
+        started = time.monotonic()
         torch.manual_seed(spec["seed"])  # a step trains alike in a new process or a kept one
         carried = carry_optimizer(accelerator, spec)
+        wanted = carried and spec.get("optimizer_in")  # continue where the last step left it
         reused = self._reusable(spec)
         if not reused:
             self._load(spec)
-            if carried and spec.get("optimizer_in"):  # where the last step left it
+            # a process killed while writing the last step's state left none: a fresh AdamW,
+            # and the job says so (optimizer "fresh")
+            continued = bool(wanted) and Path(spec["optimizer_in"]).is_file()
+            if continued:
                 self.optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
-        elif not (carried and spec.get("optimizer_in")):  # this step starts a fresh AdamW
+        elif not wanted:  # this step starts a fresh AdamW
+            continued = False
             self.optimizer = accelerator.prepare(new_optimizer(self.model, spec))
         else:  # the optimizer in memory is the saved one: only the settings may differ
+            continued = True
             for group in self.optimizer.param_groups:
                 group["lr"], group["weight_decay"] = spec["lr"], spec.get("weight_decay", 0.0)
         model, optimizer, tokenizer = self.model, self.optimizer, self.tokenizer
@@ -247,8 +263,12 @@ class TrainerState:
                         tokens_per_s=tokens / (time.monotonic() - start),
                     )
         train_seconds = time.monotonic() - start
-        save(accelerator, model, tokenizer, spec, optimizer if carried else None)
+        save(accelerator, model, tokenizer, spec)
         self.holds = trained_weights(spec)
+        if carried and accelerator.is_main_process:
+            # AdamW's state (twice the weights) is written while the workbench samples the next
+            # step, which waits for it (finish_writing) before training changes it
+            self.writing = write_optimizer(optimizer, Path(spec["output"]))
         if not accelerator.is_main_process:
             return None
         size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
@@ -261,14 +281,16 @@ class TrainerState:
             "truncated": cut["truncated"],  # longer than max_seq_len, trained on their first part
             "dropped": cut["dropped"],  # nothing trainable left within max_seq_len
             "max_seq_len": spec["max_seq_len"],
-            "optimizer_carried": carried,
+            "optimizer_carried": carried,  # saved for the next step
+            "optimizer_continued": continued,  # this step went on with the last one's
             "size_bytes": size,
             "processes": processes,
             "kept_loaded": reused,  # trained on what the process held, nothing read from disk
+            "optimizer_wait_seconds": started - asked,  # the last step's state still writing
             "load_seconds": load_seconds,
             "train_seconds": train_seconds,
             "save_seconds": time.monotonic() - start - train_seconds,
-            "seconds": time.monotonic() - started,
+            "seconds": time.monotonic() - asked,
         }
 
 
@@ -298,9 +320,9 @@ def carry_optimizer(accelerator: Accelerator, spec: dict) -> bool:
     return spec.get("optimizer_state", "step") in ("phase", "run") and not sharded
 
 
-def save(accelerator: Accelerator, model, tokenizer, spec: dict, optimizer=None) -> None:
-    """Write the checkpoint from the main process, atomically (a temporary folder, renamed),
-    with the optimizer's state when the phase carries it (`optimizer.pt`).
+def save(accelerator: Accelerator, model, tokenizer, spec: dict) -> None:
+    """Write the checkpoint's weights from the main process, atomically (a temporary folder,
+    renamed).
 
     get_state_dict gathers FSDP- or ZeRO-sharded weights into full tensors; every process must
     take part in it: under sharding the trained model holds only its shard of the weights."""
@@ -315,10 +337,22 @@ def save(accelerator: Accelerator, model, tokenizer, spec: dict, optimizer=None)
         weights = tmp / ("adapter" if spec["lora"] else "merged")
         trained.save_pretrained(weights, state_dict=state)
         tokenizer.save_pretrained(weights)
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         tmp.rename(out)
     accelerator.wait_for_everyone()
+
+
+def write_optimizer(optimizer, checkpoint: Path) -> threading.Thread:
+    """Write the optimizer's state into the checkpoint as `optimizer.pt`, in a thread, through a
+    temporary file renamed at the end: a process killed meanwhile leaves no half state."""
+
+    def write() -> None:
+        tmp = checkpoint / (OPTIMIZER_FILE + ".tmp")
+        torch.save(optimizer.state_dict(), tmp)
+        tmp.rename(checkpoint / OPTIMIZER_FILE)
+
+    thread = threading.Thread(target=write, name="optimizer-writer")
+    thread.start()
+    return thread
 
 
 INBOX_POLL_S = 0.05  # how often a kept trainer looks for its next step
@@ -341,6 +375,7 @@ def serve(folder: Path) -> None:
         if done is not None:
             emit(**done, request=n)
         n += 1
+    state.finish_writing()
     state.accelerator.end_training()
 
 
@@ -354,6 +389,7 @@ def main(argv: list[str]) -> int:
         return 0
     state = TrainerState()
     done = state.step(json.loads(Path(argv[1]).read_text()))
+    state.finish_writing()
     state.accelerator.end_training()
     if done is not None:
         emit(**done)

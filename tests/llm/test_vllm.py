@@ -22,7 +22,7 @@ import pytest
 from app.llm.client import BackendError
 from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
-from app.rollout.admission import ServerQueue
+from app.rollout.admission import ServerQueue, in_flight_cap
 from app.workbench import read_harness
 from tests.conftest import MISSING, REPO, free_port, whale_eval_json
 
@@ -287,6 +287,24 @@ def test_admission_reads_the_vllm_queue(vllm, loop):
 
 
 @needs_vllm
+def test_rollouts_in_flight_grow_to_what_vllm_batches(vllm, loop):
+    """On vLLM the admission cap is the servers' batch (max_num_seqs, from the server itself),
+    not the default 32; WHALE_CONCURRENCY set by hand still caps it."""
+    batch = loop.run_until_complete(vllm.batch_capacity())
+    info = httpx.get(
+        f"{vllm.urls[0].removesuffix('/v1')}/server_info",
+        params={"config_format": "json"},
+        timeout=60,
+    ).json()
+    assert batch > 32 and batch == info["vllm_config"]["scheduler_config"]["max_num_seqs"]
+    assert in_flight_cap(32, False, batch) == (
+        batch,
+        "what the vLLM servers batch (max_num_seqs x replicas)",
+    )
+    assert in_flight_cap(32, True, batch) == (32, "WHALE_CONCURRENCY")
+
+
+@needs_vllm
 def test_a_hot_loaded_adapter_changes_completions_and_leaves_the_base_alone(vllm, loop, adapter):
     before = _chat(vllm, loop, vllm.model)
     assert _chat(vllm, loop, vllm.model) == before  # same seed, same completion
@@ -413,19 +431,75 @@ def test_a_crashed_server_is_restarted_with_its_adapters(vllm, loop, adapter):
     assert _chat(vllm, loop, "rft-1") == tuned
 
 
+def _perturbed_weights(base: Path, out: Path) -> Path:
+    """A full "fine-tune" of the base: its weights with small seeded noise, saved as a weights
+    folder (completions then differ from the base's)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.02)
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    return out
+
+
 @needs_vllm
-def test_new_full_weights_restart_the_server_on_them(vllm, loop, base, tmp_path):
+def test_new_full_weights_are_loaded_into_the_running_server(vllm, loop, base, tmp_path):
+    """A full fine-tune's weights go into the running vLLM in place: no restart, the new
+    weights answer under their folder's name, and the old weights' name is refused rather than
+    answered by the new weights."""
     before = _chat(vllm, loop, vllm.model)
-    weights = tmp_path / "full-1"  # the base's files under a new name stand in for a fine-tune
-    weights.mkdir()
-    for file in base.iterdir():
-        (weights / file.name).symlink_to(file)
+    old_name, pid, restarts = vllm.model, vllm.server.proc.pid, vllm.server.restarts
+    weights = _perturbed_weights(base, tmp_path / "full-1")
     with pytest.raises(VLLMError, match="has no config.json"):
         loop.run_until_complete(vllm.serve_weights(tmp_path / "empty"))
     assert loop.run_until_complete(vllm.serve_weights(weights)) == str(weights)
+    assert (vllm.server.proc.pid, vllm.server.restarts) == (pid, restarts)
     assert vllm.endpoint.model == str(weights)
-    assert _served(vllm.urls[0]) == {str(weights)}  # adapters of the old weights are gone
-    assert _chat(vllm, loop, str(weights)) == before
+    assert "rft-1" not in _served(vllm.urls[0])  # adapters of the old weights are gone
+    tuned = _chat(vllm, loop, str(weights))
+    assert tuned != before
+    with pytest.raises(BackendError, match="no longer served"):
+        _chat(vllm, loop, old_name)
+    # A crash now restarts the server on the new weights, under their own name, with every
+    # weight equal to what the update loaded (vLLM's own checksums). Completions of a new
+    # process may still differ in the last bits of its CPU kernels, so they are not compared.
+    root = vllm.urls[0].removesuffix("/v1")
+    checksum = {"action": "checksum"}
+    loaded = httpx.post(f"{root}/weight_checker", json=checksum, timeout=120).json()["checksums"]
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 300
+    while vllm.server.restarts == restarts and time.monotonic() < deadline:
+        time.sleep(1)
+    assert str(weights) in _served(vllm.urls[0]), vllm.server.log_tail()
+    compare = {"action": "compare", "baseline": loaded}
+    assert httpx.post(f"{root}/weight_checker", json=compare, timeout=120).json() == {
+        "match": True,
+        "mismatches": [],
+    }
+    assert _chat(vllm, loop, str(weights))
+
+
+def test_attached_servers_that_cannot_load_weights_in_place_say_how_to_switch(
+    model_server, tmp_path, base
+):
+    """A server without vLLM's weight-loading endpoint (here the local model server, attached
+    as vLLM would be) is not silently left on the old weights: the error says what to do."""
+    backend = VLLMBackend([model_server.base_url])
+
+    async def attempt():
+        await backend.start()
+        try:
+            await backend.serve_weights(base)
+        finally:
+            await backend.stop()
+
+    with pytest.raises(VLLMError, match="VLLM_SERVER_DEV_MODE"):
+        asyncio.run(attempt())
 
 
 def oracle_on_vllm(tmp_path, model_cache, **vllm_settings):

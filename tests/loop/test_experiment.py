@@ -124,6 +124,25 @@ def test_a_dry_run_names_what_would_fail(tmp_path):
     assert proc.returncode == 2 and "top_k: the local backend does not support it" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({}, "in flight: up to 32 rollouts (the default (WHALE_CONCURRENCY))"),
+        ({"WHALE_CONCURRENCY": "8"}, "in flight: up to 8 rollouts (WHALE_CONCURRENCY)"),
+        (
+            {"WHALE_BACKEND": "vllm", "WHALE_VLLM_ARGS": "--max-num-seqs=128"},
+            "in flight: up to 128 rollouts (what the vLLM servers batch",
+        ),
+    ],
+)
+def test_the_dry_run_says_the_cap_on_rollouts_in_flight(env, says, tmp_path):
+    path = REPO / "experiments" / "arith-quick.toml"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("WHALE_")}
+    env = {**clean, "WHALE_HOME": str(tmp_path / "home"), **env}
+    proc = whale("run", str(path), "--dry-run", env=env, timeout=120)
+    assert proc.returncode == 0 and says in proc.stdout, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("seeds", ["1,1", "0,x", "-3"])
 def test_bad_seed_lists_are_refused_before_anything_starts(seeds, tmp_path):
     env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}

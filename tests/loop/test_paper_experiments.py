@@ -140,6 +140,8 @@ def test_the_dry_run_says_the_release_s_settings(path):
 
 def test_the_dry_run_prints_the_rollouts_the_release_s_units_imply():
     plan = plan_of(REPO / "experiments" / "paper" / "chess-whale.toml")
+    # an RFT step's 2,048 rollouts are not held to 32 in flight: vLLM's batch is the cap
+    assert plan["in_flight"].startswith("up to what the vLLM servers batch (max_num_seqs")
     work = plan["work"]
     # 256 steps in phases of 38: six of 38 and one of 28, a harness phase after each but the last
     assert (work["weight_phases"], work["harness_phases"]) == (7, 6)
