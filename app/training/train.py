@@ -202,12 +202,12 @@ class TrainerState:
             continued = bool(wanted) and Path(spec["optimizer_in"]).is_file()
             if continued:
                 self.optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
-        elif not wanted:  # this step starts a fresh AdamW
-            continued = False
-            self.optimizer = accelerator.prepare(new_optimizer(self.model, spec))
-        else:  # the optimizer in memory is the saved one: only the settings may differ
-            continued = True
-            for group in self.optimizer.param_groups:
+        else:  # the optimizer in memory is the saved one: kept, or emptied for a fresh start
+            continued = bool(wanted)
+            inner = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper
+            if not continued:  # emptied in place: a new object would stay the accelerator's too
+                inner.state.clear()
+            for group in inner.param_groups:  # only the settings may differ
                 group["lr"], group["weight_decay"] = spec["lr"], spec.get("weight_decay", 0.0)
         model, optimizer, tokenizer = self.model, self.optimizer, self.tokenizer
         load_seconds = time.monotonic() - started

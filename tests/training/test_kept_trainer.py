@@ -12,18 +12,16 @@ from app.training.job import Trainer, run_trainer
 from tests.training.test_train import spec_for
 
 
-def two_steps(tmp_path, base, lora: bool) -> tuple[dict, dict]:
+def two_steps(tmp_path, base, lora: bool, optimizer: str = "phase") -> tuple[dict, dict]:
     """The specs of two steps of one phase, the second continuing the first (as rft.py makes
-    them), each one pass of 2 batches carrying one AdamW."""
+    them), each one pass of 2 batches carrying one AdamW ("phase") or each a fresh one."""
     weights = "adapter" if lora else "merged"
     first = spec_for(
-        tmp_path, base, lora=lora, epochs=1, optimizer_state="phase", output=str(tmp_path / "c1")
+        tmp_path, base, lora=lora, epochs=1, optimizer_state=optimizer, output=str(tmp_path / "c1")
     )
-    second = {
-        **first,
-        "output": str(tmp_path / "c2"),
-        "optimizer_in": str(tmp_path / "c1" / "optimizer.pt"),
-    }
+    second = {**first, "output": str(tmp_path / "c2")}
+    if optimizer == "phase":
+        second["optimizer_in"] = str(tmp_path / "c1" / "optimizer.pt")
     if lora:
         second["init_adapter"] = str(tmp_path / "c1" / weights)
     else:
@@ -46,8 +44,12 @@ def assert_same_weights(a, b) -> None:
         assert (wa[key] - wb[key]).abs().max().item() < 1e-5, key
 
 
-@pytest.mark.parametrize("lora", [True, False], ids=["lora", "full"])
-def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, model_cache, lora):
+@pytest.mark.parametrize(
+    ("lora", "optimizer"),
+    [(True, "phase"), (False, "phase"), (True, "step")],
+    ids=["lora", "full", "lora-fresh-adamw"],
+)
+def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, model_cache, lora, optimizer):
     base = prepare_model(model_cache)
     kept, apart = tmp_path / "kept", tmp_path / "apart"
     kept.mkdir(), apart.mkdir()
@@ -56,7 +58,7 @@ def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, model_cache, l
         trainer = Trainer(kept / "trainer")
         try:
             results = []
-            for n, spec in enumerate(two_steps(kept, base, lora)):
+            for n, spec in enumerate(two_steps(kept, base, lora, optimizer)):
                 results.append(await trainer.step(spec, kept / f"job{n}", lambda e: None))
             return results
         finally:
@@ -64,8 +66,10 @@ def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, model_cache, l
 
     first, second = asyncio.run(in_one_process())
     assert first["kept_loaded"] is False and second["kept_loaded"] is True
-    assert second["optimizer_continued"] and (kept / "c2" / "optimizer.pt").is_file()
-    for n, spec in enumerate(two_steps(apart, base, lora)):
+    carried = optimizer == "phase"
+    assert second["optimizer_continued"] == carried
+    assert (kept / "c2" / "optimizer.pt").is_file() == carried
+    for n, spec in enumerate(two_steps(apart, base, lora, optimizer)):
         done = asyncio.run(run_trainer(spec, apart / f"job{n}", lambda e: None))
         assert done["kept_loaded"] is False
     assert_same_weights(kept / "c2", apart / "c2")
