@@ -22,7 +22,7 @@ DOMAINS = {
         "model": "Qwen/Qwen3.5-2B",
         "lr": "1e-6",
         # the training script's default batch (64 prompts a step); the launchers' comments
-        # assume 256, but pass no TRAIN_BATCH_SIZE (README, "Reproducing the paper")
+        # assume 256, but pass no TRAIN_BATCH_SIZE (docs/paper.md)
         "prompts": 64,
         "total_steps": 296,  # 4 epochs at 74 steps (run/whale.sh, run/rsft_only.sh)
         "round_steps": 44,  # E = 0.6 epoch
@@ -40,7 +40,7 @@ DOMAINS = {
             "WHALE_SEARCHQA_TRAIN (NQ + HotpotQA train, 18,946), _TEST (the seven benchmarks\n"
             "#   less their validation rows), _HARNESS_BASE, _CORPUS (wiki-18), and the dense retriever:\n"
             "#   WHALE_SEARCHQA_RETRIEVER=dense, _DENSE_INDEX, _PASSAGE_TOKENIZER=Qwen/Qwen3.5-2B\n"
-            "#   (README, searchqa)"
+            "#   (docs/domains.md, searchqa)"
         ),
     },
     "math": {
@@ -58,7 +58,7 @@ DOMAINS = {
         "assistant_tokens": 8192,
         "optimizer": "run",  # RESUME_MODE=auto with verl's default contents: AdamW carried over
         "allowed_tools": None,
-        "data": "WHALE_MATH_TRAIN (DAPO-Math-17K) and WHALE_MATH_TEST (AIME 2024 + 2025) (README, math)",
+        "data": "WHALE_MATH_TRAIN (DAPO-Math-17K) and WHALE_MATH_TEST (AIME 2024 + 2025) (docs/domains.md, math)",
     },
     "chess": {
         "title": "chess puzzles",
@@ -76,7 +76,7 @@ DOMAINS = {
         "optimizer": "phase",  # resumes the weights but saves no optimizer state
         # the chess proposer has no Bash (meta_harness_chess_puzzle.py)
         "allowed_tools": ["Read", "Glob", "Grep", "Write", "Edit"],
-        "data": "WHALE_CHESS_PUZZLES=lichess_db_puzzle.csv.zst, the Lichess puzzle database (README, chess)",
+        "data": "WHALE_CHESS_PUZZLES=lichess_db_puzzle.csv.zst, the Lichess puzzle database (docs/domains.md, chess)",
     },
 }
 TEST_EVERY = 7  # the release tests (and saves) every 7 RFT steps, ~0.1 epoch
@@ -171,8 +171,8 @@ def experiment(domain: str, strategy: str) -> str:
 # thinking, full fine-tune at lr {d["lr"]}, {d["prompts"]} prompts x 8 rollouts per RFT step, fixed
 # decoding (temperature 1.0, top_p 1.0, top_k 20), test mean@8, the release's verifier.
 # Data: {d["data"]}.
-# Written by scripts/make_paper_experiments.py; the README's "Reproducing the paper" table says
-# where the workbench still differs from the release.
+# Written by scripts/make_paper_experiments.py; the table of docs/paper.md says where the
+# workbench still differs from the release.
 name = "paper-{domain}-{strategy}"
 domain = "{domain}"
 harness = "harness_archive/paper/{domain}/h0.py"

@@ -1,4 +1,4 @@
-"""Experiments: a TOML file describes a run of the loop (see experiments/*.toml and README).
+"""Experiments: a TOML file describes a run of the loop (see experiments/*.toml and docs/loop.md).
 
 Every key is checked before anything starts; an unknown or invalid key is named in the error
 together with the file, e.g. `x.toml: switching.weight_steps: Input should be greater than 0`.

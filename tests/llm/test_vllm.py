@@ -24,6 +24,7 @@ from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
 from app.rollout.admission import ServerQueue, in_flight_cap
 from app.workbench import read_harness
+from benchmarks.weight_sync import noisy_weights
 from tests.conftest import MISSING, REPO, free_port, whale_eval_json
 
 # the module's tests share one vLLM server for the module: under xdist they run on one worker
@@ -458,22 +459,6 @@ def test_a_crashed_server_is_restarted_with_its_adapters(vllm, loop, adapter):
     assert _chat(vllm, loop, "rft-1") == tuned
 
 
-def _perturbed_weights(base: Path, out: Path) -> Path:
-    """A full "fine-tune" of the base: its weights with small seeded noise, saved as a weights
-    folder (completions then differ from the base's)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn_like(param) * 0.02)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
-    return out
-
-
 @needs_vllm
 def test_new_full_weights_are_loaded_into_the_running_server(vllm, loop, base, tmp_path):
     """A full fine-tune's weights go into the running vLLM in place: no restart, the new
@@ -481,7 +466,7 @@ def test_new_full_weights_are_loaded_into_the_running_server(vllm, loop, base, t
     answered by the new weights."""
     before = _chat(vllm, loop, vllm.model)
     old_name, pid, restarts = vllm.model, vllm.server.proc.pid, vllm.server.restarts
-    weights = _perturbed_weights(base, tmp_path / "full-1")
+    weights = noisy_weights(base, tmp_path / "full-1", seed=0)  # a stand-in fine-tune
     with pytest.raises(VLLMError, match="has no config.json"):
         loop.run_until_complete(vllm.serve_weights(tmp_path / "empty"))
     assert loop.run_until_complete(vllm.serve_weights(weights)) == str(weights)

@@ -1,7 +1,7 @@
 """The paper's experiment files against the release: `whale run FILE --dry-run` of each file in
 experiments/paper/ says the value the release's launchers and scripts use, setting by setting
 (tests/loop/release_values.py: each value with the release's file and line). Where the
-workbench differs on purpose, DIFFERS says why, and the README's table says so too."""
+workbench differs on purpose, DIFFERS says why, and docs/paper.md's table says so too."""
 
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from tests.loop.release_values import RELEASE
 FILES = sorted((REPO / "experiments" / "paper").glob("*.toml"))
 DOMAIN_OF = {"searchqa": "searchqa", "math": "math", "chess": "chess"}
 
-# Settings where the paper files differ from the release on purpose, and why (README,
+# Settings where the paper files differ from the release on purpose, and why (docs/paper.md,
 # "Reproducing the paper", says the same).
 DIFFERS = {
     ("searchqa", "optimizer_state_resumed"): (
@@ -151,8 +151,8 @@ def test_the_dry_run_prints_the_rollouts_the_release_s_units_imply():
     assert work["rollouts"] == work["weight_rollouts"] + work["harness_rollouts"]
 
 
-def test_each_deliberate_difference_is_in_the_readme():
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Reproducing the paper") :]
-    assert "RESUME_MODE=disable" in section
+def test_each_deliberate_difference_is_in_the_docs():
+    page = (REPO / "docs" / "paper.md").read_text()
+    assert page.startswith("# Reproducing the paper")
+    assert "RESUME_MODE=disable" in page
     assert all(key in RELEASE[domain] for domain, key in DIFFERS)
