@@ -14,7 +14,7 @@ from rich.table import Table
 from app.cli.base import BAD_INPUT
 from app.config import Settings
 from app.progress import err
-from app.read.compare import compare_runs, groups
+from app.read.compare import NotCompared, baseline_of, compare_runs, groups
 from app.read.curves import X_LABELS, mixed_scales
 from app.read.runs import UnknownRuns
 from app.report.export import export_run
@@ -98,13 +98,15 @@ def interval(ci: list[float] | None) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
 
 
-def paired_lines(rows: list[dict]) -> list[str]:
-    """Each later run's final test score against the first run's, paired on shared tasks."""
+def paired_lines(rows: list[dict], baseline: int) -> list[str]:
+    """Each other run's final test score against the baseline's, paired on shared tasks."""
     lines = []
-    for r in rows[1:]:
+    for r in rows:
+        if r["id"] == baseline:
+            continue
         p = r["paired"]
         if p is None:
-            lines.append(f"#{r['id']} vs #{rows[0]['id']}: no shared finished test evaluation")
+            lines.append(f"#{r['id']} vs #{baseline}: no shared finished test evaluation")
             continue
         interval = f" [{p['low']:+.3f}, {p['high']:+.3f}]" if p["low"] is not None else ""
         lines.append(
@@ -136,21 +138,31 @@ def compare(
     ),
     x: Annotated[str, typer.Option(help="x axis: rollouts | weight_steps | wall_s")] = "rollouts",
     as_json: Annotated[bool, typer.Option("--json", help="print the table as JSON")] = False,
+    baseline: Annotated[
+        Optional[int],
+        typer.Option(help="the run the others are paired with (default: the oldest, lowest id)"),
+    ] = None,
 ):
     """Runs side by side: best and final test mean@k, rollouts to the best; plus a figure."""
     if x not in X_LABELS:
         raise typer.BadParameter(
             f"{x!r} is not an x axis; use {' | '.join(X_LABELS)}", param_hint="--x"
         )
+    try:
+        baseline = baseline_of(run_ids, baseline)
+    except NotCompared as exc:
+        raise typer.BadParameter(
+            str(exc).removeprefix("baseline: "), param_hint="--baseline"
+        ) from None
     with store_session() as session:
-        rows = compare_runs(session, run_ids)
+        rows = compare_runs(session, run_ids, baseline)
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
     seed_groups = groups(rows)
     if as_json:
-        print(json.dumps({"runs": rows, "groups": seed_groups}))
+        print(json.dumps({"runs": rows, "groups": seed_groups, "baseline": baseline}))
     else:
         Console().print(compare_table(rows))
-        for line in paired_lines(rows):
+        for line in paired_lines(rows, baseline):
             print(line)
         for g in seed_groups:
             print(format_group({"name": g["group"], "seeds": g["runs"]}, g))

@@ -27,6 +27,18 @@ from app.stats import paired, seed_interval
 
 MAX_RUNS = 10  # the chart has ten colours
 RunIds = Annotated[list[int], Query(description="the runs to compare: ids=1&ids=2...")]
+PairedBaseline = Annotated[
+    int | None,
+    Query(
+        le=2**63 - 1,
+        description="the run the others' final test scores are paired with: one of ids "
+        "(default: the oldest, the lowest id)",
+    ),
+]
+
+
+class NotCompared(ValueError):
+    """A paired baseline that is not one of the compared runs."""
 
 
 def selected_point(session: Session, run: Run, points: list[Metric]) -> tuple[Metric | None, str]:
@@ -90,28 +102,42 @@ def summarize(
     }
 
 
-def paired_with(session: Session, first: dict, other: dict) -> dict | None:
-    """`other`'s final test evaluation against `first`'s, paired on the test tasks both scored
-    (app/stats.py); None when either has none or they share no task."""
-    a, b = first["final_evaluation_id"], other["final_evaluation_id"]
-    if a is None or b is None or first["id"] == other["id"]:
+def paired_with(session: Session, baseline: dict, other: dict) -> dict | None:
+    """`other`'s final test evaluation against `baseline`'s, paired on the test tasks both
+    scored (app/stats.py); None when either has none or they share no task."""
+    a, b = baseline["final_evaluation_id"], other["final_evaluation_id"]
+    if a is None or b is None or baseline["id"] == other["id"]:
         return None
     result = paired(task_means(session, a), task_means(session, b), seed=a * 1_000_003 + b)
     if result is None:
         return None
     return {
-        "against": first["id"],
+        "against": baseline["id"],
         "design": f"paired on {result.n_tasks} shared test tasks; one run each (one seed)",
         **asdict(result),
     }
 
 
-def summaries(session: Session, runs: list[Run]) -> list[dict]:
-    """One summary per run, each after the first with its final test score compared paired
-    with the first run's (`paired`; None for the first)."""
+def baseline_of(run_ids: list[int], baseline: int | None = None) -> int | None:
+    """The run the others are paired with: `baseline`, or the oldest run (the lowest id): a
+    comparison reads as what newer runs changed, whatever order they were picked in. Raises
+    NotCompared for a baseline that is not among the runs."""
+    if baseline is None:
+        return min(run_ids, default=None)
+    if baseline not in run_ids:
+        compared = ", ".join(map(str, run_ids))
+        raise NotCompared(f"baseline: run {baseline} is not one of the compared runs ({compared})")
+    return baseline
+
+
+def summaries(session: Session, runs: list[Run], baseline: int | None = None) -> list[dict]:
+    """One summary per run, each but the baseline (see baseline_of) with its final test score
+    compared paired with the baseline's (`paired`; None for the baseline)."""
     rows = [summarize(session, run) for run in runs]
-    for i, row in enumerate(rows):
-        row["paired"] = paired_with(session, rows[0], row) if i else None
+    against = baseline_of([r["id"] for r in rows], baseline)
+    base = next((r for r in rows if r["id"] == against), None)
+    for row in rows:
+        row["paired"] = paired_with(session, base, row) if base and row is not base else None
     return rows
 
 
@@ -191,26 +217,34 @@ def seed_bands(runs: list[Run], curves: list[Sequence[Sequence[float]]]) -> list
     return bands
 
 
-def compare_runs(session: Session, run_ids: list[int]) -> list[dict]:
-    """The summaries of the runs, in the order given; raises UnknownRuns for ids not in the
-    store."""
-    return summaries(session, get_runs(session, run_ids))
+def compare_runs(session: Session, run_ids: list[int], baseline: int | None = None) -> list[dict]:
+    """The summaries of the runs, in the order given, paired with `baseline` (default: the
+    oldest); raises UnknownRuns for ids not in the store, NotCompared for a baseline not among
+    them."""
+    baseline_of(run_ids, baseline)  # refused before any run is read
+    return summaries(session, get_runs(session, run_ids), baseline)
 
 
-def get_comparison(s: Session, run_ids: list[int], x: XAxis = "rollouts") -> dict[str, Any]:
+def get_comparison(
+    s: Session, run_ids: list[int], x: XAxis = "rollouts", baseline: int | None = None
+) -> dict[str, Any]:
     if not run_ids:
         raise HTTPException(422, "ids: pick at least one run to compare")
     if len(run_ids) > MAX_RUNS:
         raise HTTPException(422, f"ids: at most {MAX_RUNS} runs at a time, not {len(run_ids)}")
     try:
+        baseline = baseline_of(run_ids, baseline)
         runs = get_runs(s, run_ids)
+    except NotCompared as exc:
+        raise HTTPException(422, str(exc)) from None
     except UnknownRuns as exc:
         raise HTTPException(404, str(exc)) from None
-    rows = summaries(s, runs)
+    rows = summaries(s, runs, baseline)
     curves = {label(run): measured(s, run, x) for run in runs}
     return {
         "x": x,
         "x_label": X_LABELS[x],
+        "baseline": baseline,
         "runs": rows,
         "groups": groups(rows),
         "notes": mixed_scales(rows),

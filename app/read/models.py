@@ -37,9 +37,9 @@ class TestPoint(Point):
 
 
 class PairedComparison(Open):
-    """This run's final test mean@k minus the first run's, on the test tasks both scored."""
+    """This run's final test mean@k minus the baseline's, on the test tasks both scored."""
 
-    against: int = Field(description="the run compared with (the first one asked for)")
+    against: int = Field(description="the run compared with: the baseline (default the oldest)")
     design: str = Field(description="what the comparison rests on: shared tasks, runs, seeds")
     n_tasks: int
     difference: float
@@ -47,7 +47,7 @@ class PairedComparison(Open):
     high: float | None
     p_value: float = Field(description="two-sided sign-flip permutation test over tasks")
     b_better: int = Field(description="tasks where this run scores higher")
-    a_better: int = Field(description="tasks where the first run scores higher")
+    a_better: int = Field(description="tasks where the baseline scores higher")
 
 
 # -- runs ----------------------------------------------------------------------------------
@@ -79,6 +79,9 @@ class RunSummary(Open):
 class RunsPage(Open):
     runs: list[RunSummary]
     presets: dict[str, str] = Field(description="experiment files offered for a new run")
+    preset: str | None = Field(
+        default=None, description="the preset the start form shows picked; None: its own text"
+    )
     experiment: str = Field(description="the experiment text the start form shows")
     error: str | None
 
@@ -106,7 +109,9 @@ class ComparedRun(Open):
     final_evaluation_id: int | None
     rollouts_used: int
     test_points: int
-    paired: PairedComparison | None = Field(description="final test score against the first run's")
+    paired: PairedComparison | None = Field(
+        description="final test score against the baseline's; None for the baseline itself"
+    )
     group: str | None = Field(description="its seed group (`whale run --seeds`), if any")
 
 
@@ -149,6 +154,7 @@ class ComparePage(Open):
     ids: list[int]
     x: str = Field(description="x axis: rollouts, weight_steps or wall_s")
     x_label: str
+    baseline: int = Field(description="the run the others are paired with (default: the oldest)")
     runs: list[ComparedRun]
     groups: list[SeedGroup] = Field(description="the seed groups among the runs, aggregated")
     curves: dict[str, list[TestPoint]] = Field(description="test mean@k per run label")
@@ -231,6 +237,18 @@ class HarnessPhase(Open):
     proposer_cost_usd: float
 
 
+class WeightPhase(Open):
+    """One weight phase of a run: its RFT steps, the checkpoints they made, its accept rate."""
+
+    phase: Row | None = Field(description="the phase row; None: the steps of `whale train`")
+    jobs: list[Row] = Field(description="its RFT steps (training jobs), each with accept_rate")
+    rollouts_used: int = Field(description="rollouts its steps sampled")
+    n_accepted: int
+    accept_rate: float | None = Field(description="accepted / sampled over its steps")
+    checkpoint_in: Row | None = Field(description="the checkpoint it started from")
+    checkpoints_made: list[Row] = Field(description="the checkpoints its steps wrote, in order")
+
+
 class RunLive(Open):
     """The run page, and its polled part: all of it but the invariant checks (RunChecks)."""
 
@@ -238,7 +256,7 @@ class RunLive(Open):
     evaluations: list[Row]
     status_counts: dict[str, int]
     recent_failures: list[Row]
-    weight_phase: Row | None = Field(description="jobs, checkpoint chain, curves; None: no RFT")
+    weight_phases: list[WeightPhase] = Field(description="one per weight phase; empty: no RFT")
     harness_phases: list[HarnessPhase]
     final: Row | None = Field(description="harness and checkpoint it ended with, and their phase")
     dashboard: Dashboard
@@ -280,6 +298,9 @@ class TrainingJobPage(Open):
     job: Row
     mean_loss: float | None
     run: Row
+    phase: Row | None = Field(
+        default=None, description="its weight phase (kind, round); None: a `whale train` step"
+    )
     harness: Row
     sampling_evaluation: Row | None
     loss_curve: list[Row]
@@ -314,7 +335,10 @@ class RolloutsPage(Open):
     search: Row | None = Field(description="progress of a text search over the traces")
     status_counts: dict[str, int] | None
     statuses: list[str]
-    here: Row = Field(description="the filters as URL parameters")
+    here: Row = Field(description="the filters as URL parameters (names resolved to ids)")
+    of_run: Row | None = Field(
+        default=None, description="the run every listed rollout belongs to, if the filters name one"
+    )
     choices: dict[str, list[Row]] = Field(description="harnesses, checkpoints, phases offered")
     max_id: int
 

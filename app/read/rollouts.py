@@ -23,7 +23,14 @@ from app.read.common import (
     phase_ref,
     utc,
 )
-from app.read.rollout_filters import MAX_ID, RolloutFilters, conditions, scope, text_condition
+from app.read.rollout_filters import (
+    MAX_ID,
+    RolloutFilters,
+    conditions,
+    resolve_names,
+    scope,
+    text_condition,
+)
 
 PAGE_SIZE = 50
 # Rows of the filtered list one page of a text search reads at most. A LIKE over every row of a
@@ -197,8 +204,8 @@ def _exists(s: Session, terms: list) -> bool:
 
 def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
     """One page of rollouts in id order (tasks in order, samples together), filtered; the
-    keyword arguments are those of RolloutFilters."""
-    f = RolloutFilters(**filters)
+    keyword arguments are those of RolloutFilters (a harness, checkpoint or phase may be named)."""
+    f = resolve_names(s, RolloutFilters(**filters))
     context = scope(s, f)
     terms = conditions(f)
     backward = f.before is not None

@@ -12,7 +12,7 @@ from app.read.dashboard import budgets, shown_status
 from app.read.evaluations import evaluation_rows
 from app.read.harness_phases import get_harness_phases
 from app.read.rollouts import recent_failures, status_counts
-from app.read.training_jobs import get_weight_phase
+from app.read.training_jobs import get_weight_phases
 
 
 class UnknownRuns(LookupError):
@@ -135,7 +135,7 @@ def get_run(s: Session, run_id: int) -> dict[str, Any]:
         "evaluations": evaluation_rows(s, Evaluation.run_id == run_id),
         "status_counts": status_counts(s, run_id=run_id),
         "recent_failures": recent_failures(s, run_id),
-        "weight_phase": get_weight_phase(s, run_id),  # None for a run without training
+        "weight_phases": get_weight_phases(s, run_id),  # empty for a run without training
         "harness_phases": get_harness_phases(s, run_id),
         "final": final_pair(s, run_id),  # None before a phase has ended
     }

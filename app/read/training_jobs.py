@@ -1,14 +1,15 @@
-"""Training jobs (RFT steps): one job with its counts, loss curve and accepted rollouts, and a
-run's weight phase - its jobs, checkpoint chain and curves - for the run page.
+"""Training jobs (RFT steps): one job with its counts, loss curve, accepted rollouts and the
+weight phase it belongs to, and a run's weight phases - each with its jobs, the checkpoints they
+made and its accept rate - for the run page.
 """
 
 from typing import Any
 
 from sqlmodel import Session, col, select
 
-from app.db.schema import Checkpoint, Evaluation, Harness, Run, TrainingJob
-from app.read.checkpoints import checkpoint_ref, lineage
-from app.read.common import NotFound, as_dict
+from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, TrainingJob
+from app.read.checkpoints import checkpoint_ref
+from app.read.common import NotFound, as_dict, phase_ref
 from app.read.evaluations import evaluation_rows
 from app.read.metrics import series
 from app.read.rollouts import list_rollouts
@@ -16,7 +17,6 @@ from app.read.rollouts import list_rollouts
 # A job in these states is still changing: its page polls until it leaves them.
 LIVE_STATUSES = ("sampling", "training")
 N_ACCEPTED_SHOWN = 5
-RUN_CURVES = ["test/mean@k", "train/accept_rate", "train/mean_reward"]
 # An RFT step's parts, in order, as app/training/rft.py times them (job.timings).
 TIMING_PARTS = {
     "sampling_s": "sampling",
@@ -51,8 +51,10 @@ def job_row(job: TrainingJob, checkpoints: dict[int, Checkpoint]) -> dict[str, A
     }
 
 
-def _checkpoints(s: Session, jobs: list[TrainingJob]) -> dict[int, Checkpoint]:
-    ids = {job.checkpoint_in_id for job in jobs} | {job.checkpoint_out_id for job in jobs}
+def _checkpoints(
+    s: Session, jobs: list[TrainingJob], more: set[int] = frozenset()
+) -> dict[int, Checkpoint]:
+    ids = {job.checkpoint_in_id for job in jobs} | {job.checkpoint_out_id for job in jobs} | more
     found = s.exec(select(Checkpoint).where(col(Checkpoint.id).in_(ids - {None})))
     return {c.id: c for c in found}
 
@@ -101,6 +103,8 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
         if job.loss is not None
         else (sum(p["y"] for p in losses) / len(losses) if losses else None),
         "run": {"id": run.id, "name": run.name, "status": run.status},
+        # "weight phase 2"; None for a step of `whale train`, which has no phase row
+        "phase": phase_ref(s.get(Phase, job.phase_id) if job.phase_id else None),
         "harness": {"id": harness.id, "name": harness.name},
         "sampling_evaluation": sampling,
         "loss_curve": losses,
@@ -110,19 +114,43 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
     }
 
 
-def get_weight_phase(s: Session, run_id: int) -> dict[str, Any] | None:
-    """The run's RFT steps, its checkpoint chain and curves; None for a run without training."""
+def get_weight_phases(s: Session, run_id: int) -> list[dict[str, Any]]:
+    """The run's weight phases in order, one section each (as the harness phases have theirs):
+    its RFT steps, the checkpoint it started from and those its steps made, and its accept rate.
+    The steps of a run without phase rows (`whale train`) are one section whose `phase` is None.
+    Empty for a run without training."""
+    phases = s.exec(
+        select(Phase).where(Phase.run_id == run_id, Phase.kind == "weight").order_by(Phase.id)
+    ).all()
     jobs = s.exec(
         select(TrainingJob).where(TrainingJob.run_id == run_id).order_by(TrainingJob.id)
     ).all()
-    if not jobs:
-        return None
-    checkpoints = _checkpoints(s, jobs)
-    # The chain ends at the newest checkpoint: the last job's output, or its input until then.
-    newest = checkpoints[jobs[-1].checkpoint_out_id or jobs[-1].checkpoint_in_id]
+    by_phase: dict[int | None, list[TrainingJob]] = {}
+    for job in jobs:
+        by_phase.setdefault(job.phase_id, []).append(job)
+    starts = {p.checkpoint_in_id for p in phases if p.checkpoint_in_id is not None}
+    checkpoints = _checkpoints(s, jobs, starts)
+    sections = [_weight_section(None, by_phase[None], checkpoints)] if None in by_phase else []
+    sections += [_weight_section(p, by_phase.get(p.id, []), checkpoints) for p in phases]
+    return sections
+
+
+def _weight_section(
+    phase: Phase | None, jobs: list[TrainingJob], checkpoints: dict[int, Checkpoint]
+) -> dict[str, Any]:
+    start = phase.checkpoint_in_id if phase and phase.checkpoint_in_id else None
+    if start is None and jobs:
+        start = jobs[0].checkpoint_in_id
+    made = [checkpoints[j.checkpoint_out_id] for j in jobs if j.checkpoint_out_id in checkpoints]
+    sampled = sum(j.n_rollouts for j in jobs)
+    accepted = sum(j.n_accepted for j in jobs)
     return {
+        "phase": as_dict(phase) if phase else None,
         "jobs": [job_row(job, checkpoints) for job in jobs],
-        "rollouts_used": sum(job.n_rollouts for job in jobs),
-        "checkpoint_chain": lineage(s, newest),
-        "curves": series(s, run_id, RUN_CURVES),
+        "rollouts_used": sampled,
+        "n_accepted": accepted,
+        # over the phase's steps: accepted rollouts / sampled ones
+        "accept_rate": accepted / sampled if sampled else None,
+        "checkpoint_in": checkpoint_ref(checkpoints[start]) if start in checkpoints else None,
+        "checkpoints_made": [checkpoint_ref(c) for c in made],
     }

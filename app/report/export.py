@@ -7,6 +7,8 @@ Harnesses and checkpoints come with their whole lineage: a run may start from ro
 
 import json
 import re
+import shutil
+import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -130,3 +132,16 @@ def export_run(session: Session, run_id: int, out_dir: Path) -> dict[str, int]:
     counts = {"run.json": 1, "harnesses/": len(harnesses)}
     counts.update((name, write_jsonl(out_dir / name, rows)) for name, rows in jsonl.items())
     return counts
+
+
+def export_archive(session: Session, run_id: int, folder: Path) -> Path:
+    """The run as export_run writes it, packed into folder/whale-export-run-<id>.tar.gz, its
+    files under whale-export-run-<id>/ (the folder `whale export` makes by default): the
+    download of the run page. Raises UnknownRuns when the store has no such run."""
+    name = f"whale-export-run-{run_id}"
+    export_run(session, run_id, folder / name)
+    archive = folder / f"{name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(folder / name, arcname=name)
+    shutil.rmtree(folder / name)  # the archive holds it; half the disk while it is sent
+    return archive

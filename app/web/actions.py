@@ -21,6 +21,7 @@ from app.web.pages import run_data, runs_data
 from app.web.templating import render
 
 EMPTY_EXPERIMENT = "the experiment is empty: paste an experiment's TOML, or pick a preset above"
+FORM_SOURCE = "ui"  # what submit() prefixes its errors with, for the start form
 
 api = APIRouter()
 forms = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
@@ -66,16 +67,24 @@ async def act(
 
 
 @forms.post("/runs")
-async def start_form(request: Request, s: SessionDep, experiment: Annotated[str, Form()] = ""):
+async def start_form(
+    request: Request,
+    s: SessionDep,
+    experiment: Annotated[str, Form()] = "",
+    preset: Annotated[str | None, Form()] = None,
+):
     """Start a run from the experiment text in the form (posted by htmx), then open its page; a
-    bad experiment comes back as the form again, in place, with the text kept and the error
-    naming the key (an empty one says so: "name: Field required" would puzzle)."""
+    bad experiment comes back as the form again, in place, with the text and the preset picked
+    kept and the error naming the key (an empty one says so: "name: Field required" would
+    puzzle)."""
     try:
         if not experiment.strip():
             raise ExperimentError(EMPTY_EXPERIMENT)
-        run = await submit(request.app.state.workbench, experiment, source="ui")
+        run = await submit(request.app.state.workbench, experiment, source=FORM_SOURCE)
     except ExperimentError as exc:
-        context = runs_data(s, str(exc), experiment)
+        # the error names its source for a file ("x.toml: budget..."); the form is no file
+        error = str(exc).removeprefix(f"{FORM_SOURCE}: ")
+        context = runs_data(s, error, experiment, preset)
         return render(request, "_start_run.html", context, status_code=422)
     return Response(status_code=204, headers={"HX-Redirect": f"/runs/{run.id}"})
 

@@ -8,26 +8,39 @@ needs beyond the data (an SVG drawn from it, a trace laid out in windows) comes 
 `present` function of the data alone, so it cannot hold anything the JSON lacks.
 """
 
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.encoders import jsonable_encoder
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
 
 from app import ROOT
 from app.db.schema import Run
 from app.read import models
 from app.read.checkpoints import get_checkpoint
 from app.read.common import NotFound, RowId, SessionDep
-from app.read.compare import RunIds, get_comparison
+from app.read.compare import PairedBaseline, RunIds, get_comparison
 from app.read.contrast import ContrastQuery, contrast
 from app.read.dashboard import BaselineQuery, XQuery, get_dashboard, run_choices, run_log
 from app.read.harnesses import AgainstQuery, FullQuery, get_harness, pickable
 from app.read.invariants import broken_checks
 from app.read.lineage import get_lineage
-from app.read.rollout_filters import MAX_ID, STATUS_CHOICES, RolloutFilters, filter_choices
+from app.read.rollout_download import as_csv, as_jsonl, matching_rollouts
+from app.read.rollout_filters import (
+    MAX_ID,
+    STATUS_CHOICES,
+    RolloutFilters,
+    filter_choices,
+    resolve_names,
+    run_of,
+    scope,
+)
 from app.read.rollouts import StepsQuery, get_rollout, list_rollouts
 from app.read.runs import get_run, list_runs
 from app.read.trace_compare import CompareQuery, compare_candidates, compare_rollouts
@@ -100,14 +113,23 @@ def experiment_presets() -> dict[str, str]:
     return {p.name: p.read_text() for p in sorted(folder.glob("*.toml"))} if folder.is_dir() else {}
 
 
-def runs_data(s, error: str | None = None, experiment: str | None = None) -> Data:
+def runs_data(
+    s, error: str | None = None, experiment: str | None = None, preset: str | None = None
+) -> Data:
+    """The runs list and the start form: a fresh form shows the default preset; a refused one
+    the text sent and the preset picked for it (edited or not), else one whose text it is."""
     presets = experiment_presets()
-    default = presets.get("arith-quick.toml") or next(iter(presets.values()), "")
+    if experiment is None:
+        preset = "arith-quick.toml" if "arith-quick.toml" in presets else next(iter(presets), None)
+        experiment = presets.get(preset, "")
+    elif preset not in presets:
+        preset = next((name for name, text in presets.items() if text == experiment), None)
     return {
         "runs": list_runs(s),
         "presets": presets,
+        "preset": preset,
         "error": error,
-        "experiment": experiment if experiment is not None else default,
+        "experiment": experiment,
     }
 
 
@@ -119,9 +141,12 @@ def runs(s: SessionDep) -> Data:
 
 
 @page("/runs/compare", "compare.html", models.ComparePage)
-def compare(s: SessionDep, ids: RunIds = (), x: XQuery = "rollouts") -> Data:
-    """Up to ten runs: their summaries and test mean@k curves against x."""
-    return {**get_comparison(s, list(ids), x), "ids": list(ids)}
+def compare(
+    s: SessionDep, ids: RunIds = (), x: XQuery = "rollouts", baseline: PairedBaseline = None
+) -> Data:
+    """Up to ten runs: their summaries, each final test score paired with the baseline's (the
+    oldest run unless `baseline` names another), and test mean@k curves against x."""
+    return {**get_comparison(s, list(ids), x, baseline), "ids": list(ids)}
 
 
 def run_data(s, run_id: int, x: str, baseline: int | None, message: str | None = None) -> Data:
@@ -159,6 +184,28 @@ def run_live(
 ) -> Data:
     """The part of the run page that htmx polls while the run can still change."""
     return run_data(s, run_id, x, baseline)
+
+
+@api.get("/runs/{run_id}/export")
+def run_export(run_id: RowId, s: SessionDep) -> FileResponse:
+    """The run as `whale export RUN` writes it (run.json, the harnesses' code, a JSON lines file
+    per table), packed as a .tar.gz download."""
+    from app.report.export import export_archive  # app.report loads matplotlib: only here
+
+    if s.get(Run, run_id) is None:
+        raise NotFound("run", run_id)
+    folder = Path(tempfile.mkdtemp(prefix="whale-export-"))
+    try:
+        archive = export_archive(s, run_id, folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return FileResponse(
+        archive,
+        media_type="application/gzip",
+        filename=archive.name,
+        background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
+    )
 
 
 @api.get("/runs/{run_id}/events")
@@ -217,13 +264,23 @@ def rollouts(s: SessionDep, filters: Annotated[RolloutFilters, Query()]) -> Data
     """One page of rollouts, filtered, in id order: `items`, the cursors of the neighbouring
     pages (`next_after`, `prev_before`), the text search's progress, counts per status, and
     the choices the filter form offers."""
+    filters = resolve_names(s, filters)  # harness=seed.py: its id, in the links too
+    data = list_rollouts(s, **filters.model_dump())
+    run_id = run_of(s, filters)
     return {
-        **list_rollouts(s, **filters.model_dump()),
+        **data,
         "statuses": STATUS_CHOICES,
         "here": filters.url_params(),
-        "choices": filter_choices(s, filters.run),
+        # the run all the listed rollouts belong to, if one does: the title names it
+        "of_run": data["run"] or (_run_ref(s, run_id) if run_id is not None else None),
+        "choices": filter_choices(s, run_id),
         "max_id": MAX_ID,
     }
+
+
+def _run_ref(s, run_id: int) -> Data:
+    run = s.get(Run, run_id)
+    return {"id": run.id, "name": run.name, "status": run.status}
 
 
 @page("/rollouts/contrast", "contrast.html", models.ContrastPage)
@@ -254,6 +311,40 @@ def rollout(rollout_id: RowId, s: SessionDep, steps: StepsQuery = None) -> Data:
     """A rollout and its trace: every model and tool step in order (a long trace: its first and
     last steps; `steps=a-b`: those), and other rollouts of its task to compare it with."""
     return {**get_rollout(s, rollout_id, steps), "compare_with": compare_candidates(s, rollout_id)}
+
+
+# The list as a file, with the list's filters: JSON lines (the list's items) or CSV.
+DOWNLOADS = {
+    "jsonl": ("application/x-ndjson", as_jsonl),
+    "csv": ("text/csv; charset=utf-8", as_csv),
+}
+
+
+def _rollouts_file(request: Request, s, filters: RolloutFilters, kind: str) -> StreamingResponse:
+    filters = resolve_names(s, filters)
+    scope(s, filters)  # an unknown id is a 404 now, not a download cut short
+    run_id = run_of(s, filters)
+    name = f"rollouts{f'-run-{run_id}' if run_id is not None else ''}.{kind}"
+    media_type, encode = DOWNLOADS[kind]
+    return StreamingResponse(
+        encode(matching_rollouts(request.app.state.workbench.session, filters)),
+        media_type=media_type,
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+@api.get("/rollouts.jsonl")
+def rollouts_jsonl(request: Request, s: SessionDep, filters: Annotated[RolloutFilters, Query()]):
+    """Every rollout the filters match (those of /api/rollouts; the page cursor aside), one JSON
+    object per line as the list's items, as a file download."""
+    return _rollouts_file(request, s, filters, "jsonl")
+
+
+@api.get("/rollouts.csv")
+def rollouts_csv(request: Request, s: SessionDep, filters: Annotated[RolloutFilters, Query()]):
+    """Every rollout the filters match (those of /api/rollouts; the page cursor aside), as CSV
+    with a header row (the task as its JSON), as a file download."""
+    return _rollouts_file(request, s, filters, "csv")
 
 
 @api.get("/rollouts/{rollout_id}/raw")

@@ -1,13 +1,14 @@
 """A weight phase as `whale train` records it, written through the real writer: test mean@k
 before, RFT steps (a sampling evaluation on the train split, accepted rollouts, a loss per batch,
-a new LoRA checkpoint whose parent is the previous one), test mean@k after.
+a new LoRA checkpoint whose parent is the previous one), test mean@k after. And a loop run's
+weight phases: the same steps, each phase a Phase row its jobs belong to.
 
 Shared by tests/api and tests/web.
 """
 
 from dataclasses import dataclass, field
 
-from app.db.schema import Checkpoint, Evaluation, Metric, Run, TrainingJob
+from app.db.schema import Checkpoint, Evaluation, Harness, Metric, Phase, Run, TrainingJob
 from tests.api.synthetic_store import Store
 
 BATCHES = 4  # loss points of a trained step
@@ -23,6 +24,7 @@ class WeightPhase:
     checkpoints: list[Checkpoint] = field(default_factory=list)  # the trained ones, in order
     sampling: list[Evaluation] = field(default_factory=list)  # one per job
     tests: list[Evaluation] = field(default_factory=list)  # before, and after when it finished
+    row: Phase | None = None  # the loop's phase row; None for `whale train`
 
 
 def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> WeightPhase:
@@ -40,15 +42,39 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
         )
     )
     store.write(Metric(run_id=run.id, series="test/mean@k", x=0, rollouts=0, y=0.25))
-    current, used = base, 0
-    for step, statuses in enumerate(steps):
-        state = last if step == len(steps) - 1 else "done"
+    current, used = rft_steps(store, phase, harness, steps, last)
+    if last == "done":
+        phase.tests.append(
+            store.evaluation(
+                run, harness, current, n_tasks=4, k=2, status="done", n_done=8, mean_at_k=0.5
+            )
+        )
+        store.write(Metric(run_id=run.id, series="test/mean@k", x=len(steps), rollouts=used, y=0.5))
+    return phase
+
+
+def rft_steps(
+    store: Store,
+    phase: WeightPhase,
+    harness: Harness,
+    steps: list[list[str]],
+    last: str = "done",
+    first_step: int = 0,
+    used: int = 0,
+) -> tuple[Checkpoint, int]:
+    """The steps of `phase`, from its base checkpoint, numbered from `first_step` (a run counts
+    its steps across phases); returns the checkpoint they end on and the rollouts used."""
+    run, current = phase.run, phase.base
+    phase_id = phase.row.id if phase.row else None
+    for step, statuses in enumerate(steps, start=first_step):
+        state = last if step == first_step + len(steps) - 1 else "done"
         job = store.write(
             TrainingJob(
                 run_id=run.id,
                 harness_id=harness.id,
                 checkpoint_in_id=current.id,
                 step=step,
+                phase_id=phase_id,
                 config={"threshold": 0.5, "lora": True},
             )
         )
@@ -62,6 +88,7 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
                 n_tasks=len(statuses),
                 n_done=0 if state == "sampling" else len(statuses),
                 status="running" if state == "sampling" else "done",
+                phase_id=phase_id,
             )
         )
         phase.sampling.append(sampling)
@@ -133,14 +160,54 @@ def weight_phase(store: Store, steps: list[list[str]], last: str = "done") -> We
                 error=f"training process exited with code 1:\n{TRACEBACK}",
             )
         phase.jobs.append(_update(store, job, **values))
-    if last == "done":
-        phase.tests.append(
-            store.evaluation(
-                run, harness, current, n_tasks=4, k=2, status="done", n_done=8, mean_at_k=0.5
+    return current, used
+
+
+def loop_weight_phases(store: Store, phases: list[list[list[str]]]) -> list[WeightPhase]:
+    """A finished loop run (strategy whale) with a weight phase per entry of `phases`, each its
+    steps as `weight_phase` takes them, and a harness phase after each; rounds from 1."""
+    run = store.write(
+        Run(name="whale loop", kind="experiment", domain="arith", status="done", strategy="whale")
+    )
+    harness = store.harness(run)
+    current = store.write(Checkpoint(name="smol-base", kind="base", path="/models/smol"))
+    made, step, used = [], 0, 0
+    for round_, steps in enumerate(phases, start=1):
+        row = store.write(
+            Phase(
+                run_id=run.id,
+                kind="weight",
+                round=round_,
+                harness_in_id=harness.id,
+                checkpoint_in_id=current.id,
             )
         )
-        store.write(Metric(run_id=run.id, series="test/mean@k", x=len(steps), rollouts=used, y=0.5))
-    return phase
+        phase = WeightPhase(run, current, row=row)
+        current, used = rft_steps(store, phase, harness, steps, first_step=step, used=used)
+        step += len(steps)
+        store.write_values(
+            row,
+            status="done",
+            ended_reason="fixed",
+            harness_out_id=harness.id,
+            checkpoint_out_id=current.id,
+            rollouts=sum(len(s) for s in steps),
+        )
+        store.write(
+            Phase(
+                run_id=run.id,
+                kind="harness",
+                round=round_,
+                status="done",
+                ended_reason="patience",
+                harness_in_id=harness.id,
+                harness_out_id=harness.id,
+                checkpoint_in_id=current.id,
+                checkpoint_out_id=current.id,
+            )
+        )
+        made.append(phase)
+    return made
 
 
 def _update(store: Store, job: TrainingJob, **values) -> TrainingJob:

@@ -1,6 +1,8 @@
 """GET /api/rollouts: every filter, their combinations, keyset paging, the bounded text search;
 and /api/rollouts/{id} (the trace)."""
 
+import re
+
 import pytest
 
 from app.db.schema import Phase, Rollout
@@ -314,7 +316,7 @@ def test_unknown_id_filter_is_404(client, name):
 @pytest.mark.parametrize(
     "params, mentions",
     [
-        ({"harness": "seed"}, "harness"),
+        ({"harness": str(2**63)}, "harness"),
         ({"checkpoint": "1.5"}, "checkpoint"),
         ({"phase": "-1"}, "phase"),
         ({"status": "failing"}, "status"),
@@ -381,3 +383,65 @@ def test_unknown_rollout_is_404(client):
     response = client.get("/api/rollouts/4242")
     assert response.status_code == 404
     assert "4242" in response.json()["detail"]
+
+
+def test_a_harness_checkpoint_or_phase_is_found_by_its_name(client, world):
+    run1, run2 = world["runs"]
+    seed, tuned, _ = world["harnesses"]
+    _, lora = world["checkpoints"]
+    _, weight = world["phases"]
+
+    for by_name, by_id in [
+        ({"harness": "tuned.py"}, {"harness": tuned.id}),
+        ({"run": run1.id, "checkpoint": "lora-1"}, {"checkpoint": lora.id}),
+        ({"run": run1.id, "phase": "weight phase 2"}, {"phase": weight.id}),
+        ({"run": run1.id, "phase": "Weight Phase 2"}, {"phase": weight.id}),
+    ]:
+        named = client.get("/api/rollouts", params=by_name).json()
+        assert [i["id"] for i in named["items"]] == [i["id"] for i in walk(client, **by_id)]
+        assert named["items"], by_name
+        assert all(named["filters"][k] == v for k, v in by_id.items())  # resolved to the id
+    page = client.get("/rollouts", params={"run": run1.id, "harness": "tuned.py"}).text
+    assert f'<option value="{tuned.id}" selected>tuned.py</option>' in page
+    assert f'href="/rollouts?run={run1.id}&amp;harness={tuned.id}&amp;status=failed"' in page
+
+
+def test_a_name_that_names_nothing_or_several_says_so(store, client, world):
+    run1, run2 = world["runs"]
+    store.harness(run2, name="seed.py")  # a second run has its own seed.py
+
+    missing = client.get("/rollouts", params={"run": run2.id, "harness": "tuned.py"})
+    assert missing.status_code == 404
+    assert f"No harness named 'tuned.py' in run {run2.id}" in error_detail(missing)
+    several = client.get("/api/rollouts", params={"harness": "seed.py"})
+    assert several.status_code == 422
+    assert "harness: 'seed.py' names 2 harnesses" in error_detail(several)
+    assert "add run=ID" in error_detail(several)
+    scoped = client.get("/api/rollouts", params={"harness": "seed.py", "run": run1.id})
+    assert scoped.status_code == 200 and len(scoped.json()["items"]) == 6
+    nameless = client.get("/rollouts", params={"phase": "the second one"})
+    assert nameless.status_code == 422
+    assert "as 'weight phase 2'" in error_detail(nameless)
+    for_all = client.get("/api/rollouts", params={"phase": "weight phase 2"})  # one run has one
+    assert for_all.status_code == 200 and len(for_all.json()["items"]) == 6
+
+
+def test_the_list_names_its_run_offers_names_and_always_the_infra_chip(client, world):
+    run1, _ = world["runs"]
+    seed, tuned, other = world["harnesses"]
+    evaluation = world["evaluations"][0]
+
+    page = client.get("/rollouts", params={"evaluation": evaluation.id}).text
+
+    # the evaluation's run: the title says it, the form offers that run's names only
+    assert f"<title>Rollouts of run {run1.id} · first · Whale</title>" in page
+    form = page[page.index('<form class="form-row filters"') : page.index("</form>")]
+    harnesses = form[form.index('<select name="harness"') :]
+    harnesses = harnesses[: harnesses.index("</select>")]
+    assert ">seed.py</option>" in harnesses and ">tuned.py</option>" in harnesses
+    assert "other.py" not in harnesses
+    assert ">harness phase 1</option>" in form and ">weight phase 2</option>" in form
+    assert re.search(r'<a class="chip status-infra [^"]*" href="[^"]+"\s*>infra <b>0</b></a>', page)
+    everything = client.get("/rollouts").text
+    assert "<title>Rollouts · Whale</title>" in everything
+    assert ">other.py (run " in everything  # the whole store's: each names its run

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.api.synthetic_training import BATCHES, weight_phase
+from tests.api.synthetic_training import BATCHES, loop_weight_phases, weight_phase
 from tests.conftest import error_detail
 
 PASS2_FAIL2 = ["pass", "fail", "pass", "fail"]
@@ -98,26 +98,51 @@ def test_a_checkpoint_knows_its_job_lineage_children_and_evaluations(store, clie
 
 
 def test_run_has_its_weight_phase(store, client):
+    """A `whale train` run: its steps have no phase row, one section holds them all."""
     phase = weight_phase(store, [PASS2_FAIL2, ["fail", "fail"], ["pass", "pass"]])
 
-    wp = client.get(f"/api/runs/{phase.run.id}").json()["weight_phase"]
+    data = client.get(f"/api/runs/{phase.run.id}").json()
+    [wp] = data["weight_phases"]
 
+    assert wp["phase"] is None
     assert [j["step"] for j in wp["jobs"]] == [0, 1, 2]
     assert [j["status"] for j in wp["jobs"]] == ["done", "skipped", "done"]
     assert wp["jobs"][1]["checkpoint_out"] is None
-    assert wp["rollouts_used"] == 8
-    assert [c["id"] for c in wp["checkpoint_chain"]] == [phase.base.id] + [
-        c.id for c in phase.checkpoints
+    assert (wp["rollouts_used"], wp["n_accepted"], wp["accept_rate"]) == (8, 4, 0.5)
+    assert wp["checkpoint_in"]["id"] == phase.base.id
+    assert [c["id"] for c in wp["checkpoints_made"]] == [c.id for c in phase.checkpoints]
+    curves = data["dashboard"]["curves"]  # the run's curves are the dashboard's
+    assert [p["x"] for p in curves["test"][next(iter(curves["test"]))]] == [0, 8]  # rollouts
+    assert [p["y"] for p in curves["training"]["train/accept_rate"]] == [0.5, 0.0, 1.0]
+
+
+def test_each_weight_phase_of_a_loop_run_has_its_section(store, client):
+    first, second = loop_weight_phases(store, [[PASS2_FAIL2, ["pass"] * 4], [["fail"] * 4]])
+
+    sections = client.get(f"/api/runs/{first.run.id}").json()["weight_phases"]
+
+    assert [(s["phase"]["kind"], s["phase"]["round"]) for s in sections] == [
+        ("weight", 1),
+        ("weight", 2),
     ]
-    curves = wp["curves"]
-    assert [p["rollouts"] for p in curves["test/mean@k"]] == [0, 8]
-    assert [p["y"] for p in curves["train/accept_rate"]] == [0.5, 0.0, 1.0]
-    assert len(curves["train/mean_reward"]) == 3
+    one, two = sections
+    assert [j["step"] for j in one["jobs"]] == [0, 1] and [j["step"] for j in two["jobs"]] == [2]
+    assert (one["accept_rate"], two["accept_rate"]) == (0.75, 0.0)
+    assert [c["id"] for c in one["checkpoints_made"]] == [c.id for c in first.checkpoints]
+    assert two["checkpoints_made"] == []  # nothing accepted: nothing trained
+    assert two["checkpoint_in"]["id"] == first.checkpoints[-1].id
+    job = client.get(f"/api/training/{second.jobs[0].id}").json()
+    assert job["phase"] == {
+        "id": second.row.id,
+        "run_id": first.run.id,
+        "kind": "weight",
+        "round": 2,
+    }
 
 
 def test_run_without_training_has_no_weight_phase(store, client):
     run = store.run()
-    assert client.get(f"/api/runs/{run.id}").json()["weight_phase"] is None
+    assert client.get(f"/api/runs/{run.id}").json()["weight_phases"] == []
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,10 @@
 """export_run: every table of the run as JSON lines, harness code as files, rollouts with their
 steps; what it writes matches what the store holds."""
 
+import io
 import json
+import tarfile
+import tempfile
 
 import pytest
 from sqlalchemy import func
@@ -121,3 +124,31 @@ def test_unknown_run_writes_nothing(session, filled, tmp_path):
     with pytest.raises(UnknownRuns):
         export_run(session, 999, tmp_path / "none")
     assert not (tmp_path / "none").exists()
+
+
+def test_the_run_page_downloads_what_whale_export_writes(
+    client, filled, exported, tmp_path, monkeypatch
+):
+    out, _ = exported
+    scratch = tmp_path / "scratch"  # where the server packs the archive
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    run_id = filled.runs["whale"].id
+    page = client.get(f"/runs/{run_id}").text
+    assert f'<a id="export-link" href="/api/runs/{run_id}/export" download>' in page
+
+    answer = client.get(f"/api/runs/{run_id}/export")
+
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/gzip"
+    name = f"whale-export-run-{run_id}"
+    assert f'filename="{name}.tar.gz"' in answer.headers["content-disposition"]
+    with tarfile.open(fileobj=io.BytesIO(answer.content), mode="r:gz") as tar:
+        tar.extractall(tmp_path / "downloaded", filter="data")
+    downloaded = tmp_path / "downloaded" / name
+    files = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(downloaded) for p in downloaded.rglob("*") if p.is_file())
+    assert "rollouts.jsonl" in map(str, files) and any(f.suffix == ".py" for f in files)
+    for f in files:
+        assert (downloaded / f).read_bytes() == (out / f).read_bytes(), f
+    assert list(scratch.iterdir()) == []  # removed once sent
+    assert client.get("/api/runs/999/export").status_code == 404

@@ -11,7 +11,7 @@ from app.phases import plot_test_point
 from app.read.compare import compare_runs
 from app.rollout.evaluate import _finish
 from tests.api.synthetic_store import client  # noqa: F401 - fixture
-from tests.conftest import whale
+from tests.conftest import error_detail, whale
 
 N_TASKS = 24
 
@@ -137,3 +137,43 @@ def test_a_seed_group_is_drawn_as_its_mean_with_a_band_over_seeds():
     assert first["low"] == pytest.approx(first["high"])  # the seeds agree
     assert second["x"] == 20 and abs(second["mean"] - 0.6) < 1e-9
     assert abs((second["high"] - second["mean"]) - 0.2484) < 1e-3
+
+
+def test_the_paired_baseline_is_the_oldest_run_unless_one_is_chosen(
+    store,
+    workbench,
+    client,  # noqa: F811
+    tmp_path,
+):
+    old, _ = scored_run(store, "old", passing=set(range(6)))  # 6 of 24
+    new, _ = scored_run(store, "new", passing=set(range(6)) | set(range(10, 22)))  # 18 of 24
+    ids = f"ids={new.id}&ids={old.id}"  # the newer run ticked first
+
+    data = client.get(f"/api/runs/compare?{ids}").json()
+    assert data["baseline"] == old.id
+    by = {r["id"]: r["paired"] for r in data["runs"]}
+    assert by[old.id] is None
+    assert (by[new.id]["against"], by[new.id]["difference"]) == (old.id, 0.5)
+
+    chosen = client.get(f"/api/runs/compare?{ids}&baseline={new.id}").json()
+    by = {r["id"]: r["paired"] for r in chosen["runs"]}
+    assert by[new.id] is None
+    assert (by[old.id]["against"], by[old.id]["difference"]) == (new.id, -0.5)
+    page = client.get(f"/runs/compare?{ids}&baseline={new.id}").text
+    assert f'<option value="{new.id}" selected>' in page and f"final vs #{new.id}" in page
+
+    refused = client.get(f"/runs/compare?{ids}&baseline=999")
+    assert refused.status_code == 422
+    assert "baseline: run 999 is not one of the compared runs" in error_detail(refused)
+
+    # `whale compare` pairs with the same run by default, or with --baseline
+    env = {"WHALE_HOME": str(workbench.settings.home), "COLUMNS": "200"}
+    plot = str(tmp_path / "c.png")
+    shown = whale("compare", str(new.id), str(old.id), "--plot", plot, env=env)
+    assert f"#{new.id} vs #{old.id}: final +0.500" in shown.stdout, shown.stderr
+    args = ("compare", str(new.id), str(old.id), "--plot", plot, "--json")
+    answer = json.loads(whale(*args, "--baseline", str(new.id), env=env).stdout)
+    assert answer["baseline"] == new.id
+    assert [r["paired"] and r["paired"]["against"] for r in answer["runs"]] == [None, new.id]
+    wrong = whale(*args, "--baseline", "999", env=env)
+    assert wrong.returncode == 2 and "not one of the compared runs" in wrong.stderr

@@ -370,3 +370,23 @@ def test_a_test_point_opens_what_it_measured_and_says_what_went_wrong(store, cli
     assert "rollouts that scored nothing: 1 timeout, 1 error" in tooltip
     listed = client.get(f"/rollouts?evaluation={evaluation.id}")
     assert listed.status_code == 200 and listed.text.count('href="/rollouts/') >= 4
+
+
+def test_a_refused_start_keeps_the_preset_picked_and_says_no_ui_prefix(client):
+    """The preset picked goes along with the text: a refused start shows it picked still (the
+    text as sent, edited or not), and the error as the key it names, not "ui: ...": the form
+    is no file to name."""
+    broken = 'name = "x"\n[budget]\nrollout = 5\n'
+    response = client.post(
+        "/runs",
+        headers={"X-CSRF-Token": csrf_token(client), "HX-Request": "true"},
+        data={"experiment": broken, "preset": "arith-whale.toml"},
+    )
+    assert response.status_code == 422
+    menu = re.search(r'<select id="preset" name="preset".*?</select>', response.text, re.S)
+    picked = re.findall(r'<option value="([^"]*)" selected>', menu.group(0))
+    assert picked == ["arith-whale.toml"]
+    shown = html.unescape(re.search(r'id="start-error">(.*?)</pre>', response.text, re.S).group(1))
+    assert shown.startswith("budget.rollout: Extra inputs are not permitted"), shown
+    fresh = client.get("/api/runs").json()
+    assert fresh["preset"] == "arith-quick.toml" and fresh["error"] is None

@@ -173,7 +173,8 @@ def test_a_stopped_weight_phase_hands_on_its_last_trained_checkpoint(store, clie
     data = client.get(f"/api/runs/{run.id}").json()
     assert data["final"]["checkpoint_id"] == trained.id
     assert data["final"]["checkpoint_from"]["kind"] == "weight"
-    jobs = data["weight_phase"]["jobs"]
+    [section] = data["weight_phases"]
+    jobs = section["jobs"]
     done = [j for j in jobs if j["status"] == "done"]
     assert [j["checkpoint_out_id"] for j in done] == [data["final"]["checkpoint_id"]]
     summary = " ".join(

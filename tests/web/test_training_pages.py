@@ -6,7 +6,7 @@ import re
 import pytest
 
 from app.db.schema import TrainingJob
-from tests.api.synthetic_training import weight_phase
+from tests.api.synthetic_training import loop_weight_phases, weight_phase
 
 PASS2_FAIL2 = ["pass", "fail", "pass", "fail"]
 
@@ -99,6 +99,46 @@ def test_run_page_has_a_weight_phase_with_jobs_chain_and_charts(store, client):
     assert f'href="/checkpoints/{phase.checkpoints[0].id}"' in page
     assert page.count("<svg") == 2
     assert "rollouts used (training + harness search)" in page and "accept rate" in page
+
+
+def test_run_page_gives_each_weight_phase_its_section_in_the_run_order(store, client):
+    first, second = loop_weight_phases(store, [[PASS2_FAIL2, ["pass"] * 4], [["fail"] * 4]])
+
+    page = client.get(f"/runs/{first.run.id}").text
+
+    one = section(page, f"weight-phase-{first.row.id}")
+    two = section(page, f"weight-phase-{second.row.id}")
+    assert "Weight phase 1" in one and "Weight phase 2" in two
+    assert "2 RFT steps, 8 training rollouts" in one and "accept rate 75%" in one
+    assert "1 RFT step, 4 training rollouts" in two and "accept rate 0%" in two
+    for job in first.jobs:
+        assert f'href="/training/{job.id}"' in one and f'href="/training/{job.id}"' not in two
+    for made in first.checkpoints:  # the checkpoints the phase made
+        assert f'href="/checkpoints/{made.id}"' in one
+    assert "none made" in two
+    # in the run's order: weight phase 1, harness phase 1, weight phase 2, harness phase 2
+    order = re.findall(r'<section class="(weight|harness)-phase" id="[a-z]+-phase-\d+"', page)
+    assert order == ["weight", "harness", "weight", "harness"]
+    # the timeline's blocks lead to the sections
+    assert f'href="#weight-phase-{second.row.id}"' in page
+
+
+def test_job_page_names_its_weight_phase_and_links_it(store, client):
+    first, second = loop_weight_phases(store, [[PASS2_FAIL2], [PASS2_FAIL2]])
+    job = second.jobs[0]
+
+    page = client.get(f"/training/{job.id}").text
+
+    link = f'href="/runs/{first.run.id}#weight-phase-{second.row.id}"'
+    assert f'<a id="job-phase" {link}>weight phase 2</a>' in page
+    assert re.search(r"<h1>Training job \d+ · RFT step 1 of weight phase 2</h1>", page)
+    lone = weight_phase(store, [PASS2_FAIL2]).jobs[0]  # `whale train`: no phase to name
+    assert 'id="job-phase"' not in client.get(f"/training/{lone.id}").text
+
+
+def section(page: str, id_: str) -> str:
+    start = page.index(f'id="{id_}"')
+    return page[start : page.index("</section>", start)]
 
 
 def test_run_without_training_looks_as_before(store, client):
