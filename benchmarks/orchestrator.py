@@ -1,10 +1,14 @@
 """Orchestrator throughput: rollouts/s through the real evaluation path - scheduler (Evaluator),
 sandbox (process backend, docker warm pool), gateway, reward and trace recording - against a
-zero-latency OpenAI-compatible endpoint, at concurrency 1, 8, 32 and 128.
+zero-latency OpenAI-compatible endpoint, at concurrency 1, 8, 32 and 128. Each concurrency is
+also the evaluation's admission cap (what WHALE_CONCURRENCY sets in a run;
+app/rollout/admission.py), so that many rollouts really are in flight; the table says the most
+seen at once.
 
 The baseline is the same harness called in-process: `run(task, llm, tools)` in a thread whose
 `llm.chat` posts straight to the endpoint (no sandbox, no gateway, no database). Overhead is the
-orchestrated p50 latency minus the baseline p50 at the same concurrency.
+orchestrated p50 latency minus the baseline p50 at the same concurrency. Every mode, the
+baseline too, is warmed up the same way first (64 rollouts at concurrency 32, not timed).
 
 `--sandbox-only` measures the sandbox alone instead: one rollout at a time of a harness that
 makes no call, on a warm runner, each in its fresh scratch space (sandbox/runner.py).
@@ -15,6 +19,7 @@ makes no call, on a warm runner, each in its fresh scratch space (sandbox/runner
 import argparse
 import asyncio
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -27,6 +32,7 @@ from app.domains import Task, get_domain
 from app.gateway import Gateway
 from app.llm.client import ChatEndpoint
 from app.llm.local import free_port
+from app.rollout.admission import Admission
 from app.rollout.evaluate import Evaluator
 from benchmarks.common import percentile, report, start_zero_llm, table
 from sandbox import docker as docker_backend
@@ -39,6 +45,7 @@ def run(task, llm, tools):
     return llm.chat([{"role": "user", "content": task["question"]}], max_tokens=4).content
 """
 CONCURRENCY = (1, 8, 32, 128)
+WARM_UP = (64, 32)  # rollouts and concurrency of every mode's untimed first evaluation
 NO_CALL = "def run(task, llm, tools):\n    return task['question']\n"
 
 
@@ -46,8 +53,9 @@ def tasks(n: int) -> list[Task]:
     return [Task(f"t{i}", {"question": f"What is {i} + 42 - {i}?"}, "42") for i in range(n)]
 
 
-def in_process(url: str, n: int, concurrency: int) -> tuple[list[float], float]:
-    """The harness run in threads of this process, its model call straight to the endpoint."""
+def in_process(url: str, n: int, concurrency: int) -> tuple[list[float], float, int]:
+    """The harness run in threads of this process, its model call straight to the endpoint;
+    third, the most runs seen in flight at once."""
     namespace: dict = {}
     exec(HARNESS, namespace)
     http = httpx.Client(base_url=url, limits=httpx.Limits(max_connections=concurrency))
@@ -59,23 +67,38 @@ def in_process(url: str, n: int, concurrency: int) -> tuple[list[float], float]:
             ).json()
             return type("Message", (), {"content": data["choices"][0]["message"]["content"]})
 
+    in_flight, peak, lock = 0, 0, threading.Lock()
+
     def one(task: Task) -> float:
+        nonlocal in_flight, peak
+        with lock:
+            in_flight += 1
+            peak = max(peak, in_flight)
         start = time.perf_counter()
         assert namespace["run"](task.public, LLM(), None) == "42"
-        return time.perf_counter() - start
+        took = time.perf_counter() - start
+        with lock:
+            in_flight -= 1
+        return took
 
     start = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         latencies = list(pool.map(one, tasks(n)))
     wall = time.perf_counter() - start
     http.close()
-    return latencies, wall
+    return latencies, wall, peak
 
 
-async def orchestrated(evaluator: Evaluator, writer: Writer, n: int) -> tuple[list[float], float]:
-    """n rollouts of one new evaluation through the Evaluator; per-rollout latency is the time
-    from the scheduler starting a rollout to its row being recorded. The wall time starts with
-    the first rollout: starting the pool's servers is timed apart (returned third)."""
+async def orchestrated(
+    evaluator: Evaluator, writer: Writer, n: int, concurrency: int
+) -> tuple[list[float], float, float, int]:
+    """n rollouts of one new evaluation through the Evaluator, `concurrency` of them in flight
+    (the scheduler's and the admission's cap alike); per-rollout latency is the time from the
+    scheduler starting a rollout to its row being recorded. The wall time starts with the first
+    rollout: starting the pool's servers is timed apart (returned third). Fourth: the most
+    rollouts the admission saw in flight at once."""
+    evaluator.concurrency = concurrency
+    evaluator.admission = Admission(concurrency)
     latencies: list[float] = []
     rollout = evaluator._rollout
     first_start = None
@@ -109,7 +132,7 @@ async def orchestrated(evaluator: Evaluator, writer: Writer, n: int) -> tuple[li
     )
     end = time.perf_counter()
     assert evaluation.mean_at_k == 1.0
-    return latencies, end - first_start, first_start - start
+    return latencies, end - first_start, first_start - start, evaluator.admission.peak
 
 
 async def sandbox_alone(pool: SandboxPool, work: Path, n: int) -> list[float]:
@@ -182,19 +205,23 @@ async def main(n: int, modes: list[str], only_sandbox: bool = False) -> None:
         return
 
     rows, baseline = [], {}
+    await asyncio.to_thread(in_process, url, *WARM_UP)  # warm-up: connections, first threads
     for concurrency in CONCURRENCY:
         count = max(n, 2 * concurrency)
-        latencies, wall = await asyncio.to_thread(in_process, url, count, concurrency)
+        latencies, wall, peak = await asyncio.to_thread(in_process, url, count, concurrency)
         baseline[concurrency] = (percentile(latencies, 50) * 1000, count / wall)
-        rows.append(row("in-process (baseline)", concurrency, count, latencies, wall, 0, baseline))
+        rows.append(
+            row("in-process (baseline)", concurrency, count, latencies, wall, 0, peak, baseline)
+        )
     for name, pool in pools.items():
-        evaluator = Evaluator(writer, gateway, pool, work / "harnesses", concurrency=32)
-        await orchestrated(evaluator, writer, 64)  # warm-up: imports, first containers
+        evaluator = Evaluator(writer, gateway, pool, work / "harnesses")
+        await orchestrated(evaluator, writer, *WARM_UP)  # warm-up: imports, first containers
         for concurrency in CONCURRENCY:
-            evaluator.concurrency = concurrency
             count = max(n, 2 * concurrency)
-            latencies, wall, start_up = await orchestrated(evaluator, writer, count)
-            rows.append(row(name, concurrency, count, latencies, wall, start_up, baseline))
+            latencies, wall, start_up, peak = await orchestrated(
+                evaluator, writer, count, concurrency
+            )
+            rows.append(row(name, concurrency, count, latencies, wall, start_up, peak, baseline))
         await pool.close()
 
     await gateway.stop()
@@ -208,6 +235,7 @@ async def main(n: int, modes: list[str], only_sandbox: bool = False) -> None:
             [
                 "mode",
                 "concurrency",
+                "most in flight",
                 "rollouts",
                 "p50 ms",
                 "p95 ms",
@@ -225,20 +253,28 @@ async def main(n: int, modes: list[str], only_sandbox: bool = False) -> None:
         "minus the baseline p50 at the same concurrency. rollouts/s counts from the first "
         "rollout's start; starting the evaluation's runner servers (one per 16 rollouts in "
         "flight, all at once, stopped again when the evaluation ends) is the last column. "
+        "Concurrency is both the scheduler's and the admission's cap (WHALE_CONCURRENCY in a "
+        "run); most in flight: the most rollouts the admission held at once (the baseline: the "
+        "most harness calls running at once in its threads). Every mode is warmed up first "
+        f"by an untimed evaluation of {WARM_UP[0]} rollouts at concurrency {WARM_UP[1]}. "
         "Produced by "
-        "`python -m benchmarks.orchestrator`.",
+        f"`python -m benchmarks.orchestrator --rollouts {n}`.",
         replace=True,
     )
 
 
-def row(name, concurrency, count, latencies, wall, start_up, baseline) -> list:
+def row(name, concurrency, count, latencies, wall, start_up, peak, baseline) -> list:
     p50, p95 = percentile(latencies, 50) * 1000, percentile(latencies, 95) * 1000
     base_p50, base_rate = baseline[concurrency]
     rate = count / wall
-    print(f"{name:24} c={concurrency:<4} p50 {p50:7.1f} ms  {rate:6.0f}/s", flush=True)
+    print(
+        f"{name:24} c={concurrency:<4} in flight {peak:<4} p50 {p50:7.1f} ms  {rate:6.0f}/s",
+        flush=True,
+    )
     return [
         name,
         concurrency,
+        peak,
         count,
         f"{p50:.1f}",
         f"{p95:.1f}",

@@ -14,9 +14,22 @@ fault is logged with its time, what it hit and how long the loop took to move on
   kill_9        kill -9 of `whale run`, then the same command again (it resumes the run)
   sigterm       SIGTERM to `whale run`, then the same command again
 
-A fault is recovered when a rollout, an RFT step or a search iteration finishes after it. Each
-fault should also be in the run's log as the event that names it (LOGGED_AS): the report counts
-them.
+A fault is recovered when what it broke works again, checked per kind (`Store.recovered`):
+
+  model_server  the workbench logged `model_server_restarted` after the kill, and a model call
+                was answered after that restart (a model step recorded without error)
+  sandboxes     a rollout admitted after the kill ran in a sandbox to an answer (pass or fail)
+  training      the training job that was killed ended `done` (retried, or trained again after
+                the pause and the soak's resume)
+  kill_9        the new `whale run` logged `run_resumed` after "an end its process did not
+                record", and the loop moved on after that (a rollout, RFT step or search
+                iteration finished)
+  sigterm       `whale run` exited within its grace period (GRACE_S) with `run_interrupted`
+                (SIGTERM) logged in the run's events, the new `whale run` logged `run_resumed`
+                after "SIGTERM", and the loop moved on after that
+
+Each fault should also be in the run's log as the event that names it (LOGGED_AS), between it and
+the next fault: the report counts them.
 Rollouts lost: a finished rollout seen before a fault and missing or changed at the end (must be
 0). Rollouts that a fault failed are not lost: they are recorded with the reason (`crash`, or
 `infrastructure` once their retries are spent) and counted apart, as are those retried and run.
@@ -35,8 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
+from app.cli.base import GRACE_S
 from app.search.knobs import with_knob
 from benchmarks.common import REPO, report, table
 from sandbox import docker as docker_backend
@@ -88,6 +103,21 @@ LOGGED_AS = {
     "sigterm": ("run_interrupted", lambda d: d.get("why") == "SIGTERM"),
 }
 FAILED_BY_A_FAULT = ("crash", "sandbox_start", "infrastructure")
+# What each fault's recovery checks, in words (the report's notes; Store.recovered).
+RECOVERY = {
+    "model_server": "`model_server_restarted` logged, then a model call answered",
+    "sandboxes": "a rollout admitted after the kill ran to an answer in a sandbox",
+    "training": "the killed training job ended `done`",
+    "kill_9": "`run_resumed` after an unrecorded end, then the loop moved on",
+    "sigterm": f"exit within {GRACE_S:g} s with `run_interrupted` (SIGTERM) logged, then "
+    "`run_resumed` after SIGTERM and the loop moved on",
+}
+
+
+def stamp(when: datetime | None = None) -> str:
+    """A time (now by default) as the store writes its timestamps (UTC, no zone, microseconds):
+    comparable with them as text."""
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
 def descendants(pid: int) -> list[tuple[int, str]]:
@@ -143,6 +173,69 @@ class Store:
                     + (SELECT count(*) FROM search_iteration WHERE status = 'done')"""
         )
         return rows[0][0] if rows else 0
+
+    def moved_on_after(self, since: str) -> bool:
+        """A rollout, an RFT step or a search iteration finished after `since`."""
+        rows = self.query(
+            """SELECT EXISTS(SELECT 1 FROM rollout WHERE finished_at > ?)
+                   OR EXISTS(SELECT 1 FROM training_job WHERE status IN ('done', 'skipped')
+                             AND finished_at > ?)
+                   OR EXISTS(SELECT 1 FROM search_iteration WHERE status = 'done'
+                             AND finished_at > ?)""",
+            since,
+            since,
+            since,
+        )
+        return bool(rows and rows[0][0])
+
+    def training_now(self) -> int | None:
+        """The training job in its training part, if one is."""
+        rows = self.query("SELECT id FROM training_job WHERE status = 'training' ORDER BY id")
+        return rows[-1][0] if rows else None
+
+    def first_event(self, kind: str, since: str, telling=lambda d: True) -> str | None:
+        """When the first event of `kind` after `since` whose detail `telling` accepts was
+        written, or None."""
+        events = [e for e in self.events(kind) if stamp(e.created_at) > since]
+        return next((stamp(e.created_at) for e in events if telling(e.detail or {})), None)
+
+    def recovered(self, fault: dict) -> bool:
+        """Whether what the fault broke works again (see the module's docstring)."""
+        kind, since = fault["fault"], fault["since"]
+        if kind == "model_server":
+            back = self.first_event("model_server_restarted", since)
+            answered = back and self.query(
+                """SELECT 1 FROM step WHERE kind = 'model' AND error IS NULL
+                   AND response IS NOT NULL AND created_at > ? LIMIT 1""",
+                back,
+            )
+            return bool(answered)
+        if kind == "sandboxes":
+            ran = self.query(
+                """SELECT 1 FROM rollout WHERE started_at > ? AND status IN ('pass', 'fail')
+                   LIMIT 1""",
+                since,
+            )
+            return bool(ran)
+        if kind == "training":
+            job = fault.get("job")
+            done = self.query(
+                "SELECT 1 FROM training_job WHERE status = 'done' AND finished_at > ?"
+                + (" AND id = ?" if job is not None else "")
+                + " LIMIT 1",
+                since,
+                *([job] if job is not None else []),
+            )
+            return bool(done)
+        after = "did not record" if kind == "kill_9" else "SIGTERM"
+        if kind == "sigterm":
+            honoured = fault["exit_s"] < GRACE_S and self.first_event(
+                "run_interrupted", since, lambda d: d.get("why") == "SIGTERM"
+            )
+            if not honoured:
+                return False
+        resumed = self.first_event("run_resumed", since, lambda d: after in d.get("after", ""))
+        return bool(resumed) and self.moved_on_after(resumed)
 
     def finished(self) -> dict[int, tuple]:
         rows = self.query("SELECT id, status, reward FROM rollout WHERE status != 'pending'")
@@ -247,8 +340,9 @@ class Soak:
         label = f"{docker_backend.LABEL}={docker_backend.owner_label(self.home)}"
         return docker.from_env().containers.list(filters={"label": label})
 
-    def inject(self, kind: str, targets: list) -> str:
-        """Inject one fault; what it hit, in words."""
+    def inject(self, kind: str, targets: list, fault: dict) -> str:
+        """Inject one fault; what it hit, in words. How `whale run` ended goes into `fault`
+        (exit_code, exit_s: seconds from the signal to its exit)."""
         if kind == "sandboxes" and self.args.sandbox == "docker":
             import docker
 
@@ -260,10 +354,12 @@ class Soak:
             return f"{len(targets)} container(s)"
         if kind in ("kill_9", "sigterm"):
             sig = signal.SIGKILL if kind == "kill_9" else signal.SIGTERM
+            sent = time.monotonic()
             self.proc.send_signal(sig)
             code = self.proc.wait(120)
+            fault["exit_code"], fault["exit_s"] = code, round(time.monotonic() - sent, 1)
             self.start_run()  # the same command: it resumes the run
-            return f"whale run (exit {code}), started again"
+            return f"whale run (exit {code} after {fault['exit_s']:g} s), started again"
         for pid in targets:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -271,12 +367,23 @@ class Soak:
                 pass
         return f"pid {', '.join(map(str, targets))}"
 
-    def recovered_within(self, before: int, timeout: float) -> float | None:
-        """Seconds until the loop moved on past `before`, or None if it did not in `timeout`."""
+    def started_within(self, timeout: float) -> bool:
+        """Whether the loop finished something (a rollout, RFT step or search iteration) within
+        `timeout`."""
         start = time.monotonic()
         while time.monotonic() - start < timeout:
-            if self.store.progress() > before:
-                return time.monotonic() - start
+            if self.store.progress() > 0:
+                return True
+            self.keep_running()
+            time.sleep(0.5)
+        return False
+
+    def recovered_within(self, fault: dict, at: float, timeout: float) -> float | None:
+        """Seconds from the fault (at `at`) until its recovery check holds, or None if it did
+        not within `timeout`."""
+        while time.monotonic() - at < timeout:
+            if self.store.recovered(fault):
+                return time.monotonic() - at
             self.keep_running()
             time.sleep(0.5)
         return None
@@ -306,7 +413,7 @@ class Soak:
     def soak(self) -> None:
         self.start_run()
         self.say("waiting for the loop to start")
-        if self.recovered_within(0, 600) is None:
+        if not self.started_within(600):
             raise RuntimeError("the loop did not start within 10 minutes")
         self.t0 = time.monotonic()
         end = self.t0 + self.args.minutes * 60
@@ -321,21 +428,21 @@ class Soak:
                 continue
             kind = self.rng.choice(kinds)
             self.seen = {**self.store.finished(), **self.seen}
-            before, at = self.store.progress(), time.monotonic()
-            hit = self.inject(kind, targets[kind])
-            took = self.recovered_within(before, self.args.recover_timeout_s)
             record = {
-                "at_s": round(at - self.t0, 1),
                 "fault": kind,
-                "hit": hit,
-                "recovered_s": None if took is None else round(took, 1),
+                "job": self.store.training_now() if kind == "training" else None,
             }
+            at = time.monotonic()
+            record.update(at_s=round(at - self.t0, 1), since=stamp())
+            record["hit"] = self.inject(kind, targets[kind], record)
+            took = self.recovered_within(record, at, self.args.recover_timeout_s)
+            record["recovered_s"] = None if took is None else round(took, 1)
             self.records.append(record)
             with open(self.home.parent / "faults.jsonl", "a") as f:  # kept should the soak die
                 f.write(json.dumps(record) + "\n")
             self.say(
-                f"{kind}: {hit}; "
-                + (f"moved on after {took:.0f} s" if took is not None else "NO PROGRESS")
+                f"{kind}: {record['hit']}; "
+                + (f"recovered after {took:.0f} s" if took is not None else "NOT RECOVERED")
             )
         self._sleep(max(0.0, end - time.monotonic()))
 
@@ -365,11 +472,16 @@ def summarize(
     final = store.finished()
     lost = [i for i, row in soak.seen.items() if final.get(i) != row]
     rows = []
+    for i, record in enumerate(records):  # each fault's event, between it and the next fault
+        event, telling = LOGGED_AS[record["fault"]]
+        until = records[i + 1]["since"] if i + 1 < len(records) else "9999"
+        told = [e for e in store.events(event) if record["since"] < stamp(e.created_at) < until]
+        record["logged"] = any(telling(e.detail or {}) for e in told)
     for kind in FAULTS:
         mine = [r for r in records if r["fault"] == kind]
         took = [r["recovered_s"] for r in mine if r["recovered_s"] is not None]
-        event, telling = LOGGED_AS[kind]
-        told = sum(telling(e.detail or {}) for e in store.events(event))
+        event = LOGGED_AS[kind][0]
+        told = sum(r["logged"] for r in mine)
         rows.append(
             [
                 kind,
@@ -398,7 +510,7 @@ def summarize(
     broken = [f"{c['name']} ({len(c['broken'])})" for c in checks if not c["ok"]]
     recovered = sum(r["recovered_s"] is not None for r in records)
     body = table(
-        ["fault", "injected", "recovered", "time to move on, median / max s", "in the run's log"],
+        ["fault", "injected", "recovered", "time to recover, median / max s", "in the run's log"],
         rows,
     )
     body += (
@@ -425,11 +537,12 @@ def summarize(
         "after each phase) on the demo model and its local server. Faults come at seeded "
         "exponential gaps, each chosen among those with a target at that moment (a training "
         "process only while one trains; a job killed twice pauses the run, which the soak "
-        "resumes). Recovered: a rollout, "
-        "RFT step or search iteration finished after the fault (the time is from the fault to "
-        "then, and includes the restart of `whale run` and its model for kill_9 and sigterm). "
-        "The run ends with `whale stop` and `whale check`. The fault log: "
-        f"{soak.home.parent}/faults.jsonl."
+        "resumes). Recovered, per fault: "
+        + "; ".join(f"{kind}: {how}" for kind, how in RECOVERY.items())
+        + " (the time is from the fault to then, and includes the restart of `whale run` and "
+        "its model for kill_9 and sigterm). In the run's log: the fault's event, written "
+        "between it and the next fault. The run ends with `whale stop` and `whale check`. The "
+        f"fault log: {soak.home.parent}/faults.jsonl."
     )
     report("Soak: a loop under injected faults", body, notes, replace=True)
 

@@ -12,7 +12,7 @@ copied into the store with the line changed and the harness's or domain's name a
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from
 the first one paired by seed, writes the accuracy-vs-rollouts figure (seed bands) to
-docs/strategies.png and appends the tables to docs/benchmarks.md. Run it again with the same
+docs/strategies.png and writes the tables to docs/benchmarks.md. Run it again with the same
 --home after an interruption: the interrupted run resumes (finished ones would run again: list
 only the rest).
 """

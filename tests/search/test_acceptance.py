@@ -1,6 +1,8 @@
 """The commit gate (app/search/acceptance.py): its rules on simulated phases with the truth
 known, and the sequential rule in a real harness phase on the demo model."""
 
+import math
+
 from app.experiment_schema import SearchConfig
 from app.search.acceptance import paired_gate, sequential
 from app.search.knobs import with_knob
@@ -10,13 +12,25 @@ from tests.search.conftest import SEED
 
 def test_the_gates_hold_their_false_commit_level_and_sequential_spends_less():
     level = 0.05
+    # The level bounds the commits of a candidate no better than the incumbent; an equal one is
+    # the hardest case, so it is checked on equal candidates alone (pooled with worse ones, which
+    # are almost never committed, a gate committing 15% of equal ones would look like 7.5%).
+    # 400 equal candidates per rule, the bound the level plus three binomial standard errors
+    # (0.083): a gate at the level stays under it, one committing 15% of them lands near 0.15
+    # (under 0.083 with a chance below 1 in 10,000).
+    n_equal = 400
+    equal = simulate(repeats=n_equal, n_tasks=128, level=level, seed=7, shifts=(0.0,))
+    bound = level + 3 * math.sqrt(level * (1 - level) / n_equal)
+    assert bound < 0.09
+    assert equal["paired"]["equal_commits"] <= bound, equal["paired"]
+    assert equal["sequential"]["equal_commits"] <= bound, equal["sequential"]
+    # greedy commits an equal candidate whenever noise favours it (about half of them here)
+    assert equal["greedy"]["equal_commits"] > 0.3, equal["greedy"]
+
     results = simulate(repeats=60, n_tasks=128, level=level, seed=7)
-    greedy, fixed, seq = results["greedy"], results["paired"], results["sequential"]
-    # greedy commits an equal or worse candidate whenever noise favours it
-    assert greedy["false_commits"] > 0.15, greedy
-    # 240 equal-or-worse candidates per rule: the level with Monte Carlo slack
-    assert fixed["false_commits"] <= level + 0.03, fixed
-    assert seq["false_commits"] <= level + 0.03, seq
+    fixed, seq = results["paired"], results["sequential"]
+    # a worse candidate (-0.10 on every task) is committed even less often than an equal one
+    assert fixed["worse_commits"] <= level and seq["worse_commits"] <= level, (fixed, seq)
     # the anytime-valid test stops early for hopeless and clearly better candidates
     assert seq["rollouts"] < 0.9 * fixed["rollouts"] == 0.9 * 128, (seq, fixed)
     # and still finds the better candidate often; the fixed test more often

@@ -4,13 +4,28 @@ mean@k again, on the real model; the store then holds the run, its jobs and the 
 import json
 import sqlite3
 import subprocess
+from pathlib import Path
+
+from safetensors.torch import load_file
 
 from tests.conftest import WHALE
 
+# Calls the model (its answers are what RFT trains on) but answers right by itself: every
+# rollout is accepted, so the step trains whatever the model samples.
+ORACLE = """
+def run(task, llm, tools):
+    expr = task["question"].removeprefix("What is ").rstrip("?")
+    llm.chat([{"role": "user", "content": task["question"]}], max_tokens=8)
+    return eval(expr)
+"""
+
 
 def test_whale_train_runs_a_weight_phase_and_reports_it(whale_env, tmp_path):
+    harness = tmp_path / "oracle.py"
+    harness.write_text(ORACLE)
     args = [
         "train",
+        str(harness),
         "--domain",
         "arith",
         "--steps",
@@ -37,10 +52,12 @@ def test_whale_train_runs_a_weight_phase_and_reports_it(whale_env, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
     assert out["k"] == 1 and out["n_test_tasks"] == 4
-    assert 0 <= out["before"] <= 1 and 0 <= out["after"] <= 1
+    assert out["before"] == out["after"] == 1.0  # the harness answers by itself
     assert out["rollouts_used"] == 4 * 2  # prompts x n, the test rollouts not counted
     [step] = out["steps"]
-    assert step["rollouts"] == 8 and step["status"] in ("done", "skipped")
+    # every rollout accepted, so the step trained
+    assert (step["rollouts"], step["accepted"], step["status"]) == (8, 8, "done")
+    assert step["loss"] > 0
     with sqlite3.connect(tmp_path / "home" / "whale.db") as db:
         assert db.execute(
             "SELECT kind, status FROM run WHERE id = ?", (out["run_id"],)
@@ -60,9 +77,22 @@ def test_whale_train_runs_a_weight_phase_and_reports_it(whale_env, tmp_path):
             (out["run_id"],),
         ).fetchall()
         assert points == [(0, 0, out["before"]), (1, 8, out["after"])]
-        kind = db.execute("SELECT kind FROM checkpoint WHERE id = ?", (out["checkpoint_id"],))
-        # a step that accepted nothing trains nothing: the checkpoint stays the base
-        assert kind.fetchone()[0] == ("lora" if step["status"] == "done" else "base")
+        # the step went from the base checkpoint to a new one, its LoRA adapter
+        (base_id,) = db.execute("SELECT id FROM checkpoint WHERE kind = 'base'").fetchone()
+        job = db.execute(
+            "SELECT checkpoint_in_id, checkpoint_out_id FROM training_job WHERE run_id = ?",
+            (out["run_id"],),
+        ).fetchone()
+        assert job == (base_id, out["checkpoint_id"]) and out["checkpoint_id"] != base_id
+        kind, parent, path = db.execute(
+            "SELECT kind, parent_id, path FROM checkpoint WHERE id = ?", (out["checkpoint_id"],)
+        ).fetchone()
+    assert (kind, parent) == ("lora", base_id)
+    # and its weights differ from the base: the adapter adds B @ A to a weight of the base,
+    # zero before training (B starts at zero), not after
+    adapter = load_file(Path(path) / "adapter" / "adapter_model.safetensors")
+    pairs = [(adapter[a], adapter[a.replace("lora_A", "lora_B")]) for a in adapter if "lora_A" in a]
+    assert pairs and any((b @ a).abs().max() > 0 for a, b in pairs)
 
 
 def test_whale_train_names_a_bad_domain(whale_env):
