@@ -147,3 +147,99 @@ def test_start_pause_resume_force_stop_over_the_api(tmp_path, whale_env):
     assert ("control", "pause") in kinds and ("control_refused", "pause") in kinds
     assert ("control_applied", "force") in kinds, kinds
     assert kinds[-2:] == [("run_end", None), ("control_refused", "pause")]
+
+
+# Two rollouts in flight and the rest queued: each rollout holds its slot for a second and a
+# half, and answers right by itself, so the step accepts all and trains.
+SLOW = """
+import time
+
+def run(task, llm, tools):
+    llm.chat([{"role": "user", "content": task["question"]}], max_tokens=4)
+    time.sleep(1.5)
+    return str(eval(task["question"].removeprefix("What is ").rstrip("?")))
+"""
+
+
+@pytest.mark.slow
+def test_pause_and_stop_say_what_they_wait_for_mid_evaluation_and_mid_training(tmp_path, whale_env):
+    """Through `whale serve` as the buttons do: a pause asked while an RFT step samples says
+    "pausing: N rollouts in flight" at once and until they end, starting none of those queued;
+    resumed, a stop asked while the step trains says the training ends first, and the run then
+    stops with no new training job and ends on the checkpoint its tables show."""
+    db = tmp_path / "home" / "whale.db"
+    text = f"harness_code = {json.dumps(SLOW)}\n" + quick_toml(
+        "held", "weight_only", rollouts=400, rft={"prompts_per_step": 4, "samples_per_prompt": 3}
+    )
+    with whale_serve({**whale_env, "WHALE_CONCURRENCY": "2"}) as url:
+        csrf = csrf_headers(url)
+        started = httpx.post(
+            url + "/api/runs", headers=csrf, json={"experiment": text}, timeout=300
+        )
+        assert started.status_code == 201, started.text
+        run_id = started.json()["run"]["id"]
+
+        def act(action):
+            reply = httpx.post(
+                f"{url}/api/runs/{run_id}/{action}", headers=csrf, json={"reason": "t"}, timeout=30
+            )
+            assert reply.status_code == 200, reply.text
+
+        def dashboard():
+            page = httpx.get(f"{url}/api/runs/{run_id}", headers=AUTH, timeout=30).json()
+            return page["dashboard"]
+
+        # mid-evaluation: the step's sampling has rollouts running and others queued
+        wait_for(
+            db,
+            "SELECT (SELECT count(*) FROM rollout WHERE status = 'pending'"
+            " AND started_at IS NOT NULL) >= 1 AND (SELECT count(*) FROM rollout"
+            " WHERE status = 'pending' AND started_at IS NULL) >= 1",
+            120,
+        )
+        act("pause")
+        held = dashboard()
+        assert held["run"]["shown_status"] == "pausing", held["run"]
+        assert held["activity"].startswith("pausing: ") and "in flight" in held["activity"]
+
+        def pending() -> tuple[int, int]:
+            """(running, queued) rollouts, as the store has them."""
+            con = sqlite3.connect(db)
+            try:
+                return con.execute(
+                    "SELECT count(started_at), count(*) - count(started_at) FROM rollout"
+                    " WHERE status = 'pending'"
+                ).fetchone()
+            finally:
+                con.close()
+
+        # "pausing" while any runs, "paused" once none does; the queued ones never start
+        deadline = time.monotonic() + 60
+        while (shown := dashboard()["run"]["shown_status"]) != "paused":
+            assert shown == "pausing" and time.monotonic() < deadline, shown
+            time.sleep(0.3)
+        running, queued = pending()
+        assert running == 0 and queued >= 1
+        time.sleep(3)
+        assert pending() == (0, queued)
+
+        # mid-training: resumed, the sampling ends and the step trains; a stop then waits for it
+        act("resume")
+        wait_for(db, "SELECT count(*) FROM training_job WHERE status = 'training'", 300)
+        act("stop")
+        held = dashboard()
+        assert held["run"]["shown_status"] == "stopping", held["run"]
+        assert held["activity"] in (
+            "stopping: training RFT step 1 ends first",
+            "stopping",  # the training ended between the two requests
+        ), held["activity"]
+        wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'stopped'", 300)
+        con = sqlite3.connect(db)
+        jobs = con.execute("SELECT status, checkpoint_out_id FROM training_job").fetchall()
+        last_phase = con.execute(
+            "SELECT checkpoint_out_id FROM phase ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        con.close()
+        # no training job began after the stop, and the run ends on the step's checkpoint
+        assert [status for status, _ in jobs] == ["done"], jobs
+        assert last_phase == (jobs[0][1],)
