@@ -257,9 +257,10 @@ def print_summary(result: dict) -> None:
         )
     out.print(table)
     if result.get("rft_steps"):
-        steps = Table(title="RFT steps: seconds per part")
+        out.print("RFT steps: seconds per part")
+        steps = Table(box=None, pad_edge=False)  # eight columns fit 80 without borders
         for column in ("step", "status", *TIMING_PARTS.values()):
-            steps.add_column(column)
+            steps.add_column(column, no_wrap=True)
         for j in result["rft_steps"]:
             seconds = [f"{j[k]:.1f}" if k in j else "-" for k in TIMING_PARTS]
             steps.add_row(str(j["step"]), j["status"], *seconds)

@@ -38,7 +38,9 @@ from app.workbench import Workbench
 from tests.conftest import AUTH, WEB_TOKEN, attached_settings, started_workbench
 from tests.training.test_rft import ORACLE
 
-TIMED_PARTS = ["sampling_s", "scoring_s", "training_s", "saving_s", "sync_s"]
+# in the order the job page shows them; "startup_s": the phase's training process starting and
+# loading (its first step; later ones train on what it keeps)
+TIMED_PARTS = ["sampling_s", "scoring_s", "startup_s", "training_s", "saving_s", "sync_s"]
 
 
 def test_a_phase_keeps_the_last_and_every_second_step_and_says_which_weights_it_dropped(
