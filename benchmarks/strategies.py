@@ -1,6 +1,7 @@
-"""The five strategies at the same rollout budget on arith with the demo model, several seeds each.
+"""The five strategies at the same rollout budget with the demo model, several seeds each.
 
-    .venv/bin/python -m benchmarks.strategies [--seeds 0,1,2] [--home DIR] [experiments/arith-*.toml ...]
+    .venv/bin/python -m benchmarks.strategies [--seeds 0,1,2] [--home DIR] [experiments/stories-*.toml ...]
+    .venv/bin/python -m benchmarks.strategies experiments/arith-{whale,weight-only,harness-only,stagewise,fast-slow}.toml
     .venv/bin/python -m benchmarks.strategies --harness harness_archive/seeds/arith/postfix.py
     .venv/bin/python -m benchmarks.strategies --domain arith-glyphs
 
@@ -8,6 +9,9 @@
 postfix seed (its docstring says what it was meant to show); `--domain` runs them on another
 domain, e.g. arith-glyphs (app/domains/arith.py says why). Either way the experiment files are
 copied into the store with the line changed and the harness's or domain's name added to theirs.
+
+The default is the five `experiments/stories-*.toml`: the domain built so that both the harness
+and the weights matter (docs/stories.md). It prints its estimate of the wall time first.
 
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from
@@ -24,18 +28,44 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from app.stats import seed_interval
 from benchmarks.common import REPO, report, table
 
 DEFAULT = [
-    "arith-whale",
-    "arith-weight-only",
-    "arith-harness-only",
-    "arith-stagewise",
-    "arith-fast-slow",
+    "stories-whale",
+    "stories-weight-only",
+    "stories-harness-only",
+    "stories-stagewise",
+    "stories-fast-slow",
 ]
+# Rates of the demo model on the local backend, 2 cores (docs/stories.md): an estimate, not a
+# promise; the report says the wall time each run really took.
+ROLLOUTS_PER_S = 3.0
+SECONDS_PER_RFT_STEP = 15.0
+SECONDS_PER_RUN = 40.0  # model server, trainer start, records
+
+
+def estimate_seconds(path: Path, seeds: int) -> float:
+    """Roughly how long `seeds` runs of the experiment take: its budget and test rollouts at
+    ROLLOUTS_PER_S, its RFT steps, and a fixed start. Test points are guessed as one per phase."""
+    from app.loop.experiment import load
+
+    experiment, _ = load(path)
+    e, budget, test = experiment, experiment.budget.rollouts or 0, experiment.test
+    step = e.rft.prompts_per_step * e.rft.samples_per_prompt
+    weight_phase = e.switching.weight_steps * step
+    harness_phase = e.switching.proposing_iterations * e.search.candidates * e.search.tasks
+    share = {"weight_only": 1.0, "harness_only": 0.0}.get(e.strategy, 0.5)
+    phases = {"stagewise": 2}.get(
+        e.strategy, budget / (share * weight_phase + (1 - share) * harness_phase)
+    )
+    test_rollouts = (int(test.at_start) + phases * int(test.after_phase)) * test.tasks * test.k
+    rft_steps = share * budget / step
+    one = (budget + test_rollouts) / ROLLOUTS_PER_S + rft_steps * SECONDS_PER_RFT_STEP
+    return seeds * (one + SECONDS_PER_RUN)
 
 
 def main() -> None:
@@ -58,7 +88,14 @@ def main() -> None:
         args.experiments = [variant(p, home, tag, harness, args.domain) for p in args.experiments]
     env = {**os.environ, "WHALE_HOME": str(home)}
     whale = str(Path(sys.executable).with_name("whale"))
-    run_ids = []
+    n_seeds = len(args.seeds.split(","))
+    guess = sum(estimate_seconds(p, n_seeds) for p in args.experiments)
+    print(
+        f"estimate: {len(args.experiments) * n_seeds} runs, about {guess / 60:.0f} minutes on a "
+        f"2-core machine ({ROLLOUTS_PER_S} rollouts/s, {SECONDS_PER_RFT_STEP:.0f} s per RFT step)",
+        flush=True,
+    )
+    run_ids, started = [], time.monotonic()
     for path in args.experiments:
         print(f"== {path.name}, seeds {args.seeds} (store {home})", flush=True)
         proc = subprocess.run(
@@ -70,7 +107,10 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"{path.name} failed (exit {proc.returncode})")
         run_ids += [r["run_id"] for r in json.loads(proc.stdout.strip().splitlines()[-1])["runs"]]
-    figure = REPO / "docs" / (f"strategies-{tag}.png" if tag else "strategies.png")
+
+    domain = args.domain or _domain_of(args.experiments[0])
+    where = f"{domain} from the {tag} seed harness" if args.harness else domain
+    figure = REPO / "docs" / f"strategies-{tag or domain}.png"
     proc = subprocess.run(
         [whale, "compare", *map(str, run_ids), "--plot", str(figure), "--json"],
         env=env,
@@ -81,14 +121,19 @@ def main() -> None:
     compared = json.loads(proc.stdout)
     by_id = {r["id"]: r for r in compared["runs"]}
     groups = compared["groups"]
-    where = f"arith from the {tag} seed harness" if args.harness else args.domain or "arith"
+
     report(
         f"Strategies at equal rollout budget, seeds ({where}, demo model)",
         strategy_table(groups, by_id)
         + "\n\n"
         + difference_table(groups, by_id)
-        + f"\n\n![accuracy vs rollouts]({figure.name})\n\nstore: {home}; runs {run_ids}",
+        + f"\n\n![accuracy vs rollouts]({figure.name})\n\nstore: {home}; runs {run_ids}; "
+        f"wall time {(time.monotonic() - started) / 60:.0f} minutes (estimated {guess / 60:.0f})",
     )
+
+
+def _domain_of(experiment: Path) -> str:
+    return re.search(r'(?m)^domain = "([^"]+)"', experiment.read_text()).group(1)
 
 
 def variant(
