@@ -35,6 +35,11 @@ Rollouts lost: a finished rollout seen before a fault and missing or changed at 
 `infrastructure` once their retries are spent) and counted apart, as are those retried and run.
 
     python -m benchmarks.soak [--minutes 60] [--seed 0] [--mean-gap-s 90] [--sandbox docker]
+    python -m benchmarks.soak --minutes 30 --full --keep-last 3   # disk under retention
+
+`--full` fine-tunes the whole model (each checkpoint is the whole model) and `--keep-last N` sets
+the retention policy ([rft] keep_last, app/training/retention.py); the report then says how large
+checkpoints/ grew and how many trained checkpoints kept their weights.
 """
 
 import argparse
@@ -78,6 +83,7 @@ samples_per_prompt = 4
 lora_rank = 4
 lr = 1e-3
 batch_size = 4
+{weights}
 
 [search]
 proposer = "knobs"
@@ -290,7 +296,10 @@ class Soak:
         harness = with_knob(
             (REPO / "harness_archive/seeds/arith/seed.py").read_text(), "SOLVER", "program"
         )
-        self.experiment.write_text(EXPERIMENT.format(harness=json.dumps(harness)))
+        weights = ("lora = false\n" if args.full else "") + (
+            f"keep_last = {args.keep_last}\n" if args.keep_last else ""
+        )
+        self.experiment.write_text(EXPERIMENT.format(harness=json.dumps(harness), weights=weights))
         self.env = {**os.environ, "WHALE_HOME": str(home), "WHALE_SANDBOX": args.sandbox}
         for key in ("WHALE_LLM_URL", "WHALE_LLM_MODEL"):  # the run starts its own model server
             self.env.pop(key, None)
@@ -301,6 +310,7 @@ class Soak:
         self.seen: dict[int, tuple] = {}  # every finished rollout seen, as first seen
         self.unexpected: list[str] = []  # `whale run` ended without a fault asking it to
         self.t0 = time.monotonic()  # the soak's start, once the loop runs
+        self.peak_bytes, self._measured = 0, 0.0  # the checkpoints folder's largest size seen
 
     def say(self, what: str) -> None:
         print(f"[soak {time.strftime('%H:%M:%S')}] {what}", flush=True)
@@ -450,6 +460,9 @@ class Soak:
         until = time.monotonic() + seconds
         while time.monotonic() < until:
             self.keep_running()
+            if time.monotonic() - self._measured > 10:
+                self.peak_bytes = max(self.peak_bytes, folder_bytes(self.home / "checkpoints"))
+                self._measured = time.monotonic()
             time.sleep(min(1.0, max(0.0, until - time.monotonic())))
 
     def finish(self) -> tuple[int, list[dict]]:
@@ -463,6 +476,36 @@ class Soak:
             [WHALE, "check", str(run_id), "--json"], env=self.env, capture_output=True, text=True
         )
         return run_id, json.loads(checked.stdout)
+
+
+def folder_bytes(folder: Path) -> int:
+    """The bytes of the files under `folder` (0 when it does not exist); files deleted while
+    it is walked are skipped."""
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
+
+
+def disk_summary(soak: "Soak", run_id: int) -> str:
+    """The checkpoints folder at the end and at its largest, and the run's trained checkpoints
+    with and without their weights."""
+    ((kept, dropped),) = soak.store.query(
+        """SELECT sum(weights_dropped_at IS NULL), sum(weights_dropped_at IS NOT NULL)
+           FROM checkpoint WHERE run_id = ? AND kind != 'base'""",
+        run_id,
+    )
+    end = folder_bytes(soak.home / "checkpoints")
+    return (
+        f" Checkpoints ({'full fine-tune' if soak.args.full else 'LoRA'}, retention "
+        + (f"keep_last {soak.args.keep_last}" if soak.args.keep_last else "none")
+        + f"): {kept or 0} trained checkpoints with their weights, {dropped or 0} without; "
+        f"{end / 1e9:.2f} GB under checkpoints/ at the end, {max(end, soak.peak_bytes) / 1e9:.2f} "
+        "GB at the largest seen (sampled every 10 s)."
+    )
 
 
 def summarize(
@@ -529,10 +572,14 @@ def summarize(
         + ". `whale check`: "
         + ("every invariant holds" if not broken else "broken: " + ", ".join(broken))
         + "."
+        + disk_summary(soak, run_id)
     )
     notes = (
         f"`python -m benchmarks.soak --minutes {soak.args.minutes:g} --seed {soak.args.seed} --mean-gap-s "
-        f"{soak.args.mean_gap_s:g} --sandbox {soak.args.sandbox}`: `whale run` of a WHALE loop "
+        f"{soak.args.mean_gap_s:g} --sandbox {soak.args.sandbox}"
+        + (" --full" if soak.args.full else "")
+        + (f" --keep-last {soak.args.keep_last}" if soak.args.keep_last else "")
+        + "`: `whale run` of a WHALE loop "
         "on arith (two RFT steps of 16 rollouts, then one knobs search iteration, test points "
         "after each phase) on the demo model and its local server. Faults come at seeded "
         "exponential gaps, each chosen among those with a target at that moment (a training "
@@ -544,7 +591,10 @@ def summarize(
         "between it and the next fault. The run ends with `whale stop` and `whale check`. The "
         f"fault log: {soak.home.parent}/faults.jsonl."
     )
-    report("Soak: a loop under injected faults", body, notes, replace=True)
+    title = "Soak: a loop under injected faults" + (
+        ", full fine-tuning under retention" if soak.args.full else ""
+    )
+    report(title, body, notes, replace=True)
 
 
 def main() -> None:
@@ -555,6 +605,8 @@ def main() -> None:
     parser.add_argument("--recover-timeout-s", type=float, default=600)
     parser.add_argument("--sandbox", default="docker", choices=("docker", "process"))
     parser.add_argument("--home", type=Path, help="the store (default: a new temporary one)")
+    parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+    parser.add_argument("--keep-last", type=int, help="[rft] keep_last: the retention policy")
     args = parser.parse_args()
     if args.sandbox == "docker" and (why := docker_backend.engine_available()):
         sys.exit(f"soak: {why}")

@@ -31,7 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from app.stats import seed_interval
 from benchmarks.common import REPO, report, table
 
 DEFAULT = [
@@ -126,7 +125,7 @@ def main() -> None:
         f"Strategies at equal rollout budget, seeds ({where}, demo model)",
         strategy_table(groups, by_id)
         + "\n\n"
-        + difference_table(groups, by_id)
+        + difference_table(groups)
         + f"\n\n![accuracy vs rollouts]({figure.name})\n\nstore: {home}; runs {run_ids}; "
         f"wall time {(time.monotonic() - started) / 60:.0f} minutes (estimated {guess / 60:.0f})",
     )
@@ -191,24 +190,27 @@ def strategy_table(groups: list[dict], by_id: dict) -> str:
     )
 
 
-def difference_table(groups: list[dict], by_id: dict) -> str:
-    """Each strategy's selected score minus the first strategy's, paired by seed (seed s of one
-    against seed s of the other), with the 95% t interval and the paired t-test over seeds."""
-    from scipy import stats
-
-    first, rows = groups[0], []
-    base = _selected(first, by_id)
+def difference_table(groups: list[dict]) -> str:
+    """Each strategy's selected score minus the first strategy's, paired by seed, as
+    `whale compare` computes it (app/read/compare.py paired_by_seed)."""
+    rows = []
     for g in groups[1:]:
-        other = _selected(g, by_id)
-        n = min(len(base), len(other))
-        diffs = [b - a for a, b in zip(base[:n], other[:n])]
-        mean, ci = seed_interval(diffs)
-        p = stats.ttest_rel(other[:n], base[:n]).pvalue if n > 1 and any(diffs) else 1.0
-        real = "yes" if ci and (ci[0] > 0 or ci[1] < 0) else "no"
-        rows.append([g["strategy"], n, f"{mean:+.3f}{_ci(ci)}", f"{p:.3f}", real])
+        d = g["vs_baseline"]
+        interval = f" [{d['low']:+.3f}, {d['high']:+.3f}]" if d["low"] is not None else ""
+        real = d["low"] is not None and (d["low"] > 0 or d["high"] < 0)
+        p = f"{d['p_value']:.3f}" if d["p_value"] is not None else "-"
+        rows.append(
+            [
+                g["strategy"],
+                len(d["seeds"]),
+                f"{d['difference']:+.3f}{interval}",
+                p,
+                "yes" if real else "no",
+            ]
+        )
     return table(
         [
-            f"strategy minus {first['strategy']}",
+            f"strategy minus {groups[0]['strategy']}",
             "paired seeds",
             "difference of selected, mean [95% t]",
             "paired t-test p",

@@ -149,8 +149,7 @@ async def measure(backend: VLLMBackend, work: Path, checkpoint: Path, n: int, re
     hot = time.perf_counter() - start
     await direct.close()
     start = time.perf_counter()  # a restart, as before weights went in place (weight_sync.py)
-    await asyncio.to_thread(backend.server.restart, checkpoint / "merged")
-    merged = backend.server.model
+    merged = await backend.restart_on(checkpoint / "merged")
     direct = ChatEndpoint(endpoint.base_url, merged)
     await direct.chat(merged, MESSAGES, max_tokens=1)
     restart = time.perf_counter() - start

@@ -67,11 +67,8 @@ async def main(rounds: int) -> None:
             await first_answer(url, backend.endpoint.renamed.get(name, name))
             in_place.append(time.perf_counter() - start)
             start = time.perf_counter()
-            await asyncio.to_thread(backend.server.restart, folders[(i + 1) % 2])
-            await first_answer(url, backend.server.model)
+            await first_answer(url, await backend.restart_on(folders[(i + 1) % 2]))
             restart.append(time.perf_counter() - start)
-            backend.served_name = backend.server.model
-            backend.endpoint.renamed = {}
             print(f"round {i + 1}: in place {in_place[-1]:.2f} s, restart {restart[-1]:.1f} s")
     finally:
         await backend.stop()

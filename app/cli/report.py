@@ -124,10 +124,21 @@ def format_group(group: dict, aggregate: dict) -> str:
             return "-"
         return f"{mean:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
+    pairs = aggregate.get("vs_baseline")
     return (
         f"group {group['name']!r}, seeds {', '.join(map(str, group['seeds']))}: selected test "
         f"mean@k {figure('selected')}, max over test {figure('best')}, final "
-        f"{figure('final')} ({aggregate['design']})"
+        f"{figure('final')} ({aggregate['design']})" + (f"; {seed_pairs(pairs)}" if pairs else "")
+    )
+
+
+def seed_pairs(pairs: dict) -> str:
+    """A group's selected score against the baseline group's, paired by seed, in words."""
+    interval = f" [{pairs['low']:+.3f}, {pairs['high']:+.3f}]" if pairs["low"] is not None else ""
+    p = f", p = {pairs['p_value']:.3g}" if pairs["p_value"] is not None else ""
+    return (
+        f"selected minus {pairs['against']!r}: {pairs['difference']:+.3f}{interval}{p} "
+        f"({pairs['design']})"
     )
 
 
@@ -157,7 +168,7 @@ def compare(
     with store_session() as session:
         rows = compare_runs(session, run_ids, baseline)
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
-    seed_groups = groups(rows)
+    seed_groups = groups(rows, baseline)
     if as_json:
         print(json.dumps({"runs": rows, "groups": seed_groups, "baseline": baseline}))
     else:
@@ -165,7 +176,7 @@ def compare(
         for line in paired_lines(rows, baseline):
             print(line)
         for g in seed_groups:
-            print(format_group({"name": g["group"], "seeds": g["runs"]}, g))
+            print(format_group({"name": g["group"], "seeds": g["seeds"]}, g))
     for note in mixed_scales(rows):
         err.print(f"[yellow]note:[/yellow] {note}")
     err.print(f"figure: {plot}")

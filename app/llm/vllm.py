@@ -487,16 +487,31 @@ class VLLMBackend:
             )
         else:
             self.say(f"model: restarting vLLM on {path} (not loaded in place: {why})")
-            await asyncio.to_thread(self.server.restart, path)
-            self.served_name = self.server.model
-            self.endpoint.renamed = {}
-            self.endpoint.retired.discard(str(path))
+            return await self.restart_on(path)
+        return self._now_serving(path)
+
+    async def restart_on(self, path: Path) -> str:
+        """Restart the managed server on the weights folder `path` (what serve_weights falls
+        back to); returns the name requests use for it, the folder's own."""
+        await asyncio.to_thread(self.server.restart, path)
+        self._serving_own_name()
+        self.endpoint.retired.discard(str(path))
+        return self._now_serving(Path(path))
+
+    def _now_serving(self, path: Path) -> str:
         self.model_path = path
         self.model = self.base = str(path)
         self.endpoint.model = self.model
         for replica in self.endpoint.replicas:
             replica.model = self.model
         return self.model
+
+    def _serving_own_name(self) -> None:
+        """After a (re)start the server calls its weights by their folder's name: nothing is
+        renamed."""
+        self.served_name = self.server.model
+        if self.endpoint:
+            self.endpoint.renamed = {}
 
     async def batch_capacity(self) -> int | None:
         """The sequences the servers decode at once, summed over replicas: each one's
@@ -559,10 +574,8 @@ class VLLMBackend:
 
     def _reload_adapters(self) -> None:
         """After a crash restart: load the adapters again (runs in the watcher thread). The
-        server now calls its weights by their own folder's name: nothing is renamed."""
-        self.served_name = self.server.model
-        if self.endpoint:
-            self.endpoint.renamed = {}
+        server now calls its weights by their own folder's name."""
+        self._serving_own_name()
         for name, path in list(self.adapters.items()):
             body = {"lora_name": name, "lora_path": str(path), "load_inplace": True}
             for url in self.urls:

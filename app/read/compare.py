@@ -99,6 +99,7 @@ def summarize(
         "rollouts_used": rollouts_used(session, run.id),
         "test_points": len(points),
         "group": group_of(run),
+        "seed": ((run.config or {}).get("experiment") or {}).get("seed"),
     }
 
 
@@ -166,16 +167,57 @@ def group_summary(session: Session, run_ids: list[int]) -> dict:
     return aggregate(summaries(session, get_runs(session, run_ids)))
 
 
-def groups(rows: list[dict]) -> list[dict]:
-    """The seed groups among compared runs, in order of first appearance, each aggregated."""
+def groups(rows: list[dict], baseline: int | None = None) -> list[dict]:
+    """The seed groups among compared runs, in order of first appearance, each aggregated, and
+    each but the baseline's (the group of the baseline run; else the first) paired with it by
+    seed (`vs_baseline`)."""
     members: dict[str, list[dict]] = {}
     for row in rows:
         if row.get("group"):
             members.setdefault(row["group"], []).append(row)
+    base = next((r["group"] for r in rows if r["id"] == baseline and r.get("group")), None)
+    base = base or next(iter(members), None)
     return [
-        {"group": name, "strategy": rs[0]["strategy"], **aggregate(rs)}
+        {
+            "group": name,
+            "strategy": rs[0]["strategy"],
+            "seeds": [r["seed"] for r in rs],
+            **aggregate(rs),
+            "vs_baseline": None if name == base else paired_by_seed(members[base], rs, base),
+        }
         for name, rs in members.items()
     ]
+
+
+def paired_by_seed(base: list[dict], other: list[dict], base_name: str) -> dict | None:
+    """`other`'s selected test scores minus `base`'s, seed s against seed s: the mean
+    difference, its 95% t interval and the paired t-test over the seeds both ran."""
+    a = {r["seed"]: r["selected"] for r in base if r["selected"] is not None}
+    b = {r["seed"]: r["selected"] for r in other if r["selected"] is not None}
+    seeds = sorted(a.keys() & b.keys())
+    if not seeds:
+        return None
+    diffs = [b[s] - a[s] for s in seeds]
+    mean, ci = seed_interval(diffs)
+    p = None
+    if len(seeds) > 1:
+        from scipy import stats
+
+        p = (
+            1.0
+            if not any(diffs)
+            else float(stats.ttest_rel([b[s] for s in seeds], [a[s] for s in seeds]).pvalue)
+        )
+    return {
+        "against": base_name,
+        "seeds": seeds,
+        "difference": mean,
+        "low": ci[0] if ci else None,
+        "high": ci[1] if ci else None,
+        "p_value": p,
+        "design": f"selected test score, paired by seed over {len(seeds)} seed"
+        + ("s; 95% t interval, paired t-test" if len(seeds) > 1 else ": no interval"),
+    }
 
 
 SEED_BAND = "95% t interval over seeds"  # what seed_bands' band is, as legends say it
@@ -246,7 +288,7 @@ def get_comparison(
         "x_label": X_LABELS[x],
         "baseline": baseline,
         "runs": rows,
-        "groups": groups(rows),
+        "groups": groups(rows, baseline),
         "notes": mixed_scales(rows),
         "curves": curves,
         "seed_bands": seed_bands(

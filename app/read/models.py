@@ -113,6 +113,19 @@ class ComparedRun(Open):
         description="final test score against the baseline's; None for the baseline itself"
     )
     group: str | None = Field(description="its seed group (`whale run --seeds`), if any")
+    seed: int | None = Field(description="its experiment's seed")
+
+
+class SeedPairs(Open):
+    """One seed group's selected test scores against another's, seed s against seed s."""
+
+    against: str = Field(description="the baseline group")
+    seeds: list[int]
+    difference: float = Field(description="mean over seeds of this group's minus the baseline's")
+    low: float | None = Field(description="95% t interval over seeds (two seeds or more)")
+    high: float | None
+    p_value: float | None = Field(description="paired t-test over seeds")
+    design: str
 
 
 class SeedGroup(Open):
@@ -120,6 +133,7 @@ class SeedGroup(Open):
 
     group: str
     strategy: str
+    seeds: list[int | None] = Field(description="each run's seed, in the order of runs")
     n_seeds: int
     runs: list[int]
     selected_mean: float | None
@@ -129,6 +143,9 @@ class SeedGroup(Open):
     final_mean: float | None
     final_ci: list[float] | None
     design: str
+    vs_baseline: SeedPairs | None = Field(
+        description="selected score minus the baseline group's, paired by seed; None for it"
+    )
 
 
 class SeedBandPoint(Open):

@@ -152,6 +152,7 @@ def test_seeds_run_one_grouped_run_each_and_compare_aggregates_them(tmp_path, wh
     )
     (group,) = compared["groups"]
     assert (group["group"], group["runs"], group["n_seeds"]) == ("seeded", ids, 2)
+    assert group["seeds"] == [3, 4] and group["vs_baseline"] is None  # the only group
     assert group["final_mean"] == pytest.approx(out["final_mean"])
     # the seeds reached the runs: each run's experiment carries its own
     from app.db import open_engine, read_session

@@ -37,6 +37,7 @@ def test_summaries_in_the_order_asked(session, filled):
         "final_evaluation_id": by["whale"]["final_evaluation_id"],
         "paired": None,
         "group": None,  # not one of a seed group
+        "seed": None,  # nor run from an experiment file
     }
     assert (by["harness_only"]["best"], by["harness_only"]["rollouts_to_best"]) == (0.6, 800)
     assert by["weight_only"]["rollouts_used"] == 2304  # a train metric after the last test

@@ -89,3 +89,53 @@ def test_a_group_of_one_seed_among_the_runs_draws_as_a_plain_run(store, client):
     assert data["seed_bands"] == []
     svg = client.get(f"/runs/compare?ids={seeds[0].id}&ids={solo.id}").text
     assert "seed-band" not in svg and "chart-line faint" not in svg
+
+
+def test_seed_groups_are_paired_by_seed_against_the_baseline_runs_group(store, client):
+    """Two strategies under seeds 0-2: each group's selected score minus the baseline group's,
+    seed s against seed s whatever order the runs come in, with the t interval over seeds and
+    the paired t-test; the page shows the same figures."""
+    from scipy import stats
+
+    finals = {"whale": {0: 0.50, 1: 0.70, 2: 0.60}, "harness_only": {2: 0.55, 0: 0.30, 1: 0.60}}
+    runs = {}
+    for strategy, by_seed in finals.items():
+        group = {"name": f"stories-{strategy}", "seeds": [0, 1, 2]}
+        for seed, y in by_seed.items():  # harness_only's seeds written out of order
+            run = store.write(
+                Run(
+                    name=f"stories-{strategy} seed {seed}",
+                    kind="experiment",
+                    strategy=strategy,
+                    domain="stories",
+                    status="done",
+                    config={"group": group, "experiment": {"seed": seed}},
+                )
+            )
+            store.write(Metric(run_id=run.id, series="test/mean@k", x=0, rollouts=256, y=y))
+            runs[strategy, seed] = run.id
+    ids = list(runs.values())
+    query = "&".join(f"ids={i}" for i in ids) + f"&baseline={runs['whale', 0]}"
+
+    base, other = client.get(f"/api/runs/compare?{query}").json()["groups"]
+    assert base["group"] == "stories-whale" and base["vs_baseline"] is None
+    pairs = other["vs_baseline"]
+    diffs = [finals["harness_only"][s] - finals["whale"][s] for s in (0, 1, 2)]  # -0.2, -0.1, -0.05
+    mean, half = statistics.mean(diffs), T_975_DF2 * statistics.stdev(diffs) / 3**0.5
+    assert (pairs["against"], pairs["seeds"]) == ("stories-whale", [0, 1, 2])
+    assert pairs["difference"] == pytest.approx(mean)
+    assert (pairs["low"], pairs["high"]) == (pytest.approx(mean - half), pytest.approx(mean + half))
+    p = stats.ttest_rel(
+        [finals["harness_only"][s] for s in (0, 1, 2)], list(finals["whale"].values())
+    )
+    assert pairs["p_value"] == pytest.approx(p.pvalue)
+    assert "paired by seed over 3 seeds" in pairs["design"]
+
+    page = client.get(f"/runs/compare?{query}").text
+    table = re.search(r'<table id="seed-groups">.*?</table>', page, re.S).group(0)
+    assert "selected vs stories-whale, paired by seed" in table
+    rows = re.findall(r"<tr><td>(stories-[^<]+)</td>.*?</tr>", table, re.S)
+    assert rows == ["stories-whale", "stories-harness_only"]
+    cell = html.unescape(re.sub(r"(<[^>]+>|\s)+", " ", table.split("stories-harness_only", 1)[1]))
+    assert f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]" in cell
+    assert f"p {p.pvalue:.3g}, 3 seeds" in cell

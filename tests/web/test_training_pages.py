@@ -131,7 +131,7 @@ def test_job_page_names_its_weight_phase_and_links_it(store, client):
 
     link = f'href="/runs/{first.run.id}#weight-phase-{second.row.id}"'
     assert f'<a id="job-phase" {link}>weight phase 2</a>' in page
-    assert re.search(r"<h1>Training job \d+ · RFT step 1 of weight phase 2</h1>", page)
+    assert re.search(r"<h1>Training job \d+ · RFT step 2 of weight phase 2</h1>", page)
     lone = weight_phase(store, [PASS2_FAIL2]).jobs[0]  # `whale train`: no phase to name
     assert 'id="job-phase"' not in client.get(f"/training/{lone.id}").text
 
