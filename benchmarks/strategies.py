@@ -111,7 +111,8 @@ def main() -> None:
     where = f"{domain} from the {tag} seed harness" if args.harness else domain
     figure = REPO / "docs" / f"strategies-{tag or domain}.png"
     proc = subprocess.run(
-        [whale, "compare", *map(str, run_ids), "--plot", str(figure), "--json"],
+        [whale, "compare", *map(str, run_ids), "--baseline", str(run_ids[0])]
+        + ["--plot", str(figure), "--json"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
@@ -196,6 +197,9 @@ def difference_table(groups: list[dict]) -> str:
     rows = []
     for g in groups[1:]:
         d = g["vs_baseline"]
+        if d is None:  # no seed run by both
+            rows.append([g["strategy"], 0, "-", "-", "-"])
+            continue
         interval = f" [{d['low']:+.3f}, {d['high']:+.3f}]" if d["low"] is not None else ""
         real = d["low"] is not None and (d["low"] > 0 or d["high"] < 0)
         p = f"{d['p_value']:.3f}" if d["p_value"] is not None else "-"

@@ -200,14 +200,12 @@ def paired_by_seed(base: list[dict], other: list[dict], base_name: str) -> dict 
     diffs = [b[s] - a[s] for s in seeds]
     mean, ci = seed_interval(diffs)
     p = None
-    if len(seeds) > 1:
+    if len(seeds) > 1 and not any(diffs):
+        p = 1.0
+    elif len(seeds) > 1 and len({round(d, 9) for d in diffs}) > 1:  # equal ones: t undefined
         from scipy import stats
 
-        p = (
-            1.0
-            if not any(diffs)
-            else float(stats.ttest_rel([b[s] for s in seeds], [a[s] for s in seeds]).pvalue)
-        )
+        p = float(stats.ttest_rel([b[s] for s in seeds], [a[s] for s in seeds]).pvalue)
     return {
         "against": base_name,
         "seeds": seeds,
