@@ -494,6 +494,15 @@ def test_new_full_weights_are_loaded_into_the_running_server(vllm, loop, base, t
         "mismatches": [],
     }
     assert _chat(vllm, loop, str(weights))
+    # Back to the base by a restart on its folder (serve_weights' fallback): a new process that
+    # serves the folder under its own name, nothing renamed, the old name no longer answered
+    pid = vllm.server.proc.pid
+    assert loop.run_until_complete(vllm.restart_on(base)) == str(base)
+    assert vllm.server.proc.pid != pid and vllm.endpoint.renamed == {}
+    assert vllm.served_name == vllm.endpoint.model == str(base) in _served(vllm.urls[0])
+    assert _chat(vllm, loop, str(base))
+    with pytest.raises(BackendError):
+        _chat(vllm, loop, str(weights))
 
 
 def test_attached_servers_that_cannot_load_weights_in_place_say_how_to_switch(
