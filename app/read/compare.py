@@ -25,7 +25,8 @@ from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
 from app.stats import paired, seed_interval
 
-MAX_RUNS = 10  # the chart has ten colours
+MAX_RUNS = 30  # five strategies under six seeds
+MAX_CURVES = 10  # the chart has ten colours; a seed group draws as one curve (its seeds faint)
 RunIds = Annotated[list[int], Query(description="the runs to compare: ids=1&ids=2...")]
 PairedBaseline = Annotated[
     int | None,
@@ -279,6 +280,13 @@ def get_comparison(
         raise HTTPException(422, str(exc)) from None
     except UnknownRuns as exc:
         raise HTTPException(404, str(exc)) from None
+    drawn = len({group_of(run) or run.id for run in runs})
+    if drawn > MAX_CURVES:
+        raise HTTPException(
+            422,
+            f"ids: at most {MAX_CURVES} curves at a time (a run, or a seed group of runs, draws "
+            f"as one), not {drawn}",
+        )
     rows = summaries(s, runs, baseline)
     curves = {label(run): measured(s, run, x) for run in runs}
     return {

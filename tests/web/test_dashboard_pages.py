@@ -93,8 +93,11 @@ def test_compare_refuses_nothing_too_many_and_unknown_runs(store, client):
     run = loop_run(store, "only")
     nothing = client.get("/runs/compare")
     assert nothing.status_code == 422 and "pick at least one run" in nothing.text
-    eleven = "&".join(f"ids={run.id}" for _ in range(11))
-    assert "at most 10 runs" in client.get(f"/api/runs/compare?{eleven}").json()["detail"]
+    many = "&".join(f"ids={run.id}" for _ in range(31))
+    assert "at most 30 runs" in client.get(f"/api/runs/compare?{many}").json()["detail"]
+    eleven = "&".join(f"ids={loop_run(store, f'run-{i}').id}" for i in range(11))
+    refused = client.get(f"/api/runs/compare?{eleven}").json()["detail"]
+    assert "at most 10 curves" in refused and "not 11" in refused
     unknown = client.get(f"/runs/compare?ids={run.id}&ids=999")
     assert unknown.status_code == 404 and "no run 999" in unknown.text
     assert client.get(f"/runs/compare?ids={run.id}&x=tokens").status_code == 422
