@@ -81,7 +81,6 @@ proposing_iterations = 1
 prompts_per_step = 4
 samples_per_prompt = 4
 lora_rank = 4
-lr = 1e-3
 batch_size = 4
 {weights}
 
@@ -296,7 +295,9 @@ class Soak:
         harness = with_knob(
             (REPO / "harness_archive/seeds/arith/seed.py").read_text(), "SOLVER", "program"
         )
-        weights = ("lora = false\n" if args.full else "") + (
+        # a full fine-tune at LoRA's rate (1e-3) wrecks the model within three steps, after
+        # which nothing is accepted and no step trains: no checkpoints for retention to drop
+        weights = ("lora = false\nlr = 1e-5\n" if args.full else "lr = 1e-3\n") + (
             f"keep_last = {args.keep_last}\n" if args.keep_last else ""
         )
         self.experiment.write_text(EXPERIMENT.format(harness=json.dumps(harness), weights=weights))
@@ -580,7 +581,8 @@ def summarize(
         + (" --full" if soak.args.full else "")
         + (f" --keep-last {soak.args.keep_last}" if soak.args.keep_last else "")
         + "`: `whale run` of a WHALE loop "
-        "on arith (two RFT steps of 16 rollouts, then one knobs search iteration, test points "
+        "on arith (two RFT steps of 16 rollouts, LoRA rank 4 at lr 1e-3 or with --full the "
+        "whole model at lr 1e-5, then one knobs search iteration, test points "
         "after each phase) on the demo model and its local server. Faults come at seeded "
         "exponential gaps, each chosen among those with a target at that moment (a training "
         "process only while one trains; a job killed twice pauses the run, which the soak "
