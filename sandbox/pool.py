@@ -223,8 +223,7 @@ class SandboxPool:
             # every rollout given to it meanwhile would fail too.
             wedged = isinstance(exc, TimeoutError)
             if why is None and not wedged and isinstance(exc, OSError):
-                if not await self._accepts(server):
-                    why = "its runner server no longer accepts connections"
+                why = await self._gone(server)
             if why is not None or wedged:
                 server.dead = True  # gone or wedged: no more work for it; it is replaced
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
@@ -275,6 +274,20 @@ class SandboxPool:
             return harness_s, await asyncio.wait_for(answer, 15)
         finally:
             answer.cancel()
+
+    async def _gone(self, server: _Server) -> str | None:
+        """Why a runner that dropped a connection is gone, or None when it still serves. A
+        killed container's processes die one by one (its listening socket can outlive the
+        connection that broke) and docker records the exit late: look a few times over about
+        a second before calling it alive."""
+        for _ in range(5):
+            why = self.launcher.exited(server.handle) if server.handle is not None else None
+            if why is not None:
+                return why
+            if not await self._accepts(server):
+                return "its runner server no longer accepts connections"
+            await asyncio.sleep(0.2)
+        return None
 
     async def _accepts(self, server: _Server) -> bool:
         """Whether the server's runner still takes connections (an empty one it just closes)."""
