@@ -58,6 +58,7 @@ from pathlib import Path
 
 from app.cli.base import GRACE_S
 from app.search.knobs import with_knob
+from app.training.retention import disk_bytes
 from benchmarks.common import REPO, report, table
 from sandbox import docker as docker_backend
 
@@ -462,7 +463,7 @@ class Soak:
         while time.monotonic() < until:
             self.keep_running()
             if time.monotonic() - self._measured > 10:
-                self.peak_bytes = max(self.peak_bytes, folder_bytes(self.home / "checkpoints"))
+                self.peak_bytes = max(self.peak_bytes, disk_bytes(self.home / "checkpoints"))
                 self._measured = time.monotonic()
             time.sleep(min(1.0, max(0.0, until - time.monotonic())))
 
@@ -479,18 +480,6 @@ class Soak:
         return run_id, json.loads(checked.stdout)
 
 
-def folder_bytes(folder: Path) -> int:
-    """The bytes of the files under `folder` (0 when it does not exist); files deleted while
-    it is walked are skipped."""
-    total = 0
-    for path in folder.rglob("*"):
-        try:
-            total += path.stat().st_size if path.is_file() else 0
-        except FileNotFoundError:
-            pass
-    return total
-
-
 def disk_summary(soak: "Soak", run_id: int) -> str:
     """The checkpoints folder at the end and at its largest, and the run's trained checkpoints
     with and without their weights."""
@@ -499,7 +488,7 @@ def disk_summary(soak: "Soak", run_id: int) -> str:
            FROM checkpoint WHERE run_id = ? AND kind != 'base'""",
         run_id,
     )
-    end = folder_bytes(soak.home / "checkpoints")
+    end = disk_bytes(soak.home / "checkpoints")
     return (
         f" Checkpoints ({'full fine-tune' if soak.args.full else 'LoRA'}, retention "
         + (f"keep_last {soak.args.keep_last}" if soak.args.keep_last else "none")

@@ -20,9 +20,8 @@ differ across splits, templates do not (the test asks the same kinds of stories)
 import random
 
 from app.domains import SKILLS, SPLITS, Task
-from app.domains.arith import Arith
+from app.domains.arith import SPLIT_SIZES, Arith
 
-SPLIT_SIZES = {"train": 512, "harness": 64, "test": 64}
 _SEED = 20261
 # Two stories per operation; the operation is never named, only told.
 STORIES = {

@@ -87,7 +87,15 @@ def plan(s: Session, run_id: int, cfg: RFTConfig, root: Path) -> tuple[list[int]
 
 
 def disk_bytes(root: Path) -> int:
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+    """The bytes of the files under `root` (0 when absent); a file deleted while the folder is
+    walked (a trainer or a retention pass at work beside the caller) counts as gone."""
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total
 
 
 async def _drop(workbench, checkpoint_ids: list[int]) -> None:
