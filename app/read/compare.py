@@ -247,7 +247,7 @@ def seed_bands(runs: list[Run], curves: list[Sequence[Sequence[float]]]) -> list
         bands.append(
             {
                 "group": name,
-                "label": f"{name}: mean of {len(indexes)} seeds, band = {SEED_BAND}",
+                "label": f"{name}: mean of {len(indexes)} seeds",  # the band said once, by the chart
                 "band": SEED_BAND,
                 "n_seeds": len(indexes),
                 "runs": [runs[i].id for i in indexes],

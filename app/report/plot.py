@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter, MaxNLocator
 from sqlmodel import Session
 
-from app.read.compare import seed_bands, selected_point
+from app.read.compare import SEED_BAND, seed_bands, selected_point
 from app.read.curves import X_LABELS, curve, label, test_k, test_points, x_axis, x_value
 from app.read.runs import get_runs
 
@@ -44,26 +44,26 @@ def plot_accuracy_vs_rollouts(
     metric = f"mean@{ks.pop()}" if len(ks) == 1 and None not in ks else "mean@k"
 
     bands = seed_bands(runs, [points for points, _ in curves])
-    entries = len(runs) + len(bands)  # legend lines: a run each, a seed group each
+    colors, members = run_colors(runs, bands)
+    entries = len(runs) - len(members) + len(bands)  # a seed group's seeds share its one line
     columns = 2 if entries > 3 else max(entries, 1)
     legend_rows = -(-entries // columns)
     fig = Figure(figsize=(7, 4 + 0.2 * legend_rows), dpi=200, layout="constrained")
     ax = fig.add_subplot()
     scale, xlabel = x_axis(x, max((p[0] for c, _ in curves for p in c), default=0))
-    colors = colormaps["tab10" if len(runs) <= 10 else "tab20"].colors
     for i, (run, (points, note)) in enumerate(zip(runs, curves)):
-        color = colors[i % len(colors)]
+        color, seed = colors[run.id], run.id in members
         xs, ys = [p[0] / scale for p in points], [p[1] for p in points]
         ax.plot(
             xs,
             ys,
             color=color,
             marker=MARKERS[i % len(MARKERS)],
-            markersize=5,
-            linewidth=1.6,
-            alpha=0.9,
+            markersize=3.5 if seed else 5,
+            linewidth=0.9 if seed else 1.6,
+            alpha=0.5 if seed else 0.9,
             clip_on=False,
-            label=label(run) + note,
+            label=("_" if seed else "") + label(run) + note,  # "_": left out of the legend
         )
         # each point's 95% interval (tasks resampled, app/stats.py) as an error bar
         bars = [
@@ -71,7 +71,7 @@ def plot_accuracy_vs_rollouts(
             for px, py, (_, _, low, high) in zip(xs, ys, points)
             if low is not None
         ]
-        if bars:
+        if bars and not seed:  # a seed's spread is its group's band
             ax.errorbar(
                 [b[0] for b in bars],
                 [b[1] for b in bars],
@@ -97,7 +97,7 @@ def plot_accuracy_vs_rollouts(
                 linestyle="none",
                 clip_on=False,
             )
-    _draw_bands(ax, runs, bands, scale, colors)
+    _draw_bands(ax, bands, scale, colors)
     style_axes(ax, x, xlabel, metric)
     # Below the axes, not on them: ten curves leave no free corner. The key to the marks heads it.
     legend = ax.legend(
@@ -106,8 +106,7 @@ def plot_accuracy_vs_rollouts(
         ncols=columns,
         fontsize=8,
         frameon=False,
-        title="bars: 95% interval, test tasks resampled (one run each); ring: the point chosen "
-        "on the harness split (else the final one)",
+        title=_key(solo=len(runs) > len(members), groups=bool(bands)),
         title_fontsize=7,
     )
     legend.get_title().set_color("0.4")
@@ -117,11 +116,31 @@ def plot_accuracy_vs_rollouts(
     return path
 
 
-def _draw_bands(ax, runs, bands: list[dict], scale: float, colors) -> None:
-    """Each seed group as its mean (thick) over a shaded band, in its first seed's colour."""
-    ids = [run.id for run in runs]
+def _key(solo: bool, groups: bool) -> str:
+    """What the marks mean, heading the legend: only the marks the figure has."""
+    marks = ["bars: 95% interval, test tasks resampled (one run each)"] if solo else []
+    marks.append("ring: the point chosen on the harness split (else the final one)")
+    if groups:
+        marks.append(f"thick: a seed group's mean, shaded: {SEED_BAND}, thin: its seeds")
+    return "; ".join(marks)
+
+
+def run_colors(runs, bands: list[dict]) -> tuple[dict[int, tuple], set[int]]:
+    """Each run's colour (run id -> RGB), the seeds of a group sharing one, and the runs that are
+    seeds of a group drawn as a band."""
+    members = {run_id: band["group"] for band in bands for run_id in band["runs"]}
+    keys = list(dict.fromkeys(members.get(run.id, run.id) for run in runs))
+    palette = colormaps["tab10" if len(keys) <= 10 else "tab20"].colors
+    colors = {
+        run.id: palette[keys.index(members.get(run.id, run.id)) % len(palette)] for run in runs
+    }
+    return colors, set(members)
+
+
+def _draw_bands(ax, bands: list[dict], scale: float, colors: dict[int, tuple]) -> None:
+    """Each seed group as its mean (thick) over a shaded band, in its seeds' colour."""
     for band in bands:
-        color = colors[ids.index(band["runs"][0]) % len(colors)]
+        color = colors[band["runs"][0]]
         xs = [p["x"] / scale for p in band["points"]]
         ax.fill_between(
             xs,

@@ -131,7 +131,7 @@ def test_a_seed_group_is_drawn_as_its_mean_with_a_band_over_seeds():
     ]  # fmt: skip
     (band,) = seed_bands(runs, curves)  # run 0 is in no group
     assert (band["group"], band["runs"], band["n_seeds"]) == ("g", [1, 2, 3], 3)
-    assert band["label"] == "g: mean of 3 seeds, band = 95% t interval over seeds"
+    assert band["label"] == "g: mean of 3 seeds"
     first, second = band["points"]
     assert first["x"] == 0 and first["mean"] == pytest.approx(0.2)
     assert first["low"] == pytest.approx(first["high"])  # the seeds agree

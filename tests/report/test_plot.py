@@ -6,7 +6,11 @@ import pytest
 from matplotlib.image import imread
 
 from app.db.schema import Metric, Run
+from app.read.compare import seed_bands
+from app.read.curves import curve
+from app.read.runs import get_runs
 from app.report import UnknownRuns, plot_accuracy_vs_rollouts
+from app.report.plot import run_colors
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -62,13 +66,17 @@ def test_ten_runs(session, store, tmp_path):
     assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "ten.png"))
 
 
-@pytest.mark.parametrize("x", ["rollouts", "wall_s"])
-def test_a_seed_group_as_its_mean_over_a_band(session, store, tmp_path, x):
-    group = {"name": "g", "seeds": [0, 1, 2]}
+def seeded_runs(store, group_name: str) -> list[int]:
+    group = {"name": group_name, "seeds": [0, 1, 2]}
     ids = []
     for seed in range(3):
         run = store.write(
-            Run(name=f"g seed {seed}", kind="experiment", domain="arith", config={"group": group})
+            Run(
+                name=f"{group_name} seed {seed}",
+                kind="experiment",
+                domain="arith",
+                config={"group": group},
+            )
         )
         store.write(
             *[
@@ -84,7 +92,27 @@ def test_a_seed_group_as_its_mean_over_a_band(session, store, tmp_path, x):
             ]
         )
         ids.append(run.id)
+    return ids
+
+
+@pytest.mark.parametrize("x", ["rollouts", "wall_s"])
+def test_a_seed_group_as_its_mean_over_a_band(session, store, tmp_path, x):
+    ids = seeded_runs(store, "g")
     assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "group.png", x))
+
+
+def test_the_seeds_of_a_group_share_its_colour(session, store, filled):
+    """Five groups of three seeds read as five colours, not fifteen: a seed's colour says its
+    group; a run in no group keeps a colour of its own."""
+    solo = filled.runs["whale"].id
+    ids = seeded_runs(store, "a") + [solo] + seeded_runs(store, "b")
+    runs = get_runs(session, ids)
+    bands = seed_bands(runs, [curve(session, run, "rollouts")[0] for run in runs])
+    colors, members = run_colors(runs, bands)
+    a, b = ids[:3], ids[4:]
+    assert members == set(a + b)
+    assert len({colors[i] for i in a}) == len({colors[i] for i in b}) == 1
+    assert len({colors[a[0]], colors[b[0]], colors[solo]}) == 3
 
 
 def test_refuses_unknown_x_and_runs(session, filled, tmp_path):

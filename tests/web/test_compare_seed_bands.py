@@ -13,7 +13,7 @@ from app.db.schema import Metric, Run
 T_975_DF2 = 4.302652729911275  # Student's t, 97.5% quantile, two degrees of freedom (3 seeds)
 # test mean@k of each seed at its three test points; the seeds' rollouts differ a little
 SEEDS = {0: [0.2, 0.4, 0.5], 1: [0.3, 0.5, 0.7], 2: [0.1, 0.6, 0.6]}
-LABEL = "arith-seeds: mean of 3 seeds, band = 95% t interval over seeds"
+LABEL = "arith-seeds: mean of 3 seeds"
 
 
 def seed_group(store) -> tuple[list[Run], Run]:
@@ -69,7 +69,9 @@ def test_a_seed_group_is_one_curve_with_a_band_over_its_seeds(store, client):
     page = client.get(f"/runs/compare?{query}").text
     svg = re.search(r'<svg class="chart".*?</svg>', page, re.S).group(0)
     assert svg.count('<polygon class="seed-band"') == 1
-    # the mean's line: its dots carry the means, its legend entry says what the band is
+    # the mean's line: its dots carry the means, the title says once what every band is
+    title = re.search(r'class="chart-title"[^>]*>(.*?)<', svg).group(1)
+    assert title.endswith("(shaded: 95% t interval over seeds)")
     tips = [html.unescape(t) for t in re.findall(r"<title>(.*?)</title>", svg, re.S)]
     for point in band["points"]:
         assert any(t.startswith(f"{LABEL}: {point['mean']:.4g} at {point['x']:g}") for t in tips)
