@@ -1,5 +1,6 @@
 """Checkpoints: one checkpoint with the job that made it, its lineage, children and evaluations."""
 
+from pathlib import Path
 from typing import Any
 
 from sqlmodel import Session, select
@@ -7,6 +8,7 @@ from sqlmodel import Session, select
 from app.db.schema import Checkpoint, Evaluation, TrainingJob
 from app.read.common import NotFound, as_dict
 from app.read.evaluations import evaluation_rows
+from app.training.job import OPTIMIZER_FILE
 
 
 def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:
@@ -59,6 +61,7 @@ def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
         select(Checkpoint).where(Checkpoint.parent_id == checkpoint_id).order_by(Checkpoint.id)
     )
     evaluations = evaluation_rows(s, Evaluation.checkpoint_id == checkpoint_id)[::-1]
+    optimizer = Path(checkpoint.path) / OPTIMIZER_FILE if checkpoint.path else None
     return {
         "checkpoint": as_dict(checkpoint),
         "training_job": None
@@ -79,5 +82,9 @@ def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
         "weights": {
             "dropped": checkpoint.weights_dropped_at is not None,
             "dropped_at": as_dict(checkpoint)["weights_dropped_at"],
+            # the AdamW state a next step would continue; retention keeps the newest one only
+            "optimizer_bytes": optimizer.stat().st_size
+            if optimizer and optimizer.is_file()
+            else None,
         },
     }

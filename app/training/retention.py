@@ -11,6 +11,11 @@ unfinished evaluation samples from, and the newest (the one served and trained o
 while the disk budget allows: the newest `keep_last` and every `keep_every`th step's (the
 release saves every 7 steps). Over `max_disk_gb` the latter go too, oldest first; still over,
 the run pauses naming the folder, as a full disk pauses it (docs/faults.md).
+
+The optimizer state saved with a checkpoint (`optimizer.pt`: AdamW's two moments, twice the
+weights in float32) is read only by the step that starts from it, and every step starts from the
+run's newest trained checkpoint; so under a policy only the newest keeps it, and a kept
+checkpoint costs its weights alone.
 """
 
 import logging
@@ -21,6 +26,7 @@ from sqlmodel import Session, col, or_, select
 
 from app.db.schema import Checkpoint, Evaluation, Phase, TrainingJob, now
 from app.experiment_schema import RFTConfig
+from app.training.job import OPTIMIZER_FILE
 from app.training.rft import pause_until_resumed
 
 log = logging.getLogger(__name__)
@@ -126,6 +132,13 @@ def _leftovers(s: Session, run_id: int, root: Path) -> list[str]:
     return [p for p in rows if p and Path(p).is_relative_to(root) and Path(p).exists()]
 
 
+def _drop_optimizers(s: Session, run_id: int, root: Path) -> None:
+    """Delete the optimizer state of every trained checkpoint of the run but the newest (the
+    one the next step continues); the weights stay."""
+    for checkpoint, _ in _trained(s, run_id, root)[:-1]:
+        (Path(checkpoint.path) / OPTIMIZER_FILE).unlink(missing_ok=True)
+
+
 async def retain(workbench, run_id: int, cfg: RFTConfig) -> list[int]:
     """Apply the retention rules after an RFT step; returns the checkpoints dropped. Over the
     disk budget with nothing left to drop, the run pauses until resumed (a single `whale
@@ -137,13 +150,14 @@ async def retain(workbench, run_id: int, cfg: RFTConfig) -> list[int]:
         drop, spare = plan(s, run_id, cfg, root)
         for path in _leftovers(s, run_id, root):
             shutil.rmtree(path, ignore_errors=True)
+        _drop_optimizers(s, run_id, root)
     await _drop(workbench, drop)
     if cfg.max_disk_gb is None:
         return drop
     budget = cfg.max_disk_gb * GB
     over_budget = []
-    with workbench.session() as s:
-        sizes = {c.id: c.size_bytes or 0 for c, _ in _trained(s, run_id, root)}
+    with workbench.session() as s:  # measured: a row's size_bytes still counts its optimizer
+        sizes = {c.id: disk_bytes(Path(c.path)) for c, _ in _trained(s, run_id, root)}
     used = disk_bytes(root)
     for checkpoint_id in spare:  # oldest first
         if used <= budget:

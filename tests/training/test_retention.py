@@ -32,7 +32,8 @@ from app.domains import get_domain
 from app.experiment_schema import RFTConfig
 from app.read.invariants import run_checks
 from app.server import create_app
-from app.training.retention import GB, DiskBudgetExceeded, retain
+from app.training.job import OPTIMIZER_FILE
+from app.training.retention import GB, DiskBudgetExceeded, disk_bytes, retain
 from app.training.weight_phase import train_file
 from app.workbench import Workbench
 from tests.conftest import AUTH, WEB_TOKEN, attached_settings, started_workbench
@@ -77,6 +78,9 @@ def test_a_phase_keeps_the_last_and_every_second_step_and_says_which_weights_it_
     assert first.weights_dropped_at is not None and not Path(first.path).exists()
     for kept in (second, last):
         assert kept.weights_dropped_at is None and (Path(kept.path) / "adapter").is_dir()
+    # the optimizer state only where the next step would continue it
+    assert not (Path(second.path) / OPTIMIZER_FILE).exists()
+    assert (Path(last.path) / OPTIMIZER_FILE).is_file()
     folders = sorted(p.name for p in (settings.home / "checkpoints" / f"run-{run_id}").iterdir())
     assert folders == sorted(Path(c.path).name for c in (second, last))
     assert result.checkpoint.id == last.id
@@ -105,6 +109,13 @@ def test_a_phase_keeps_the_last_and_every_second_step_and_says_which_weights_it_
     assert page.status_code == 200 and 'id="weights-dropped"' in page.text
     assert not client.get(f"/api/checkpoints/{last.id}").json()["weights"]["dropped"]
     assert 'id="weights-dropped"' not in client.get(f"/checkpoints/{last.id}").text
+    # the optimizer state: the page says where a next step would find one and where not
+    assert client.get(f"/api/checkpoints/{last.id}").json()["weights"]["optimizer_bytes"] > 0
+    assert client.get(f"/api/checkpoints/{second.id}").json()["weights"]["optimizer_bytes"] is None
+    state = re.search(
+        r'id="optimizer-state">(.*?)</dd>', client.get(f"/checkpoints/{second.id}").text, re.S
+    )
+    assert "none on disk" in state.group(1) and "fresh AdamW" in state.group(1)
     # the lineage of the last checkpoint still runs through the dropped one, marked
     page = client.get(f"/checkpoints/{last.id}")
     assert page.text.count("weights dropped") == 1
@@ -177,6 +188,21 @@ def test_over_the_disk_budget_the_oldest_kept_checkpoints_go_first(workbench):
     asyncio.run(retain(workbench, run_id, cfg))
     assert dropped(workbench, made) == [True, True, True, False, False]
     assert [Path(c.path).exists() for c in made] == [False, False, False, True, True]
+
+
+def test_only_the_newest_checkpoint_keeps_its_optimizer_state(workbench):
+    """AdamW's state is twice a full model's weights and only the next step reads it: a kept
+    checkpoint keeps its weights alone, and the budget counts what is left on disk."""
+    run_id, made = run_with_checkpoints(workbench, "rft", [1000] * 3)
+    for checkpoint in made:
+        (Path(checkpoint.path) / OPTIMIZER_FILE).write_bytes(bytes(2000))
+    root = workbench.settings.home / "checkpoints"
+    # about 9 kB with every optimizer state, 5 kB with the newest's alone: under 6 kB, all stay
+    asyncio.run(retain(workbench, run_id, RFTConfig(keep_last=3, max_disk_gb=6000 / GB)))
+    assert dropped(workbench, made) == [False, False, False]
+    assert [(Path(c.path) / OPTIMIZER_FILE).exists() for c in made] == [False, False, True]
+    assert all((Path(c.path) / "adapter" / "adapter_model.safetensors").is_file() for c in made)
+    assert disk_bytes(root) < 6000
 
 
 def test_a_test_evaluation_or_a_phase_keeps_its_checkpoint_whatever_the_rules(workbench):
