@@ -13,9 +13,9 @@ release saves every 7 steps). Over `max_disk_gb` the latter go too, oldest first
 the run pauses naming the folder, as a full disk pauses it (docs/faults.md).
 
 The optimizer state saved with a checkpoint (`optimizer.pt`: AdamW's two moments, twice the
-weights in float32) is read only by the step that starts from it, and every step starts from the
-run's newest trained checkpoint; so under a policy only the newest keeps it, and a kept
-checkpoint costs its weights alone.
+weights in float32) is read only by the step that starts from it, and the loop's next step starts
+from the run's newest trained checkpoint; so under a policy only the newest keeps it, and a kept
+checkpoint costs its weights alone (one promoted by hand trains on with a fresh AdamW).
 """
 
 import logging
