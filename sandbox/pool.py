@@ -217,13 +217,13 @@ class SandboxPool:
                     f"harness's own time, {waited():.1f}s more waiting on model and tool calls)"
                 )
         except (TimeoutError, OSError, ConnectionError, ValueError) as exc:
-            why = self.launcher.exited(server.handle) if server.handle is not None else None
-            # A killed container can still read as running for a moment (docker records its
-            # exit late); its runner no longer accepting connections says it is gone, or else
-            # every rollout given to it meanwhile would fail too.
             wedged = isinstance(exc, TimeoutError)
-            if why is None and not wedged and isinstance(exc, OSError):
+            # A dropped connection: look again before giving the runner more work, or every
+            # rollout given to a dead one meanwhile would fail too.
+            if not wedged and isinstance(exc, OSError):
                 why = await self._gone(server)
+            else:
+                why = self.launcher.exited(server.handle) if server.handle is not None else None
             if why is not None or wedged:
                 server.dead = True  # gone or wedged: no more work for it; it is replaced
             detail = f"{type(exc).__name__}: {exc}".rstrip(": ")
