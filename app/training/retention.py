@@ -156,7 +156,7 @@ async def retain(workbench, run_id: int, cfg: RFTConfig) -> list[int]:
         return drop
     budget = cfg.max_disk_gb * GB
     over_budget = []
-    with workbench.session() as s:  # measured: a row's size_bytes still counts its optimizer
+    with workbench.session() as s:  # measured: older rows' size_bytes may count an optimizer
         sizes = {c.id: disk_bytes(Path(c.path)) for c, _ in _trained(s, run_id, root)}
     used = disk_bytes(root)
     for checkpoint_id in spare:  # oldest first

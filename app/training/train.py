@@ -265,13 +265,15 @@ class TrainerState:
         train_seconds = time.monotonic() - start
         save(accelerator, model, tokenizer, spec)
         self.holds = trained_weights(spec)
-        if carried and accelerator.is_main_process:
+        if not accelerator.is_main_process:
+            return None
+        # measured before the optimizer's write starts: the checkpoint's own size, never a
+        # half-written optimizer.pt.tmp (nor one renamed away mid-walk)
+        size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
+        if carried:
             # AdamW's state (twice the weights) is written while the workbench samples the next
             # step, which waits for it (finish_writing) before training changes it
             self.writing = write_optimizer(optimizer, Path(spec["output"]))
-        if not accelerator.is_main_process:
-            return None
-        size = sum(p.stat().st_size for p in Path(spec["output"]).rglob("*") if p.is_file())
         return {
             "event": "done",
             "loss": sum(losses) / len(losses) if losses else None,
