@@ -2,8 +2,11 @@
 
 Starts the real server (app/llm/local_server.py) on the embedded model once per dtype and sends
 batches of concurrent chat requests (64 completion tokens each, temperature 1, a seed per
-request) over HTTP, as rollouts do. Completion tokens per second of wall time, and how many of
-the greedy answers to a few arithmetic questions agree between the two dtypes.
+request) over HTTP, as rollouts do. Completion tokens per second of wall time, and milliseconds
+per decoding step (a batch decodes until its longest completion ends, so the wall time over the
+steps of the longest: unlike tokens per second, it does not move when the sampled completions
+stop earlier or later), and how many of the greedy answers to a few arithmetic questions agree
+between the two dtypes.
 
     python -m benchmarks.local_decode [--rounds N]
 """
@@ -42,11 +45,12 @@ async def ask(
     return response.json()
 
 
-async def measure(server: LocalModelServer, rounds: int) -> tuple[dict[int, float], list[str]]:
+async def measure(server: LocalModelServer, rounds: int) -> tuple[dict, list[str]]:
+    """{batch size: (tokens per second, ms per decoding step)}, and the greedy answers."""
     speeds = {}
     async with httpx.AsyncClient(timeout=600) as client:
         for batch in (1, 4, 16):
-            tokens, start = 0, time.perf_counter()
+            tokens, steps, start = 0, 0, time.perf_counter()
             for r in range(rounds):
                 replies = await asyncio.gather(
                     *(
@@ -61,8 +65,10 @@ async def measure(server: LocalModelServer, rounds: int) -> tuple[dict[int, floa
                         for i in range(batch)
                     )
                 )
-                tokens += sum(reply["usage"]["completion_tokens"] for reply in replies)
-            speeds[batch] = tokens / (time.perf_counter() - start)
+                lengths = [reply["usage"]["completion_tokens"] for reply in replies]
+                tokens, steps = tokens + sum(lengths), steps + max(lengths)
+            wall = time.perf_counter() - start
+            speeds[batch] = tokens / wall, 1000 * wall / steps
         greedy = [
             (await ask(client, server, q, max_tokens=20, temperature=0))["choices"][0]["message"][
                 "content"
@@ -87,12 +93,19 @@ def main() -> None:
             finally:
                 server.stop()
     rows = [
-        [dtype, *(f"{speeds[b]:.1f}" for b in (1, 4, 16))] for dtype, (speeds, _) in results.items()
+        [dtype, *(f"{speeds[b][0]:.1f} / {speeds[b][1]:.0f}" for b in (1, 4, 16))]
+        for dtype, (speeds, _) in results.items()
     ]
     same = sum(a == b for a, b in zip(results["bfloat16"][1], results["float32"][1]))
     report(
         "Local model server: decoding in bfloat16 and float32 (CPU)",
-        table(["dtype", "tok/s, 1 request", "tok/s, 4 at once", "tok/s, 16 at once"], rows),
+        table(
+            [
+                "dtype",
+                *(f"tok/s / ms per step, {b}" for b in ("1 request", "4 at once", "16 at once")),
+            ],
+            rows,
+        ),
         f"SmolLM2-135M-Instruct behind app/llm/local_server.py, {args.rounds} batches per size of "
         f"64-token completions at temperature 1 over HTTP; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}. "
         f"Greedy answers to {len(QUESTIONS)} arithmetic questions identical in both dtypes: {same} of {len(QUESTIONS)}. "
