@@ -67,7 +67,7 @@ def _model_cache_path() -> Path:
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (scripts/test.sh runs two workers) the controller serves the model for
+    """Under pytest-xdist (scripts/test.sh runs three workers) the controller serves the model for
     every worker: one server batches all their requests, where a server per worker would fight
     the others for the same cores."""
     # A `whale` that crashes prints Python's own traceback: the framed one typer draws loses its
@@ -86,6 +86,26 @@ def pytest_collection_modifyitems(items):
     """The slow tests first (a stable sort): under xdist a minutes-long test started last would
     leave the other worker idle to the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_collection_finish(session):
+    """Under `--dist loadgroup` the tests of an xdist_group mark share one worker (and its
+    module fixtures: one vLLM server, not one per worker). pytest-xdist groups them by adding
+    `@group` to their node ids; pytest 9 keeps node ids elsewhere, so the suffix is silently
+    lost and the groups split over workers (hence pytest<9). Checked here, never assumed."""
+    config = session.config
+    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
+        return
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
+    ]
+    if lost:
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(lost)} tests marked xdist_group (e.g. {lost[0]}): "
+            "this pytest and pytest-xdist do not work together; see pyproject.toml"
+        )
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -42,7 +42,9 @@ def test_the_key_follows_the_dependency_lists(tmp_path):
     pyproject = (REPO / "pyproject.toml").read_text()
     (copy / "pyproject.toml").write_text(pyproject)
     before = key("--test", repo=copy)
-    (copy / "pyproject.toml").write_text(pyproject.replace('"pytest>=8"', '"pytest>=8.1"'))
+    (copy / "pyproject.toml").write_text(
+        pyproject.replace('"pytest-xdist>=3.6"', '"pytest-xdist>=3.7"')
+    )
     assert key("--test", repo=copy) != before
     assert key(repo=copy) == key()  # the tests' list is not part of the plain environment's key
 
