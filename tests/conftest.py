@@ -88,23 +88,23 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def pytest_collection_finish(session):
+def pytest_runtest_setup(item):
     """Under `--dist loadgroup` the tests of an xdist_group mark share one worker (and its
     module fixtures: one vLLM server, not one per worker). pytest-xdist groups them by adding
-    `@group` to their node ids; pytest 9 keeps node ids elsewhere, so the suffix is silently
-    lost and the groups split over workers (hence pytest<9). Checked here, never assumed."""
-    config = session.config
-    if not (hasattr(config, "workerinput") and config.getvalue("loadgroup")):
-        return
-    lost = [
-        item.nodeid
-        for item in session.items
-        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid
-    ]
-    if lost:
-        raise pytest.UsageError(
-            f"pytest-xdist did not group {len(lost)} tests marked xdist_group (e.g. {lost[0]}): "
-            "this pytest and pytest-xdist do not work together; see pyproject.toml"
+    `@group` to their node ids; under pytest 9 that suffix is silently lost and the groups split
+    over the workers (hence pytest<9). Checked for every grouped test, never assumed: a failure
+    raised while collecting on a worker would reach the console as xdist's own assertion."""
+    config = item.config
+    if (
+        hasattr(config, "workerinput")
+        and config.getvalue("loadgroup")
+        and item.get_closest_marker("xdist_group")
+        and "@" not in item.nodeid
+    ):
+        pytest.fail(
+            "pytest-xdist did not group this test (marked xdist_group): this pytest and "
+            "pytest-xdist do not work together, see the test extras in pyproject.toml",
+            pytrace=False,
         )
 
 
