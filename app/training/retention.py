@@ -76,10 +76,11 @@ def _trained(s: Session, run_id: int, root: Path) -> list[tuple[Checkpoint, int]
     return [(c, step) for c, step in rows if c.path and Path(c.path).is_relative_to(root)]
 
 
-def plan(s: Session, run_id: int, cfg: RFTConfig, root: Path) -> tuple[list[int], list[int]]:
+def plan(
+    s: Session, run_id: int, cfg: RFTConfig, rows: list[tuple[Checkpoint, int]]
+) -> tuple[list[int], list[int]]:
     """(to drop now, droppable under the disk budget, oldest first) among the run's trained
-    checkpoints under `root`."""
-    rows = _trained(s, run_id, root)
+    checkpoints with weights (`rows`, from `_trained`)."""
     hard = needed(s, run_id)
     unneeded = [(c, step) for c, step in rows if c.id not in hard]
     if cfg.keep_last is None and cfg.keep_every is None:
@@ -132,10 +133,10 @@ def _leftovers(s: Session, run_id: int, root: Path) -> list[str]:
     return [p for p in rows if p and Path(p).is_relative_to(root) and Path(p).exists()]
 
 
-def _drop_optimizers(s: Session, run_id: int, root: Path) -> None:
-    """Delete the optimizer state of every trained checkpoint of the run but the newest (the
-    one the next step continues); the weights stay."""
-    for checkpoint, _ in _trained(s, run_id, root)[:-1]:
+def _drop_optimizers(trained: list[tuple[Checkpoint, int]]) -> None:
+    """Delete the optimizer state of every trained checkpoint (`_trained`, oldest first) but the
+    newest (the one the next step continues); the weights stay."""
+    for checkpoint, _ in trained[:-1]:
         (Path(checkpoint.path) / OPTIMIZER_FILE).unlink(missing_ok=True)
 
 
@@ -147,10 +148,11 @@ async def retain(workbench, run_id: int, cfg: RFTConfig) -> list[int]:
         return []
     root = workbench.settings.home / "checkpoints"
     with workbench.session() as s:
-        drop, spare = plan(s, run_id, cfg, root)
+        trained = _trained(s, run_id, root)
+        drop, spare = plan(s, run_id, cfg, trained)
         for path in _leftovers(s, run_id, root):
             shutil.rmtree(path, ignore_errors=True)
-        _drop_optimizers(s, run_id, root)
+        _drop_optimizers(trained)
     await _drop(workbench, drop)
     if cfg.max_disk_gb is None:
         return drop
