@@ -1,17 +1,24 @@
-"""The five strategies at the same rollout budget with the demo model, several seeds each.
+"""The strategies at the same rollout budget with the demo model, several seeds each.
 
     .venv/bin/python -m benchmarks.strategies [--seeds 0,1,2] [--home DIR] [experiments/stories-*.toml ...]
     .venv/bin/python -m benchmarks.strategies experiments/arith-{whale,weight-only,harness-only,stagewise,fast-slow}.toml
     .venv/bin/python -m benchmarks.strategies --harness harness_archive/seeds/arith/postfix.py
     .venv/bin/python -m benchmarks.strategies --domain arith-glyphs
+    .venv/bin/python -m benchmarks.strategies --budgets 256,512,1024
 
 `--harness` starts every experiment from that harness instead of the domain's seed, e.g. the
 postfix seed (its docstring says what it was meant to show); `--domain` runs them on another
 domain, e.g. arith-glyphs (app/domains/arith.py says why). Either way the experiment files are
 copied into the store with the line changed and the harness's or domain's name added to theirs.
 
-The default is the five `experiments/stories-*.toml`: the domain built so that both the harness
+The default is the six `experiments/stories-*.toml`: the domain built so that both the harness
 and the weights matter (docs/stories.md). It prints its estimate of the wall time first.
+
+`--budgets` runs every experiment at each of these rollout budgets (copies of the files with
+`[budget] rollouts` changed and `-bN` added to their names) and adds a figure of the selected
+test mean@k against the budget, one line per strategy with its band over seeds
+(docs/strategies-budgets-<domain>.png), a table of paired differences per budget, and where
+each WHALE run's rollouts went (weight phases, harness phases, test; accepted per RFT step).
 
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from
@@ -35,6 +42,7 @@ from benchmarks.common import REPO, report, table
 
 DEFAULT = [
     "stories-whale",
+    "stories-whale-adaptive",
     "stories-weight-only",
     "stories-harness-only",
     "stories-stagewise",
@@ -55,8 +63,12 @@ def estimate_seconds(path: Path, seeds: int) -> float:
     experiment, _ = load(path)
     e, budget, test = experiment, experiment.budget.rollouts or 0, experiment.test
     step = e.rft.prompts_per_step * e.rft.samples_per_prompt
-    weight_phase = e.switching.weight_steps * step
-    harness_phase = e.switching.proposing_iterations * e.search.candidates * e.search.tasks
+    rule = e.switching
+    adaptive = rule.rule == "adaptive"  # guessed at its phases' minimum lengths
+    weight_steps = rule.weight_burn_in + rule.weight_patience if adaptive else rule.weight_steps
+    iterations = rule.harness_min_iterations if adaptive else rule.proposing_iterations
+    weight_phase = weight_steps * step
+    harness_phase = iterations * e.search.candidates * e.search.tasks
     share = {"weight_only": 1.0, "harness_only": 0.0}.get(e.strategy, 0.5)
     phases = {"stagewise": 2}.get(
         e.strategy, budget / (share * weight_phase + (1 - share) * harness_phase)
@@ -79,26 +91,66 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=None, help="WHALE_HOME for the runs")
     parser.add_argument("--harness", type=Path, default=None, help="the incoming harness")
     parser.add_argument("--domain", default=None, help="the domain, instead of the files' own")
+    parser.add_argument(
+        "--budgets", default=None, help="rollout budgets to sweep, e.g. 256,512,1024"
+    )
+    parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
     tag = args.harness.stem if args.harness else args.domain or ""
     if args.harness or args.domain:
         harness = args.harness.resolve() if args.harness else None
-        args.experiments = [variant(p, home, tag, harness, args.domain) for p in args.experiments]
+        args.experiments = [
+            variant(p, home, tag, harness=harness, domain=args.domain) for p in args.experiments
+        ]
+    budgets = [int(b) for b in args.budgets.split(",")] if args.budgets else [None]
+    sweep = {
+        b: [variant(p, home, f"b{b}", budget=b) if b else p for p in args.experiments]
+        for b in budgets
+    }
     env = {**os.environ, "WHALE_HOME": str(home)}
-    whale = str(Path(sys.executable).with_name("whale"))
     n_seeds = len(args.seeds.split(","))
-    guess = sum(estimate_seconds(p, n_seeds) for p in args.experiments)
+    files = [p for paths in sweep.values() for p in paths]
+    guess = sum(estimate_seconds(p, n_seeds) for p in files)
     print(
-        f"estimate: {len(args.experiments) * n_seeds} runs, about {guess / 60:.0f} minutes on a "
+        f"estimate: {len(files) * n_seeds} runs, about {guess / 60:.0f} minutes on a "
         f"2-core machine ({ROLLOUTS_PER_S} rollouts/s, {SECONDS_PER_RFT_STEP:.0f} s per RFT step)",
         flush=True,
     )
-    run_ids, started = [], time.monotonic()
-    for path in args.experiments:
-        print(f"== {path.name}, seeds {args.seeds} (store {home})", flush=True)
+    if args.estimate:
+        return
+    started = time.monotonic()
+    run_ids = {b: run_all(paths, args.seeds, env, home) for b, paths in sweep.items()}
+    wall = f"wall time {(time.monotonic() - started) / 60:.0f} minutes (estimated {guess / 60:.0f})"
+
+    domain = args.domain or _domain_of(args.experiments[0])
+    where = f"{domain} from the {tag} seed harness" if args.harness else domain
+    if not args.budgets:
+        ids = run_ids[None]
+        figure = REPO / "docs" / f"strategies-{tag or domain}.png"
+        groups, by_id = compare(ids, env, figure)
+        report(
+            f"Strategies at equal rollout budget, seeds ({where}, demo model)",
+            strategy_table(groups, by_id)
+            + "\n\n"
+            + difference_table(groups)
+            + f"\n\n![accuracy vs rollouts]({figure.name})\n\nstore: {home}; runs {ids}; {wall}",
+        )
+        return
+    report(
+        f"Strategies across rollout budgets, seeds ({where}, demo model)",
+        budget_sweep_body(run_ids, env, home, domain) + f"\n\nstore: {home}; {wall}",
+    )
+
+
+def run_all(paths: list[Path], seeds: str, env: dict, home: Path) -> list[int]:
+    """`whale run --seeds` each experiment into the store; the runs' ids in order."""
+    whale = str(Path(sys.executable).with_name("whale"))
+    run_ids = []
+    for path in paths:
+        print(f"== {path.name}, seeds {seeds} (store {home})", flush=True)
         proc = subprocess.run(
-            [whale, "run", str(path), "--seeds", args.seeds, "--json"],
+            [whale, "run", str(path), "--seeds", seeds, "--json"],
             env=env,
             stdout=subprocess.PIPE,
             text=True,
@@ -106,30 +158,59 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"{path.name} failed (exit {proc.returncode})")
         run_ids += [r["run_id"] for r in json.loads(proc.stdout.strip().splitlines()[-1])["runs"]]
+    return run_ids
 
-    domain = args.domain or _domain_of(args.experiments[0])
-    where = f"{domain} from the {tag} seed harness" if args.harness else domain
-    figure = REPO / "docs" / f"strategies-{tag or domain}.png"
+
+def compare(run_ids: list[int], env: dict, figure: Path | None = None) -> tuple[list, dict]:
+    """`whale compare --json` of the runs against the first: its seed groups and runs by id."""
+    whale = str(Path(sys.executable).with_name("whale"))
+    plot = ["--plot", str(figure)] if figure else []
     proc = subprocess.run(
-        [whale, "compare", *map(str, run_ids), "--baseline", str(run_ids[0])]
-        + ["--plot", str(figure), "--json"],
+        [whale, "compare", *map(str, run_ids), "--baseline", str(run_ids[0]), *plot, "--json"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
         check=True,
     )
     compared = json.loads(proc.stdout)
-    by_id = {r["id"]: r for r in compared["runs"]}
-    groups = compared["groups"]
+    return compared["groups"], {r["id"]: r for r in compared["runs"]}
 
-    report(
-        f"Strategies at equal rollout budget, seeds ({where}, demo model)",
-        strategy_table(groups, by_id)
-        + "\n\n"
-        + difference_table(groups)
-        + f"\n\n![accuracy vs rollouts]({figure.name})\n\nstore: {home}; runs {run_ids}; "
-        f"wall time {(time.monotonic() - started) / 60:.0f} minutes (estimated {guess / 60:.0f})",
+
+def budget_sweep_body(run_ids: dict[int, list[int]], env: dict, home: Path, domain: str) -> str:
+    """Per budget the strategy and difference tables, the figure against the budget, where the
+    WHALE runs' rollouts went, and which commit wrote the prediction the sweep is judged by."""
+    by_budget, parts = {}, []
+    for budget, ids in run_ids.items():
+        groups, by_id = compare(ids, env)
+        by_budget[budget] = groups
+        parts.append(
+            f"### {budget} rollouts per run\n\n"
+            + strategy_table(groups, by_id)
+            + "\n\n"
+            + difference_table(groups)
+        )
+    figure = REPO / "docs" / f"strategies-budgets-{domain}.png"
+    plot_budget_sweep(by_budget, figure)
+    whale_runs = [i for ids in run_ids.values() for i in ids]
+    return (
+        f"Prediction: docs/stories.md, written in commit {prediction_commit()} before the runs.\n\n"
+        + f"![selected test mean@k against the budget]({figure.name})\n\n"
+        + "\n\n".join(parts)
+        + "\n\n### Where the WHALE runs' rollouts went\n\n"
+        + allocation_table(home / "whale.db", whale_runs)
     )
+
+
+def prediction_commit() -> str:
+    """The commit that added the sweep's prediction to docs/stories.md, read from git."""
+    found = subprocess.run(
+        ["git", "log", "--reverse", "--format=%h", "-S", "Prediction for the budget sweep"]
+        + ["--", "docs/stories.md"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    return (found.stdout.split() or ["(not committed)"])[0]
 
 
 def _domain_of(experiment: Path) -> str:
@@ -137,10 +218,15 @@ def _domain_of(experiment: Path) -> str:
 
 
 def variant(
-    experiment: Path, home: Path, tag: str, harness: Path | None, domain: str | None
+    experiment: Path,
+    home: Path,
+    tag: str,
+    harness: Path | None = None,
+    domain: str | None = None,
+    budget: int | None = None,
 ) -> Path:
-    """A copy of the experiment file in `home` that starts from `harness` and/or runs on
-    `domain`, its name suffixed with `tag`."""
+    """A copy of the experiment file in `home` that starts from `harness`, runs on `domain`
+    and/or has a rollout budget of `budget`, its name suffixed with `tag`."""
     text = experiment.read_text()
     text, named = re.subn(r'(?m)^name = "([^"]+)"', rf'name = "\1-{tag}"', text)
 
@@ -150,10 +236,105 @@ def variant(
 
     text, placed = re.subn(r"(?m)^domain = .*$", lines, text)
     assert named == placed == 1, f"{experiment}: no name or domain line"
+    if budget is not None:
+        text, budgeted = re.subn(
+            r"(?ms)^(\[budget\]\n(?:(?!\[).*?\n)*?)rollouts = \d+",
+            rf"\g<1>rollouts = {budget}",
+            text,
+        )
+        assert budgeted == 1, f"{experiment}: no [budget] rollouts line"
     home.mkdir(parents=True, exist_ok=True)
     copy = home / f"{experiment.stem}-{tag}.toml"
     copy.write_text(text)
     return copy
+
+
+def _line_name(group: dict) -> str:
+    """A sweep group's experiment name without the budget's `-bN`: one line per strategy."""
+    return re.sub(r"-b\d+$", "", group["group"])
+
+
+def plot_budget_sweep(by_budget: dict[int, list[dict]], path: Path) -> dict[str, list]:
+    """Selected test mean@k against the rollout budget, a line per strategy with its 95% t band
+    over seeds; writes the PNG and returns what it plotted: {line: [(budget, mean, low, high)]}."""
+    from matplotlib import colormaps
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    lines: dict[str, list] = {}
+    for budget, groups in sorted(by_budget.items()):
+        for g in groups:
+            low, high = g["selected_ci"] or (g["selected_mean"], g["selected_mean"])
+            lines.setdefault(_line_name(g), []).append((budget, g["selected_mean"], low, high))
+    fig = Figure(figsize=(7, 4.5), dpi=200, layout="constrained")
+    ax = fig.add_subplot()
+    colors = colormaps["tab10"]
+    for i, (name, points) in enumerate(lines.items()):
+        xs, ys, lows, highs = zip(*points)
+        ax.plot(xs, ys, marker="os^DvP*Xhp"[i % 10], color=colors(i), label=name)
+        ax.fill_between(xs, lows, highs, color=colors(i), alpha=0.15, linewidth=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(by_budget), [str(b) for b in sorted(by_budget)])
+    ax.set_xlabel("rollout budget per run")
+    ax.set_ylabel("selected test mean@k")
+    ax.set_ylim(0, 1)
+    ax.set_title("Selected test mean@k against the budget (band: 95% t interval over seeds)")
+    ax.grid(alpha=0.3, linewidth=0.6)
+    ax.legend(fontsize=7, ncols=2, loc="upper left")
+    FigureCanvasAgg(fig).print_png(str(path))
+    return lines
+
+
+def allocation_table(db: Path, run_ids: list[int]) -> str:
+    """For each WHALE run: rollouts in weight phases, harness phases and tests, and the accepted
+    rollouts of each RFT step (accepted/sampled), read from the store."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    rows = []
+    for run_id in run_ids:
+        name, strategy = con.execute(
+            "SELECT name, strategy FROM run WHERE id = ?", (run_id,)
+        ).fetchone()
+        if strategy != "whale":
+            continue
+        used = dict(
+            con.execute(
+                "SELECT kind, SUM(rollouts) FROM phase WHERE run_id = ? GROUP BY kind", (run_id,)
+            ).fetchall()
+        )
+        (tested,) = con.execute(
+            "SELECT COALESCE(SUM(n_done), 0) FROM evaluation WHERE run_id = ? AND split = 'test'",
+            (run_id,),
+        ).fetchone()
+        steps = con.execute(
+            "SELECT n_accepted, n_rollouts FROM training_job WHERE run_id = ? ORDER BY id",
+            (run_id,),
+        ).fetchall()
+        phases = con.execute(
+            "SELECT kind FROM phase WHERE run_id = ? ORDER BY id", (run_id,)
+        ).fetchall()
+        rows.append(
+            [
+                f"{run_id} {name}",
+                used.get("weight", 0),
+                used.get("harness", 0),
+                tested,
+                "".join("W" if k == "weight" else "H" for (k,) in phases),
+                " ".join(f"{a}/{n}" for a, n in steps) or "-",
+            ]
+        )
+    return table(
+        [
+            "run",
+            "weight-phase rollouts",
+            "harness-phase rollouts",
+            "test rollouts",
+            "phases",
+            "accepted/sampled per RFT step",
+        ],
+        rows,
+    )
 
 
 def _ci(low_high) -> str:
@@ -178,7 +359,7 @@ def strategy_table(groups: list[dict], by_id: dict) -> str:
         ],
         [
             [
-                g["strategy"],
+                g["group"],
                 g["n_seeds"],
                 f"{g['selected_mean']:.3f}{_ci(g['selected_ci'])}",
                 " / ".join(f"{v:.3f}" for v in _selected(g, by_id)),
@@ -198,14 +379,14 @@ def difference_table(groups: list[dict]) -> str:
     for g in groups[1:]:
         d = g["vs_baseline"]
         if d is None:  # no seed run by both
-            rows.append([g["strategy"], 0, "-", "-", "-"])
+            rows.append([g["group"], 0, "-", "-", "-"])
             continue
         interval = f" [{d['low']:+.3f}, {d['high']:+.3f}]" if d["low"] is not None else ""
         real = d["low"] is not None and (d["low"] > 0 or d["high"] < 0)
         p = f"{d['p_value']:.3f}" if d["p_value"] is not None else "-"
         rows.append(
             [
-                g["strategy"],
+                g["group"],
                 len(d["seeds"]),
                 f"{d['difference']:+.3f}{interval}",
                 p,
@@ -214,7 +395,7 @@ def difference_table(groups: list[dict]) -> str:
         )
     return table(
         [
-            f"strategy minus {groups[0]['strategy']}",
+            f"strategy minus {groups[0]['group']}",
             "paired seeds",
             "difference of selected, mean [95% t]",
             "paired t-test p",
