@@ -36,6 +36,14 @@ def plot_accuracy_vs_rollouts(
     session: Session, run_ids: list[int], path: Path, x: str = "rollouts"
 ) -> Path:
     """Write a PNG of each run's test mean@k against x (rollouts, weight_steps or wall_s)."""
+    fig = accuracy_figure(session, run_ids, x)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")  # the legend's long lines widen the canvas, uncut
+    return path
+
+
+def accuracy_figure(session: Session, run_ids: list[int], x: str = "rollouts") -> Figure:
+    """The figure of plot_accuracy_vs_rollouts, not yet written: its artists are the data."""
     if x not in X_LABELS:
         raise ValueError(f"x must be one of {', '.join(X_LABELS)}, not {x!r}")
     runs = get_runs(session, run_ids)
@@ -111,9 +119,7 @@ def plot_accuracy_vs_rollouts(
     )
     legend.get_title().set_color("0.4")
     FigureCanvasAgg(fig)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight")  # the legend's long lines widen the canvas, uncut
-    return path
+    return fig
 
 
 def _key(solo: bool, groups: bool) -> str:

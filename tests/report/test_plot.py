@@ -10,7 +10,7 @@ from app.read.compare import seed_bands
 from app.read.curves import curve
 from app.read.runs import get_runs
 from app.report import UnknownRuns, plot_accuracy_vs_rollouts
-from app.report.plot import run_colors
+from app.report.plot import accuracy_figure, run_colors
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -99,6 +99,19 @@ def seeded_runs(store, group_name: str) -> list[int]:
 def test_a_seed_group_as_its_mean_over_a_band(session, store, tmp_path, x):
     ids = seeded_runs(store, "g")
     assert_figure(plot_accuracy_vs_rollouts(session, ids, tmp_path / "group.png", x))
+    # What is drawn, not only that something is: the group's mean as a thick line, over a shaded
+    # band from the seeds' interval, both at the seeds' mean score of each test point.
+    ax = accuracy_figure(session, ids, x).axes[0]
+    (mean_line,) = [line for line in ax.get_lines() if line.get_label().startswith("g")]
+    means = [0.2 + 0.1 * r + 0.05 for r in range(4)]  # seeds 0, 1, 2 score +0, +0.05, +0.1
+    assert list(mean_line.get_ydata()) == pytest.approx(means)
+    assert mean_line.get_linewidth() > 2
+    (band,) = ax.collections[-1:]  # fill_between: the one shaded area
+    vertices = band.get_paths()[0].vertices
+    for r, mean in enumerate(means):
+        x_r = mean_line.get_xdata()[r]
+        ys = vertices[abs(vertices[:, 0] - x_r) < 1e-9][:, 1]
+        assert ys.min() < mean - 0.05 and ys.max() > mean + 0.05  # a real spread around it
 
 
 def test_the_seeds_of_a_group_share_its_colour(session, store, filled):
