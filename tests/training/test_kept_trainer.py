@@ -3,8 +3,10 @@ model and optimizer it holds, ends where two separate processes end, and a kille
 started again from the checkpoint on disk."""
 
 import asyncio
+import time
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from app.llm.local import prepare_model
@@ -77,24 +79,47 @@ def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, model_cache, l
     assert (kept / "job1" / "train.log").read_text().startswith("$ ")
 
 
+def adam_steps(checkpoint) -> set[float]:
+    """The AdamW step counts of every parameter in a checkpoint's optimizer.pt."""
+    state = torch.load(checkpoint / "optimizer.pt", weights_only=True)["state"]
+    return {float(p["step"]) for p in state.values()}
+
+
 def test_a_killed_trainer_is_started_again_from_the_checkpoint_on_disk(tmp_path, model_cache):
+    """Killed between two steps, the trainer comes back from the first step's checkpoint and
+    its AdamW state, and ends where a trainer that was never killed ends: the same weights and
+    the same optimizer step count (not only the trainer's own word that it continued)."""
     base = prepare_model(model_cache)
-    first, second = two_steps(tmp_path, base, lora=True)
+    killed, unkilled = tmp_path / "killed", tmp_path / "unkilled"
+    killed.mkdir(), unkilled.mkdir()
+    first, second = two_steps(killed, base, lora=True)
 
     async def steps():
-        trainer = Trainer(tmp_path / "trainer")
+        trainer = Trainer(killed / "trainer")
         try:
-            await trainer.step(first, tmp_path / "job0", lambda e: None)
-            saved = tmp_path / "c1" / "optimizer.pt"  # written while the next step samples
+            await trainer.step(first, killed / "job0", lambda e: None)
+            saved = killed / "c1" / "optimizer.pt"  # written while the next step samples
+            deadline = time.monotonic() + 120
             while not saved.exists():
+                assert time.monotonic() < deadline, "the first step's optimizer.pt never came"
                 await asyncio.sleep(0.1)
             pid = trainer.proc.pid
             await trainer.kill()  # as an out-of-memory kill between two steps would
-            done = await trainer.step(second, tmp_path / "job1", lambda e: None)
+            done = await trainer.step(second, killed / "job1", lambda e: None)
             return pid, trainer.proc.pid, done
         finally:
             await trainer.close()
 
     before, after, done = asyncio.run(steps())
     assert after != before and done["kept_loaded"] is False and done["optimizer_continued"]
-    assert (tmp_path / "c2" / "adapter" / "adapter_config.json").exists()
+    for n, spec in enumerate(two_steps(unkilled, base, lora=True)):
+        asyncio.run(run_trainer(spec, unkilled / f"job{n}", lambda e: None))
+    assert_same_weights(killed / "c2", unkilled / "c2")
+    steps_once = adam_steps(killed / "c1")
+    assert len(steps_once) == 1 and steps_once.pop() > 0
+    # the second step continued the first's AdamW: twice its count, as the unkilled run's
+    assert (
+        adam_steps(killed / "c2")
+        == adam_steps(unkilled / "c2")
+        == {2 * adam_steps(killed / "c1").pop()}
+    )
