@@ -95,8 +95,3 @@ def run_harness(tmp_path, short_dir, backend, make_launcher, gateway_socket):
         return asyncio.run(main())
 
     return run
-
-
-def needs_isolation(backend: str) -> None:
-    if backend == "process-rlimits-only":
-        pytest.skip("rlimits alone do not isolate files or network (documented)")
