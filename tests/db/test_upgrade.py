@@ -44,16 +44,42 @@ def z(value) -> bytes:
     return zlib.compress(json.dumps(value).encode(), 3)
 
 
+OLD_SCHEMAS = Path(__file__).parent / "old_schemas"
+
+
 def migrate_to(conn: sqlite3.Connection, level: str) -> None:
-    """Apply the migrations up to `level` only, as app/db/migrations.py applies them."""
+    """The store's schema at `level` as that version made it: the frozen copy in old_schemas/,
+    recorded as applied up to `level`."""
+    conn.executescript((OLD_SCHEMAS / f"{level}.sql").read_text())
     conn.execute(
         "CREATE TABLE IF NOT EXISTS migration (name TEXT PRIMARY KEY, applied_at DATETIME NOT NULL)"
     )
     names = [name for name, _ in MIGRATIONS]
+    conn.executemany(
+        "INSERT INTO migration VALUES (?, ?)", [(n, T0) for n in names[: names.index(level) + 1]]
+    )
+    conn.commit()
+
+
+def columns(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
+    """Each table's columns as SQLite reports them: name, type, not null, default, key."""
+    tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {t: [r[1:] for r in conn.execute(f"PRAGMA table_info({t})")] for t in sorted(tables)}
+
+
+@pytest.mark.parametrize("level", ["004_loop", "011_commit_gate"])
+def test_the_migrations_up_to_a_level_still_make_its_frozen_schema(level):
+    """Migrations are forward-only: an edit to one that a released store already applied would
+    leave those stores unlike new ones. Replaying them must give the frozen schema."""
+    frozen, replayed = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
+    migrate_to(frozen, level)
+    replayed.execute("CREATE TABLE migration (name TEXT PRIMARY KEY, applied_at DATETIME NOT NULL)")
+    names = [name for name, _ in MIGRATIONS]
     for name, sql in MIGRATIONS[: names.index(level) + 1]:
-        conn.executescript(
+        replayed.executescript(
             f"BEGIN;\n{sql}\nINSERT INTO migration VALUES ('{name}', '{T0}');\nCOMMIT;"
         )
+    assert columns(replayed) == columns(frozen)
 
 
 def write_old_store(home: Path, level: str) -> Path:
@@ -161,6 +187,11 @@ def test_a_store_from_an_earlier_version_upgrades_keeping_every_row_and_every_pa
         dropped_col = [r[1] for r in conn.execute("PRAGMA table_info(checkpoint)")]
     assert sorted(applied) == sorted(name for name, _ in MIGRATIONS)
     assert "weights_dropped_at" in dropped_col
+    # the upgraded store has the schema a new store gets, column for column
+    fresh = tmp_path / "fresh.db"
+    open_engine(fresh).dispose()
+    with sqlite3.connect(db) as upgraded, sqlite3.connect(fresh) as new:
+        assert columns(upgraded) == columns(new)
     assert snapshot(db) == before
     open_engine(db).dispose()  # and again: nothing left to apply, nothing changes
     assert snapshot(db) == before
