@@ -5,8 +5,13 @@ connection it refused."""
 
 import asyncio
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -19,7 +24,7 @@ from app.search.agent import AgentProposer
 from app.search.agent_sandbox import sandbox_python
 from app.search.egress_proxy import is_public, parse_allowed
 from app.workbench import Workbench
-from tests.conftest import REPO
+from tests.conftest import MISSING, REPO
 
 PROBE = Path(__file__).with_name("probe_agent.py")
 ALLOWED = "api.allowed.test"  # resolved, in this test only, to the local server below
@@ -39,6 +44,61 @@ class Hello(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
+def private_listener():
+    """(address, port) of an HTTP listener at a private address the host reaches: a network
+    namespace of the test's own behind a veth pair, so that a direct probe from the agent's
+    sandbox that comes back refused means the sandbox, not a missing route, refused it."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip(MISSING + "root and iproute2 (a network namespace for a private listener)")
+    name, host_end, ns_end = f"whale-probe-{os.getpid()}", f"wp{os.getpid()}h", f"wp{os.getpid()}n"
+    address, port = "10.213.7.2", 8080
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", name)
+    listener = None
+    try:
+        ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+        ip("link", "set", ns_end, "netns", name)
+        ip("addr", "add", "10.213.7.1/30", "dev", host_end)
+        ip("link", "set", host_end, "up")
+        ip("-n", name, "addr", "add", f"{address}/30", "dev", ns_end)
+        ip("-n", name, "link", "set", ns_end, "up")
+        serve = ["ip", "netns", "exec", name, sys.executable, "-m", "http.server"]
+        listener = subprocess.Popen(
+            [*serve, str(port), "--bind", address],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while True:  # the host reaches it: the probe from the sandbox is meaningful
+            try:
+                socket.create_connection((address, port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the private listener never answered"
+                time.sleep(0.2)
+        yield address, port
+    finally:
+        if listener:
+            listener.kill()
+            listener.wait()
+        subprocess.run(["ip", "link", "del", host_end], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+@pytest.fixture
+def home_secret():
+    """A file in the home folder of the user running the tests, which the agent must not read
+    (a probe of whatever dotfile happens to be there reads nothing where there is none)."""
+    path = Path.home() / ".whale-probe-secret"
+    path.write_text("the host user's own file")
+    yield path
+    path.unlink(missing_ok=True)
+
+
+@pytest.fixture
 def local_server():
     """An HTTP server on the host's loopback: what a `whale serve` would be to the agent."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hello)
@@ -48,9 +108,10 @@ def local_server():
 
 
 def test_an_agent_reaches_nothing_but_its_workspace_and_its_api_host(
-    search, tmp_path, monkeypatch, local_server
+    search, tmp_path, monkeypatch, local_server, private_listener, home_secret
 ):
     port = local_server
+    private = list(private_listener)
     held_out = tmp_path / "held-out.jsonl"
     held_out.write_text('{"id": "test-1", "question": "secret"}\n')
     monkeypatch.setenv("WHALE_SEARCHQA_TEST", str(held_out))
@@ -65,7 +126,7 @@ def test_an_agent_reaches_nothing_but_its_workspace_and_its_api_host(
         str(REPO / "README.md"),  # /work, outside the workspace
         str(host_file),  # the host's /tmp
         "/etc/shadow",
-        *[str(p) for p in Path.home().glob(".*") if p.is_file()][:1],  # /root
+        str(home_secret),  # the host user's home
     ]
     # The real resolver, except for one name pointed at the local server: the allowed host
     # this machine (with no network) cannot otherwise offer. Loopback stays refused for every
@@ -81,7 +142,7 @@ def test_an_agent_reaches_nothing_but_its_workspace_and_its_api_host(
     shutil.copy(PROBE, bin_dir / "probe.py")
     probes = {
         "read": reads,
-        "direct": [["127.0.0.1", port], ["10.0.0.1", 80]],
+        "direct": [["127.0.0.1", port], private],
         "proxy": [
             ["127.0.0.1", port],  # not allowed
             ["localhost", port],  # allowed, but a loopback address
