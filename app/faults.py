@@ -17,7 +17,6 @@ FAULT_EVENTS = (
     "sandbox_start_failing",
     "sandbox_lost",
 )
-RECOVERY_EVENTS = ("model_server_restarted", "model_calls_back", "sandbox_start_back")
 
 
 class Outage:
