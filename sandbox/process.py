@@ -101,7 +101,7 @@ def _bwrap_args(
         "WHALE_GATEWAY",
         "/gateway/gateway.sock",
         "--ro-bind",
-        str(seccomp.write(control_dir, rollout_setup=True)),
+        str(seccomp.write(control_dir, seccomp.SERVER_CALLS["process"])),
         "/sandbox/seccomp-server.bpf",
         "--setenv",
         "WHALE_SECCOMP",
