@@ -11,7 +11,8 @@ orchestrated p50 latency minus the baseline p50 at the same concurrency. Every m
 baseline too, is warmed up the same way first (64 rollouts at concurrency 32, not timed).
 
 `--sandbox-only` measures the sandbox alone instead: one rollout at a time of a harness that
-makes no call, on a warm runner, each in its fresh scratch space (sandbox/runner.py).
+makes no call, on a warm runner, each in its fresh scratch space and namespaces
+(sandbox/runner.py).
 
     python -m benchmarks.orchestrator [--rollouts N] [--modes process,docker] [--sandbox-only]
 """
@@ -165,9 +166,10 @@ async def sandbox_only(n: int, pools: dict[str, SandboxPool], work: Path) -> Non
         "Sandbox alone: one rollout on a warm runner",
         table(["mode", "rollouts", "p50 ms", "p95 ms"], rows),
         "A harness that makes no call, one rollout at a time on a warm runner server, from the "
-        "pool's call to its answer: the connection, the fork, the rollout's fresh scratch space "
-        "(process: a mount namespace with new tmpfs /tmp and /dev/shm; docker: a uid and a "
-        "private directory of its own, emptied by a cleaner afterwards) and the result. "
+        "pool's call to its answer: the connection, the fork, the rollout's network and IPC "
+        "namespaces and Landlock domain, its fresh scratch space (process: a mount namespace "
+        "with new tmpfs /tmp and /dev/shm; docker: a uid and a private directory of its own, "
+        "emptied by a cleaner afterwards) and the result. "
         "Produced by `python -m benchmarks.orchestrator --sandbox-only`.",
         replace=True,
     )

@@ -2,13 +2,13 @@
 
 Each container: no network, read-only root, a small tmpfs /tmp that only the runner server may
 write to, no /dev/shm, memory / CPU / pid limits, no-new-privileges, the runner as PID 1 (it reaps
-orphans) as root with CAP_SETUID, CAP_SETGID, CAP_CHOWN and CAP_KILL only, each rollout under a
-uid of its own with no capabilities in a private directory (sandbox/runner.py, "uid" scratch),
-Docker's
-default seccomp profile with the runner's own filter stacked on it (sandbox/seccomp.py: no
-ptrace, no process_vm_readv/writev, no new namespaces), and exactly four host mounts: the
-harness file and the filter (read-only), the gateway's socket, and a private control directory
-where the runner listens. Optional gVisor (`runtime="runsc"`).
+orphans) as root with CAP_SETUID, CAP_SETGID, CAP_CHOWN, CAP_KILL and CAP_SYS_ADMIN only, each
+rollout under a uid of its own with no capabilities in a private directory and in network and
+IPC namespaces of its own (sandbox/runner.py, "uid" scratch), Docker's default seccomp profile
+with the runner's own filter stacked on it (sandbox/seccomp.py: no ptrace, no
+process_vm_readv/writev, no new namespaces; the server's own variant allows it unshare alone),
+and exactly five host mounts: the harness file and the two filters (read-only), the gateway's
+socket, and a private control directory where the runner listens. Optional gVisor (`runtime="runsc"`).
 """
 
 import asyncio
@@ -102,18 +102,25 @@ class DockerLauncher:
             nano_cpus=int(self.limits.cpus * 1e9),
             pids_limit=self.limits.pids,
             cap_drop=["ALL"],
-            # the server's: it starts each rollout under its own uid, and kills it
-            cap_add=["SETUID", "SETGID", "CHOWN", "KILL"],
+            # the server's: it starts each rollout under its own uid, in network and IPC
+            # namespaces of its own (SYS_ADMIN, for unshare only: the server's own filter refuses
+            # mount, setns and the rest), and kills it. Rollouts have none of them.
+            cap_add=["SETUID", "SETGID", "CHOWN", "KILL", "SYS_ADMIN"],
             security_opt=["no-new-privileges"],
             user="0:0",
             environment={
                 "WHALE_SCRATCH": "uid",
                 "WHALE_GATEWAY": "/gateway/gateway.sock",
                 "WHALE_SECCOMP": "/sandbox/seccomp.bpf",
+                "WHALE_SECCOMP_SERVER": "/sandbox/seccomp-server.bpf",
             },
             volumes={
                 str(harness): {"bind": "/sandbox/harness.py", "mode": "ro"},
                 str(seccomp.write(control_dir)): {"bind": "/sandbox/seccomp.bpf", "mode": "ro"},
+                str(seccomp.write(control_dir, seccomp.SERVER_CALLS["docker"])): {
+                    "bind": "/sandbox/seccomp-server.bpf",
+                    "mode": "ro",
+                },
                 str(gateway_socket): {"bind": "/gateway/gateway.sock", "mode": "ro"},
                 str(control_dir): {"bind": "/control", "mode": "rw"},
             },

@@ -1,15 +1,16 @@
 """The `process` backend: runner servers as child processes under bubblewrap and rlimits.
 
-Isolation: new network, pid, ipc, uts and user namespaces (no network at all, not even
-loopback), uid 65534 inside, no capabilities in rollouts (the runner server keeps CAP_SYS_ADMIN
-in the sandbox's own user namespace, to give each rollout its own /tmp), no further user namespaces (bubblewrap's
---disable-userns), read-only binds of the system and Python directories only, a private tmpfs
-/tmp and /dev/shm per rollout (sandbox/runner.py, "mount"), a read-only /dev, an empty environment, rlimits (processes, file size, open files; memory and CPU per
-rollout, set by the runner), and the seccomp filter of sandbox/seccomp.py, which the runner
-loads. Weaker than the docker backend: no cgroup memory or pid accounting, and the sandbox
-shares the invoking uid outside its namespace. Without bubblewrap only the filter, the rlimits
-and the kills remain, and a warning says so; as root that is refused, since a harness would then
-run as root on the host.
+Isolation: new network, pid, ipc, uts and user namespaces (no network but loopback), uid 65534
+inside, no capabilities in rollouts (the runner server keeps CAP_SYS_ADMIN in the sandbox's own
+user namespace, to give each rollout its own /tmp and its own network and IPC namespaces), no
+further user namespaces (bubblewrap's --disable-userns), read-only binds of the system and
+Python directories only, a private tmpfs /tmp and /dev/shm per rollout (sandbox/runner.py,
+"mount"), a read-only /dev, an empty environment, rlimits (processes, file size, open files;
+memory and CPU per rollout, set by the runner), and the seccomp filter of sandbox/seccomp.py,
+which the runner loads. Weaker than the docker backend: no cgroup memory or pid accounting, and
+the sandbox shares the invoking uid outside its namespace. Without bubblewrap only the filter,
+the rlimits, the kills and the runner's Landlock scopes remain, and a warning says so; as root
+that is refused, since a harness would then run as root on the host.
 """
 
 import asyncio
@@ -101,7 +102,7 @@ def _bwrap_args(
         "WHALE_GATEWAY",
         "/gateway/gateway.sock",
         "--ro-bind",
-        str(seccomp.write(control_dir, rollout_setup=True)),
+        str(seccomp.write(control_dir, seccomp.SERVER_CALLS["process"])),
         "/sandbox/seccomp-server.bpf",
         "--setenv",
         "WHALE_SECCOMP",

@@ -19,14 +19,26 @@ host's seccomp filter (WHALE_SECCOMP names the file).
 Every rollout starts from a fresh, empty writable area, its working directory, HOME and TMPDIR,
 which no later rollout sees (WHALE_SCRATCH, set by the backend, says how):
 - "mount" (bubblewrap): the worker gets a mount namespace of its own with a new tmpfs on /tmp and
-  /dev/shm (and its own IPC namespace), then drops the capabilities it did that with and loads
-  the full filter; the server's own filter (WHALE_SECCOMP_SERVER) lets it do only that much more.
-  Gone with the rollout's last process.
-- "uid" (docker): the server runs as root with CAP_SETUID/SETGID/CHOWN/KILL only; each rollout runs
-  under a uid of its own (ROLLOUT_UID_BASE + a slot free at the time) in a private directory of
-  /tmp, which nobody else can write to or list; when it ends, a cleaner under that uid kills
-  whatever the rollout left running and deletes what it wrote, before the slot is used again.
+  /dev/shm, then drops the capabilities it did that with and loads the full filter; the server's
+  own filter (WHALE_SECCOMP_SERVER) lets it do only that much more. Gone with the rollout's last
+  process.
+- "uid" (docker): the server runs as root with CAP_SETUID/SETGID/CHOWN/KILL/SYS_ADMIN only; each
+  rollout runs under a uid of its own (ROLLOUT_UID_BASE + a slot free at the time) in a private
+  directory of /tmp, which nobody else can write to or list; when it ends, a cleaner under that
+  uid kills whatever the rollout left running and deletes what it wrote, before the slot is used
+  again. The worker loads the full filter once it runs under its uid.
 - "dir" (no bubblewrap: files are not isolated at all): a fresh directory, removed afterwards.
+
+In "mount" and "uid", every rollout also gets a network and an IPC namespace of its own, made by
+its worker before any harness code runs (`_own_namespaces`): no interface but a loopback that is
+down, and no System V IPC object or POSIX message queue but its own. Concurrent rollouts cannot
+meet on an abstract Unix socket, a loopback port or shared memory, whatever they run (a child
+program or a C extension too: the namespace is the kernel's, not the import filter's). A path
+Unix socket does not care about network namespaces: the gateway's stays the one way out.
+In every mode, where the kernel has Landlock scopes (6.12+), the worker also gets a Landlock
+domain of its own that keeps its abstract Unix sockets and its signals to itself: all that is
+left where no namespace can be made ("dir"), and no sending signals to a sibling of the same uid
+("mount").
 
 The harness's `llm.chat` and `tools.<name>` reach the gateway through the Unix socket named by
 WHALE_GATEWAY, with the rollout's token; nothing else is reachable. The exception: a domain's
@@ -61,9 +73,12 @@ TOOL_OUTPUT_CHARS = 8000  # of stdout and of stderr, each, that a sandbox-side t
 ROLLOUT_UID_BASE = 200000  # "uid" scratch: rollout slot n runs as this + n, no user of the image
 TMP_BYTES = 64 << 20  # "mount" scratch: the size of a rollout's own /tmp and /dev/shm
 _libc = None  # set by confine
-_rollout_filter = b""  # the full filter a "mount" worker loads once its /tmp is its own
-CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+_rollout_filter = b""  # the full filter a worker loads once its namespaces are its own
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+# landlock_create_ruleset and landlock_restrict_self: the same numbers on every architecture
+NR_LANDLOCK_CREATE_RULESET, NR_LANDLOCK_RESTRICT_SELF = 444, 446
+LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET, LANDLOCK_SCOPE_SIGNAL = 0x1, 0x2
 
 
 class GatewayError(Exception):
@@ -393,12 +408,38 @@ def _libc_call(name, *args):
         raise OSError(errno, f"{name}: {os.strerror(errno)}")
 
 
-def _private_mounts():
-    """The "mount" scratch: a mount and IPC namespace of this worker's own with a new tmpfs on /tmp
-    and /dev/shm, then no capabilities left and the full filter on top of the server's."""
+def _own_namespaces(also_mounts=False):
+    """A network and an IPC namespace of this worker's own (and a mount namespace): the server
+    can make them (CAP_SYS_ADMIN in its user namespace), no rollout can. About a millisecond: a
+    new network namespace is most of it. Its loopback stays down: nothing to listen on."""
+    _libc_call("unshare", CLONE_NEWNET | CLONE_NEWIPC | (CLONE_NEWNS if also_mounts else 0))
+
+
+def _landlock_scopes():
+    """A Landlock domain of this worker's own in which abstract Unix sockets and signals reach
+    nothing outside it (kernel 6.12+; no privilege needed): False where the kernel cannot."""
     import ctypes
 
-    _libc_call("unshare", CLONE_NEWNS | CLONE_NEWIPC)
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_uint64) for name in ("fs", "net", "scoped")]
+
+    attr = RulesetAttr(0, 0, LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL)
+    _libc.syscall.restype = ctypes.c_long
+    fd = _libc.syscall(NR_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    if fd < 0:
+        return False
+    try:
+        return _libc.syscall(NR_LANDLOCK_RESTRICT_SELF, fd, 0) == 0
+    finally:
+        os.close(fd)
+
+
+def _private_mounts():
+    """The "mount" scratch: a mount namespace of this worker's own with a new tmpfs on /tmp and
+    /dev/shm, then no capabilities left and the full filter on top of the server's."""
+    import ctypes
+
+    _own_namespaces(also_mounts=True)
     _libc_call("mount", None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None)
     options = b"size=%d,mode=1777" % TMP_BYTES
     for target in (b"/tmp", b"/dev/shm"):
@@ -438,15 +479,18 @@ def _remove_tree(path, keep_top=False):
 
 
 def _enter_scratch(scratch):
-    """In the worker, before any harness code: make the rollout's fresh area its own (see the
-    module's docstring) and its working directory, HOME and TMPDIR."""
+    """In the worker, before any harness code: make the rollout's fresh area and namespaces its
+    own (see the module's docstring), and the area its working directory, HOME and TMPDIR."""
     if scratch["mode"] == "mount":
         _private_mounts()
     elif scratch["mode"] == "uid":
         uid = scratch["uid"]
+        _own_namespaces()
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # and with it every capability the server had
+        _load_filter(_rollout_filter)
+    _landlock_scopes()
     path = scratch["path"]
     os.chdir(path)
     os.environ["HOME"] = os.environ["TMPDIR"] = path
@@ -498,7 +542,7 @@ def _worker(harness_path, harness, limits, scratch, conn, out_w, err_w, res_w):
         try:
             _enter_scratch(scratch)
         except OSError as exc:
-            os.write(2, f"runner: no fresh scratch space for the rollout: {exc}\n".encode())
+            os.write(2, f"runner: cannot isolate the rollout: {exc}\n".encode())
             raise
         mem = int(request.get("memory_mb") or 0) << 20
         if mem:
@@ -804,7 +848,7 @@ def serve(control_socket, harness_path):
     scratch_mode = os.environ.get("WHALE_SCRATCH", "dir")
     if scratch_mode not in ("mount", "uid", "dir"):
         raise SystemExit(f"runner: WHALE_SCRATCH={scratch_mode!r} is not mount, uid or dir")
-    if scratch_mode == "mount":  # the server keeps what it needs to give each worker its /tmp
+    if scratch_mode in ("mount", "uid"):  # the server keeps what it needs to isolate a worker
         _rollout_filter = _read_filter(os.environ["WHALE_SECCOMP"])
         confine(os.environ["WHALE_SECCOMP_SERVER"])
     else:

@@ -103,22 +103,27 @@ NAMESPACE_FLAGS = {
 PR_SET_DUMPABLE = 4  # the runner makes itself non-dumpable first; nobody may undo it
 
 
-# What a runner server that gives each rollout its own mount namespace (sandbox/runner.py, the
-# process backend) needs to do so; each worker loads the full filter once it has done it.
-ROLLOUT_SETUP = ("unshare", "mount")
+# What a runner server needs to give each rollout namespaces of its own (sandbox/runner.py):
+# "unshare" on both backends (a network and an IPC namespace per rollout), and "mount" where it
+# also mounts the rollout's own /tmp (the process backend). Each worker loads the full filter
+# once it has done so. Even the server may make only these kinds of namespace.
+SERVER_CALLS = {"process": ("unshare", "mount"), "docker": ("unshare",)}
+ROLLOUT_NAMESPACES = ("CLONE_NEWNS", "CLONE_NEWIPC", "CLONE_NEWNET")
 
 
 @cache
-def program(rollout_setup: bool = False) -> bytes:
-    """The compiled filter for this machine's architecture; `rollout_setup`: the runner server's
-    own, which still lets it create a rollout's private /tmp (ROLLOUT_SETUP)."""
+def program(server_calls: tuple[str, ...] = ()) -> bytes:
+    """The compiled filter for this machine's architecture; `server_calls`: the runner server's
+    own, which still allows those calls (SERVER_CALLS) to set up a rollout."""
     f = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
     deny = seccomp.ERRNO(errno.EPERM)
     for name in DENIED:
-        if not (rollout_setup and name in ROLLOUT_SETUP):
+        if name not in server_calls:
             f.add_rule(deny, name)
-    for flag in NAMESPACE_FLAGS.values():  # clone is fork too: only a new namespace is refused
+    for name, flag in NAMESPACE_FLAGS.items():  # clone is fork too: only a new namespace is refused
         f.add_rule(deny, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
+        if "unshare" in server_calls and name not in ROLLOUT_NAMESPACES:
+            f.add_rule(deny, "unshare", seccomp.Arg(0, seccomp.MASKED_EQ, flag, flag))
     f.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # its flags sit in memory, out of sight
     f.add_rule(deny, "prctl", seccomp.Arg(0, seccomp.EQ, PR_SET_DUMPABLE))
     with tempfile.TemporaryFile() as out:  # libseccomp writes to a descriptor
@@ -127,9 +132,9 @@ def program(rollout_setup: bool = False) -> bytes:
         return out.read()
 
 
-def write(folder: Path, rollout_setup: bool = False) -> Path:
+def write(folder: Path, server_calls: tuple[str, ...] = ()) -> Path:
     """The filter as a file in `folder`, world-readable (the sandbox user reads it)."""
-    path = folder / ("seccomp-server.bpf" if rollout_setup else "seccomp.bpf")
-    path.write_bytes(program(rollout_setup))
+    path = folder / ("seccomp-server.bpf" if server_calls else "seccomp.bpf")
+    path.write_bytes(program(server_calls))
     path.chmod(0o644)
     return path

@@ -3,6 +3,7 @@
 store. Each ends as a failed or contained rollout with a recorded reason; afterwards the server
 still serves, the database is intact and the host is unchanged."""
 
+import ctypes
 import json
 import os
 import sqlite3
@@ -26,17 +27,28 @@ HANG_S = 8
 # Put before a harness whose rollouts must overlap: all_up(n) waits until n - 1 siblings (the
 # other workers of the same runner server) are running and returns their pids, or [] after 6 s;
 # all_done(pids) marks this rollout done and waits until those siblings are done or gone. Events
-# in /proc and abstract Unix sockets (each rollout has a /tmp of its own), not sleeps: on a loaded
-# machine a sibling can start late.
+# in /proc, not sleeps: on a loaded machine a sibling can start late. A rollout marks itself done
+# by lowering its own priority (its nice value rises above its runner's), which every sibling
+# reads in /proc/PID/stat: rollouts share no socket, file or IPC namespace to say it through.
 RENDEZVOUS = """\
-import os as _os, socket as _socket, time as _time
+import os as _os, time as _time
+
+
+def _stat(pid):
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
 
 
 def _parent(pid):
-    try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return None
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _nice(pid):
+    fields = _stat(pid)
+    return int(fields[16]) if fields else None
 
 
 def all_up(n, wait_s=6.0):
@@ -50,24 +62,16 @@ def all_up(n, wait_s=6.0):
     return []
 
 
-def _is_done(pid):
-    probe = _socket.socket(_socket.AF_UNIX)
-    try:
-        probe.connect(f"\\0whale-done-{pid}")
-        return True
-    except OSError:
-        return not _os.path.exists(f"/proc/{pid}")
-    finally:
-        probe.close()
+def _is_done(pid, server_nice):
+    nice = _nice(pid)
+    return nice is None or nice > server_nice
 
 
 def all_done(pids, wait_s=6.0):
-    global _done
-    _done = _socket.socket(_socket.AF_UNIX)
-    _done.bind(f"\\0whale-done-{_os.getpid()}")
-    _done.listen(16)
+    server_nice = _nice(_os.getppid())
+    _os.nice(1)
     end = _time.monotonic() + wait_s
-    while _time.monotonic() < end and not all(_is_done(p) for p in pids):
+    while _time.monotonic() < end and not all(_is_done(p, server_nice) for p in pids):
         _time.sleep(0.05)
 
 
@@ -674,3 +678,161 @@ def test_rollouts_running_together_find_nothing_of_each_other(attack):
     reports = _leftovers(rows)
     assert [r["siblings"] for r in reports] == [3] * 4, reports
     assert [r["found"] for r in reports] == [[]] * 4, reports
+
+
+# Tries every channel that does not go through a file to reach a sibling running at the same
+# time: a fixed abstract Unix socket name and a fixed loopback TCP port (the first rollout there
+# listens, a later one finds the place taken and connects), System V shared memory and message
+# queues created by a child program (util-linux's ipcmk, written in C: the domain's import filter
+# does not reach it) and from Python in the rollout itself (through the runner's own ctypes, which
+# the import filter does not stop either): a fixed key taken already, or a segment or queue in
+# /proc/sysvipc that the rollout did not create, means a sibling's was within reach. And a signal
+# sent to each sibling, which would note it.
+MEET = """\
+import errno, json, os, signal, socket, sys, threading, time
+
+PORT = 47145
+NAME = "\\0whale-meet"
+KEYS = {"shm": 0x57484C31, "msg": 0x57484C32}
+IPC_CREAT, IPC_EXCL = 0o1000, 0o2000
+mark = f"{os.getpid()}-{os.urandom(4).hex()}"
+met = []  # how this rollout reached a sibling, or was reached by one
+signal.signal(signal.SIGUSR1, lambda *_: met.append("signal: reached by a sibling"))
+
+
+def signal_each(pids):
+    outcomes = set()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            met.append(f"signal: reached {pid}")
+            outcomes.add("sent")
+        except OSError as exc:
+            outcomes.add(errno.errorcode.get(exc.errno, "?"))
+    return sorted(outcomes)
+
+
+def _serve(listener, channel):
+    while True:
+        conn, _ = listener.accept()
+        conn.settimeout(3)
+        try:
+            conn.sendall(mark.encode())
+            met.append(f"{channel}: reached by {conn.recv(64).decode()}")
+        except OSError:
+            pass
+        conn.close()
+
+
+def bind_or_connect(family, address, channel):
+    listener = socket.socket(family)
+    try:
+        listener.bind(address)
+        listener.listen(16)
+        threading.Thread(target=_serve, args=(listener, channel), daemon=True).start()
+        return "bound"
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return "bind " + errno.errorcode.get(exc.errno, "?")
+    conn = socket.socket(family)
+    conn.settimeout(3)
+    try:
+        conn.connect(address)
+        conn.sendall(mark.encode())
+        met.append(f"{channel}: reached {conn.recv(64).decode()}")
+        return "connected"
+    except OSError as exc:
+        return "connect " + errno.errorcode.get(exc.errno, "?")
+
+
+def ipcmk(option):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(write, 1)
+        os.execv("/usr/bin/ipcmk", ["ipcmk", option, "4096"] if option == "-M" else ["ipcmk", option])
+    os.close(write)
+    out = b""
+    while chunk := os.read(read, 4096):
+        out += chunk
+    os.waitpid(pid, 0)
+    return int(out.split(b":")[-1])  # "Shared memory id: 5"
+
+
+def by_key_from_python():
+    libc = sys.modules["__main__"]._libc  # the runner's ctypes: no import needed
+    get_errno = type(libc).__init__.__globals__["get_errno"]
+    found = {}
+    for kind, call in (("shm", lambda k, f: libc.shmget(k, 4096, f)),
+                       ("msg", lambda k, f: libc.msgget(k, f))):
+        ipc_id = call(KEYS[kind], IPC_CREAT | IPC_EXCL | 0o666)
+        if ipc_id >= 0:
+            found[kind] = ipc_id
+        else:
+            error = errno.errorcode.get(get_errno(), "?")
+            found[kind] = None
+            if error == "EEXIST":
+                met.append(f"{kind} key {KEYS[kind]:#x}: a sibling created it")
+    return found
+
+
+def foreign_ipc(mine):
+    for kind in ("shm", "msg"):
+        with open(f"/proc/sysvipc/{kind}") as f:
+            ids = {int(line.split()[1]) for line in list(f)[1:]}
+        if ids - mine[kind]:
+            met.append(f"{kind}: sees ids {sorted(ids - mine[kind])} it did not create")
+
+
+"""
+
+
+def _landlock_abi() -> int:
+    """The kernel's Landlock ABI version (6 and up scope abstract sockets and signals), or 0."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, 0, 1))  # LANDLOCK_CREATE_RULESET_VERSION
+
+
+def test_rollouts_running_together_cannot_reach_each_other(attack):
+    """k=4 samples of 2 tasks, all in flight at once in one warm runner: each tries to meet a
+    sibling on an abstract Unix socket, a loopback TCP port and System V shared memory and
+    message queues (made by a child program and from Python), and by signals. Each rollout has a
+    network and an IPC namespace of its own (and no uid or Landlock domain that a sibling may
+    signal): none reaches another, and every one of them did try."""
+    _, rows = attack(
+        RENDEZVOUS
+        + MEET
+        + textwrap.dedent("""
+        def run(task, llm, tools):
+            start = time.time()
+            made = {"shm": {ipcmk("-M")}, "msg": {ipcmk("-Q")}}
+            from_python = by_key_from_python()
+            for kind, ipc_id in from_python.items():
+                if ipc_id is not None:
+                    made[kind].add(ipc_id)
+            siblings = all_up(8, wait_s=20)
+            tried = {"abstract": bind_or_connect(socket.AF_UNIX, NAME, "abstract"),
+                     "tcp": bind_or_connect(socket.AF_INET, ("127.0.0.1", PORT), "tcp"),
+                     "python": from_python, "signal": signal_each(siblings)}
+            foreign_ipc(made)
+            all_done(siblings, wait_s=20)
+            return json.dumps({"met": met, "tried": tried, "siblings": len(siblings),
+                               "start": start, "end": time.time()})
+    """),
+        limit=2,
+        k=4,
+    )
+    assert all(r["reason"] is None for r in rows), [r["error"] for r in rows]
+    reports = [json.loads(r["answer"]) for r in rows]
+    # all eight in flight at once: each saw the seven others, and their spans overlap
+    assert [r["siblings"] for r in reports] == [7] * 8, reports
+    assert max(r["start"] for r in reports) < min(r["end"] for r in reports), reports
+    met = [r["met"] for r in reports]
+    if attack.backend == "process" and _landlock_abi() < 6:  # no scope for signals (documented)
+        met = [[m for m in ms if not m.startswith("signal")] for ms in met]
+    assert met == [[]] * 8, f"{attack.backend}: {met} (tried: {[r['tried'] for r in reports]})"
+    # every rollout did make its own IPC objects and its own abstract socket
+    for report in reports:
+        assert report["tried"]["abstract"] == "bound", report
+        assert None not in report["tried"]["python"].values(), report
