@@ -65,7 +65,7 @@ def plot_accuracy_vs_rollouts(
             clip_on=False,
             label=("_" if seed else "") + label(run) + note,  # "_": left out of the legend
         )
-        # each point's 95% interval (tasks resampled, app/stats.py) as an error bar
+        # each point's 95% interval (over the test tasks, app/stats.py) as an error bar
         bars = [
             (px, py, low, high)
             for px, py, (_, _, low, high) in zip(xs, ys, points)
@@ -118,7 +118,7 @@ def plot_accuracy_vs_rollouts(
 
 def _key(solo: bool, groups: bool) -> str:
     """What the marks mean, heading the legend: only the marks the figure has."""
-    marks = ["bars: 95% interval, test tasks resampled (one run each)"] if solo else []
+    marks = ["bars: 95% interval over the test tasks (one run each)"] if solo else []
     marks.append("ring: the point chosen on the harness split (else the final one)")
     if groups:
         marks.append(f"thick: a seed group's mean, shaded: {SEED_BAND}, thin: its seeds")
