@@ -16,10 +16,14 @@ from tests.conftest import error_detail, whale
 N_TASKS = 24
 
 
-def scored_run(store, name: str, passing: set[int], k: int = 2, n_tasks: int = N_TASKS):
+def scored_run(
+    store, name: str, passing: set[int], k: int = 2, n_tasks: int = N_TASKS, config=None
+):
     """A run with one finished test evaluation: the tasks in `passing` pass every sample, the
     others fail every one."""
-    run = store.write(Run(name=name, kind="experiment", domain="arith", status="done"))
+    run = store.write(
+        Run(name=name, kind="experiment", domain="arith", status="done", config=config)
+    )
     evaluation = store.evaluation(
         run, store.harness(run, name=f"{name}.py"), store.checkpoint(), n_tasks, k=k
     )
@@ -92,6 +96,25 @@ def test_every_task_failed_on_four_tasks_is_not_shown_as_certain(store, workbenc
     enough_page = client.get(f"/runs/{enough_run.id}").text
     assert "only 30 tasks" not in enough_page and "intervals wide" not in enough_page
     assert client.get(f"/api/runs/{enough_run.id}").json()["evaluations"][0]["few_tasks"] is False
+
+
+def test_seeds_that_agree_on_few_tasks_are_not_certain_either(store, client):  # noqa: F811
+    """Two strategies under three seeds, every run failing the same 4 tasks: the seeds agree
+    exactly, and still neither the group's score nor its difference is a point."""
+    runs = []
+    for strategy in ("whale", "harness_only"):
+        for seed in (0, 1, 2):
+            group = {"group": {"name": strategy, "seeds": [0, 1, 2]}, "experiment": {"seed": seed}}
+            runs.append(scored_run(store, f"{strategy} {seed}", set(), 1, 4, group)[0])
+    query = "&".join(f"ids={run.id}" for run in runs)
+    base, other = client.get(f"/api/runs/compare?{query}").json()["groups"]
+    assert base["selected_mean"] == 0.0
+    assert base["selected_ci"] == [0.0, pytest.approx(0.602, abs=1e-3)]  # as wide as one run's
+    pairs = other["vs_baseline"]
+    assert (pairs["difference"], pairs["p_value"]) == (0.0, 1.0)
+    assert pairs["low"] < -0.5 and pairs["high"] > 0.5  # the seeds' paired intervals on 4 tasks
+    page = client.get(f"/runs/compare?{query}").text
+    assert "[0.000, 0.000]" not in page and "[+0.000, +0.000]" not in page
 
 
 def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tmp_path):
