@@ -24,7 +24,7 @@ from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
 from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
-from app.stats import few_tasks, half_widths, paired, seed_interval
+from app.stats import few_tasks, half_widths, paired, paired_interval, seed_interval
 
 MAX_RUNS = 30  # five strategies under six seeds
 MAX_CURVES = 10  # the chart has ten colours; a seed group draws as one curve (its seeds faint)
@@ -115,10 +115,11 @@ def tasks_behind(session: Session, evaluation_id: int | None) -> dict:
     return {"test_tasks": n, "few_tasks": few_tasks(n)}
 
 
-def paired_evaluations(session: Session, a: int, b: int):
-    """Evaluation b against evaluation a on the tasks both scored (app/stats.py, `paired`)."""
+def paired_evaluations(session: Session, a: int, b: int, compare=paired):
+    """Evaluation b against evaluation a on the tasks both scored (app/stats.py: `paired`, or
+    `paired_interval` for the interval alone)."""
     k_a, k_b = (session.get(Evaluation, e).k or 1 for e in (a, b))
-    return paired(task_means(session, a), task_means(session, b), k_a, k_b)
+    return compare(task_means(session, a), task_means(session, b), k_a, k_b)
 
 
 def paired_with(session: Session, baseline: dict, other: dict) -> dict | None:
@@ -230,8 +231,8 @@ def paired_by_seed(
     reach = []
     for s in seeds:
         ids = a[s]["selected_evaluation_id"], b[s]["selected_evaluation_id"]
-        on = paired_evaluations(session, *ids) if None not in ids else None
-        reach.append(half_widths(on.difference, on.low, on.high) if on else (0.0, 0.0))
+        on = paired_evaluations(session, *ids, paired_interval) if None not in ids else None
+        reach.append(half_widths(*on) if on else (0.0, 0.0))
     over = seed_interval(diffs, np.mean(reach, axis=0), bounds=(-1.0, 1.0))
     return {
         "against": base_name,
