@@ -247,8 +247,10 @@ def seed_interval(
     from scipy import stats
 
     spread = float(x.std(ddof=1)) / np.sqrt(len(x))
+    spread = 0.0 if spread < 1e-12 else spread  # equal values up to rounding: no spread
     t, z = stats.t(len(x) - 1), float(stats.norm.ppf(0.5 + LEVEL / 2))
     half = float(t.ppf(0.5 + LEVEL / 2)) * spread
+    floor = float(floor[0]), float(floor[1])  # numpy means arrive as arrays
     below, above = max(half, floor[0]), max(half, floor[1])
     toward_zero = floor[0] if mean > 0 else floor[1]  # the floor's side that could reach 0
     p_values = [2 * float(t.sf(abs(mean) / spread))] if spread > 0 else []
