@@ -219,7 +219,7 @@ def summary(s, run_id: int) -> dict:
                 "weight_steps": p.weight_steps,
                 "wall_s": p.wall_s,
                 "mean_at_k": p.y,
-                "ci": list(ci.get(p.evaluation_id, (None, None))),  # 95%, tasks resampled
+                "ci": list(ci.get(p.evaluation_id, (None, None))),  # 95%, over the test tasks
                 "evaluation_id": p.evaluation_id,
             }
             for p in points
@@ -272,7 +272,7 @@ def print_summary(result: dict) -> None:
             f"selected test mean@k {result['selected']:.3f} {interval(result['selected_ci'])} "
             f"({result['selected_by']}); the maximum over test points "
             f"{result['best_test']:.3f} {interval(result['best_test_ci'])} after "
-            f"{result['best_at_rollouts']} rollouts; 95% intervals, test tasks resampled"
+            f"{result['best_at_rollouts']} rollouts; 95% intervals over the test tasks"
         )
     out.print(f"run {result['status']} ({result['ended']})")
 

@@ -88,7 +88,7 @@ def compare_table(rows: list[dict]) -> Table:
     table.caption = escape(
         "selected: the test score of the pair chosen on the harness split (the final point "
         "without one); max over test: the best test point, chosen on test (the paper's figure). "
-        "[lo, hi]: 95% interval, test tasks resampled; one run (one seed) each"
+        "[lo, hi]: 95% interval over the test tasks; one run (one seed) each"
     )
     return table
 
@@ -168,7 +168,7 @@ def compare(
     with store_session() as session:
         rows = compare_runs(session, run_ids, baseline)
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
-    seed_groups = groups(rows, baseline)
+        seed_groups = groups(session, rows, baseline)
     if as_json:
         print(json.dumps({"runs": rows, "groups": seed_groups, "baseline": baseline}))
     else:

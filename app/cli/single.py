@@ -69,7 +69,7 @@ def summary_line(evaluation, statuses: Counter, reasons: Counter) -> str:
     failures = ", ".join(f"{r}: {n}" for r, n in reasons.most_common()) or "none"
     infra = f", {evaluation.n_infra} infrastructure failures left out" if evaluation.n_infra else ""
     ci = (
-        f" [{evaluation.ci_low:.3f}, {evaluation.ci_high:.3f}] (95%, tasks resampled)"
+        f" [{evaluation.ci_low:.3f}, {evaluation.ci_high:.3f}] (95%, over the tasks)"
         if evaluation.ci_low is not None
         else ""
     )
@@ -152,7 +152,7 @@ def eval_(
                         # where tasks name their benchmark: each one's mean@k and their mean
                         "benchmarks": breakdown and breakdown["benchmarks"],
                         "macro_mean_at_k": breakdown and breakdown["macro_mean_at_k"],
-                        "ci": [evaluation.ci_low, evaluation.ci_high],  # 95%, tasks resampled
+                        "ci": [evaluation.ci_low, evaluation.ci_high],  # 95%, over the tasks
                         "scoring": evaluation.scoring,
                         "k": k,
                         "split": split,

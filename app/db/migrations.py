@@ -3,6 +3,7 @@
 Never edit a migration that has shipped: append a new one.
 """
 
+import math
 import sqlite3
 
 MIGRATIONS: list[tuple[str, str]] = [
@@ -213,6 +214,21 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE training_job ADD COLUMN timings BLOB;
         """,
     ),
+    (
+        "013_exact_intervals",
+        """
+        -- issue 47: the 95% interval of mean@k is exact over the tasks (app/stats.py). The
+        -- resampled one it replaces collapsed to a point when every task scored the same:
+        -- where every task failed or passed, the exact interval of n tasks takes its place
+        -- (Clopper-Pearson: 1 - 0.025^(1/n) from the end); where all scored the same in
+        -- between, none is shown
+        UPDATE evaluation SET ci_high = 1 - power(0.025, 1.0 / n_tasks)
+            WHERE ci_low = ci_high AND mean_at_k = 0 AND n_tasks > 0;
+        UPDATE evaluation SET ci_low = power(0.025, 1.0 / n_tasks)
+            WHERE ci_low = ci_high AND mean_at_k = 1 AND n_tasks > 0;
+        UPDATE evaluation SET ci_low = NULL, ci_high = NULL WHERE ci_low = ci_high;
+        """,
+    ),
 ]
 
 
@@ -221,6 +237,7 @@ def migrate(conn: sqlite3.Connection) -> list[str]:
     conn.execute(
         "CREATE TABLE IF NOT EXISTS migration (name TEXT PRIMARY KEY, applied_at DATETIME NOT NULL)"
     )
+    conn.create_function("power", 2, math.pow, deterministic=True)  # not in every SQLite build
     done = {name for (name,) in conn.execute("SELECT name FROM migration")}
     applied = []
     for name, sql in MIGRATIONS:

@@ -120,7 +120,7 @@ class Evaluation(SQLModel, table=True):
     # backend, sampling defaults, forced fields and rollout budgets (app/llm/generation.py)
     generation: dict | None = zjson()
     scoring: str | None = None  # the verifier's mode: lenient, paper, ... (app/domains)
-    # the 95% interval of mean_at_k, resampling tasks (app/stats.py); None below two tasks
+    # the 95% interval of mean_at_k over the tasks (app/stats.py); None without tasks
     ci_low: float | None = None
     ci_high: float | None = None
 

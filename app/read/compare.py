@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import HTTPException, Query
 from sqlmodel import Session, col, select
 
@@ -23,7 +24,7 @@ from app.read.dashboard import XAxis
 from app.read.runs import UnknownRuns, get_runs
 from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
-from app.stats import paired, seed_interval
+from app.stats import few_tasks, half_widths, paired, paired_interval, seed_interval
 
 MAX_RUNS = 30  # five strategies under six seeds
 MAX_CURVES = 10  # the chart has ten colours; a seed group draws as one curve (its seeds faint)
@@ -97,11 +98,28 @@ def summarize(
         "final": final.y if final else None,
         "final_ci": list(ci[final.evaluation_id]) if final and final.evaluation_id in ci else None,
         "final_evaluation_id": final.evaluation_id if final else None,
+        "selected_evaluation_id": chosen.evaluation_id if chosen else None,
+        # the test tasks the final score rests on; few_tasks: fewer than app/stats.py's FEW_TASKS
+        **tasks_behind(session, final.evaluation_id if final else None),
         "rollouts_used": rollouts_used(session, run.id),
         "test_points": len(points),
         "group": group_of(run),
         "seed": ((run.config or {}).get("experiment") or {}).get("seed"),
     }
+
+
+def tasks_behind(session: Session, evaluation_id: int | None) -> dict:
+    """{"test_tasks": the tasks an evaluation scored, "few_tasks": fewer than FEW_TASKS}."""
+    e = session.get(Evaluation, evaluation_id) if evaluation_id is not None else None
+    n = e.n_tasks if e is not None else None
+    return {"test_tasks": n, "few_tasks": few_tasks(n)}
+
+
+def paired_evaluations(session: Session, a: int, b: int, compare=paired):
+    """Evaluation b against evaluation a on the tasks both scored (app/stats.py: `paired`, or
+    `paired_interval` for the interval alone)."""
+    k_a, k_b = (session.get(Evaluation, e).k or 1 for e in (a, b))
+    return compare(task_means(session, a), task_means(session, b), k_a, k_b)
 
 
 def paired_with(session: Session, baseline: dict, other: dict) -> dict | None:
@@ -110,7 +128,7 @@ def paired_with(session: Session, baseline: dict, other: dict) -> dict | None:
     a, b = baseline["final_evaluation_id"], other["final_evaluation_id"]
     if a is None or b is None or baseline["id"] == other["id"]:
         return None
-    result = paired(task_means(session, a), task_means(session, b), seed=a * 1_000_003 + b)
+    result = paired_evaluations(session, a, b)
     if result is None:
         return None
     return {
@@ -152,15 +170,21 @@ def aggregate(rows: list[dict]) -> dict:
     """Summaries of one group's runs as mean and 95% interval over seeds."""
     out: dict[str, Any] = {"n_seeds": len(rows), "runs": [r["id"] for r in rows]}
     for key in ("selected", "best", "final"):
-        values = [r[key] for r in rows if r[key] is not None]
-        mean, ci = seed_interval(values) if values else (None, None)
-        out[f"{key}_mean"], out[f"{key}_ci"] = mean, list(ci) if ci else None
+        scored = [r for r in rows if r[key] is not None]
+        # no narrower than the runs' own intervals over their (shared) test tasks, on average
+        reach = [half_widths(r[key], *(r[f"{key}_ci"] or (None, None))) for r in scored]
+        over = seed_interval([r[key] for r in scored], np.mean(reach, axis=0)) if scored else None
+        out[f"{key}_mean"] = over.mean if over else None
+        out[f"{key}_ci"] = [over.low, over.high] if over and over.low is not None else None
     out["design"] = (
-        f"mean over {len(rows)} seeds, one run each; 95% t interval over seeds"
+        f"mean over {len(rows)} seeds, one run each; {SEED_INTERVAL}"
         if len(rows) > 1
         else "one seed: no interval over seeds"
     )
     return out
+
+
+SEED_INTERVAL = "95% t interval over seeds, no narrower than one run's over the test tasks"
 
 
 def group_summary(session: Session, run_ids: list[int]) -> dict:
@@ -168,7 +192,7 @@ def group_summary(session: Session, run_ids: list[int]) -> dict:
     return aggregate(summaries(session, get_runs(session, run_ids)))
 
 
-def groups(rows: list[dict], baseline: int | None = None) -> list[dict]:
+def groups(session: Session, rows: list[dict], baseline: int | None = None) -> list[dict]:
     """The seed groups among compared runs, in order of first appearance, each aggregated, and
     each but the baseline's (the group of the baseline run; else the first) paired with it by
     seed (`vs_baseline`)."""
@@ -184,38 +208,41 @@ def groups(rows: list[dict], baseline: int | None = None) -> list[dict]:
             "strategy": rs[0]["strategy"],
             "seeds": [r["seed"] for r in rs],
             **aggregate(rs),
-            "vs_baseline": None if name == base else paired_by_seed(members[base], rs, base),
+            "vs_baseline": None
+            if name == base
+            else paired_by_seed(session, members[base], rs, base),
         }
         for name, rs in members.items()
     ]
 
 
-def paired_by_seed(base: list[dict], other: list[dict], base_name: str) -> dict | None:
+def paired_by_seed(
+    session: Session, base: list[dict], other: list[dict], base_name: str
+) -> dict | None:
     """`other`'s selected test scores minus `base`'s, seed s against seed s: the mean
-    difference, its 95% t interval and the paired t-test over the seeds both ran."""
-    a = {r["seed"]: r["selected"] for r in base if r["selected"] is not None}
-    b = {r["seed"]: r["selected"] for r in other if r["selected"] is not None}
+    difference, its 95% interval over the seeds both ran (a t interval no narrower than the
+    seeds' paired intervals over the test tasks, on average) and the p-value that agrees."""
+    a = {r["seed"]: r for r in base if r["selected"] is not None}
+    b = {r["seed"]: r for r in other if r["selected"] is not None}
     seeds = sorted(a.keys() & b.keys())
     if not seeds:
         return None
-    diffs = [b[s] - a[s] for s in seeds]
-    mean, ci = seed_interval(diffs)
-    p = None
-    if len(seeds) > 1 and not any(diffs):
-        p = 1.0
-    elif len(seeds) > 1 and len({round(d, 9) for d in diffs}) > 1:  # equal ones: t undefined
-        from scipy import stats
-
-        p = float(stats.ttest_rel([b[s] for s in seeds], [a[s] for s in seeds]).pvalue)
+    diffs = [b[s]["selected"] - a[s]["selected"] for s in seeds]
+    reach = []
+    for s in seeds:
+        ids = a[s]["selected_evaluation_id"], b[s]["selected_evaluation_id"]
+        on = paired_evaluations(session, *ids, paired_interval) if None not in ids else None
+        reach.append(half_widths(*on) if on else (0.0, 0.0))
+    over = seed_interval(diffs, np.mean(reach, axis=0), bounds=(-1.0, 1.0))
     return {
         "against": base_name,
         "seeds": seeds,
-        "difference": mean,
-        "low": ci[0] if ci else None,
-        "high": ci[1] if ci else None,
-        "p_value": p,
+        "difference": over.mean,
+        "low": over.low,
+        "high": over.high,
+        "p_value": over.p_value,
         "design": f"selected test score, paired by seed over {len(seeds)} seed"
-        + ("s; 95% t interval, paired t-test" if len(seeds) > 1 else ": no interval"),
+        + (f"s; {SEED_INTERVAL}" if len(seeds) > 1 else ": no interval"),
     }
 
 
@@ -240,8 +267,9 @@ def seed_bands(runs: list[Run], curves: list[Sequence[Sequence[float]]]) -> list
         seeds = [curves[i] for i in indexes]
         points = []
         for position in range(min(len(c) for c in seeds)):
-            mean, ci = seed_interval(c[position][1] for c in seeds)
-            low, high = ci or (mean, mean)
+            # the band is the spread over seeds alone: the runs' own intervals are their bars
+            over = seed_interval(c[position][1] for c in seeds)
+            mean, low, high = over.mean, over.low, over.high
             x = sum(c[position][0] for c in seeds) / len(seeds)
             points.append({"x": x, "mean": mean, "low": low, "high": high})
         bands.append(
@@ -294,7 +322,7 @@ def get_comparison(
         "x_label": X_LABELS[x],
         "baseline": baseline,
         "runs": rows,
-        "groups": groups(rows, baseline),
+        "groups": groups(s, rows, baseline),
         "notes": mixed_scales(rows),
         "curves": curves,
         "seed_bands": seed_bands(

@@ -131,6 +131,7 @@ def contrast(s: Session, query: ContrastQuery) -> dict[str, Any]:
     compared = paired(
         {r.task_id: rate(r.a_pass, r.a_n) for r in both},
         {r.task_id: rate(r.b_pass, r.b_n) for r in both},
+        *(sum(getattr(r, n) for r in both) / max(len(both), 1) for n in ("a_n", "b_n")),
     )
     return {
         "query": query.model_dump(),

@@ -6,6 +6,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Metric, Rollout, Run, TrainingJob, now, utc
 from app.phases import TEST_SERIES
+from app.stats import few_tasks
 
 X_LABELS = {
     "rollouts": "rollouts used (training + harness search)",
@@ -84,6 +85,8 @@ def measured(session: Session, run: Run, x: str) -> list[dict]:
                 "checkpoint_id": e.checkpoint_id,
                 "k": e.k,
                 "split": e.split,
+                "n_tasks": e.n_tasks,
+                "few_tasks": few_tasks(e.n_tasks),  # the page says so beside the chart
                 **{f"n_{status}": bad.get((e.id, status), 0) for status in UNSCORED},
             }
         low, high = (e.ci_low, e.ci_high) if e is not None else (None, None)

@@ -6,6 +6,7 @@ from sqlmodel import Session, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Run
 from app.read.common import as_dict
+from app.stats import few_tasks
 
 
 def evaluation_rows(s: Session, *where) -> list[dict[str, Any]]:
@@ -29,6 +30,7 @@ def evaluation_rows(s: Session, *where) -> list[dict[str, Any]]:
                 "run_name": run_name,
                 "n_rollouts": total,
                 "progress": evaluation.n_done / total if total else 1.0,
+                "few_tasks": few_tasks(evaluation.n_tasks),  # the page says so beside mean@k
             }
         )
     return rows

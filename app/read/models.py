@@ -24,7 +24,9 @@ class Point(Open):
 
 
 class TestPoint(Point):
-    low: float | None = Field(default=None, description="95% interval of y, tasks resampled")
+    low: float | None = Field(
+        default=None, description="95% interval of y, exact over the tasks (app/stats.py)"
+    )
     high: float | None = None
     evaluation_id: int | None = Field(default=None, description="what the point measured")
     harness_id: int | None = None
@@ -34,6 +36,8 @@ class TestPoint(Point):
     n_timeout: int | None = Field(default=None, description="its rollouts that timed out")
     n_error: int | None = Field(default=None, description="its rollouts that raised")
     n_infra: int | None = Field(default=None, description="its rollouts the infrastructure failed")
+    n_tasks: int | None = Field(default=None, description="the tasks its evaluation scored")
+    few_tasks: bool | None = Field(default=None, description="fewer than FEW_TASKS (30) tasks")
 
 
 class PairedComparison(Open):
@@ -43,9 +47,16 @@ class PairedComparison(Open):
     design: str = Field(description="what the comparison rests on: shared tasks, runs, seeds")
     n_tasks: int
     difference: float
-    low: float | None = Field(description="95% interval of the difference, tasks resampled")
+    low: float | None = Field(
+        description="95% interval of the difference: the two scores' intervals combined with "
+        "the tasks' correlation (app/stats.py)"
+    )
     high: float | None
-    p_value: float = Field(description="two-sided sign-flip permutation test over tasks")
+    p_value: float = Field(
+        description="two-sided, no difference; the interval's inversion: below 0.05 exactly "
+        "when the interval leaves out 0"
+    )
+    few_tasks: bool = Field(description="fewer than FEW_TASKS (30) shared tasks")
     b_better: int = Field(description="tasks where this run scores higher")
     a_better: int = Field(description="tasks where the baseline scores higher")
 
@@ -102,11 +113,16 @@ class ComparedRun(Open):
     selected_by: str | None = Field(description="harness split, or final point")
     rollouts_to_selected: int | None
     best: float | None = Field(description="the maximum over test points (chosen on test)")
-    best_ci: list[float] | None = Field(description="95% interval of best, tasks resampled")
+    best_ci: list[float] | None = Field(
+        description="95% interval of best, exact over the tasks (app/stats.py)"
+    )
     rollouts_to_best: int | None
     final: float | None
     final_ci: list[float] | None
     final_evaluation_id: int | None
+    selected_evaluation_id: int | None
+    test_tasks: int | None = Field(description="the test tasks the final score rests on")
+    few_tasks: bool = Field(description="test_tasks below FEW_TASKS (30): a rough guide")
     rollouts_used: int
     test_points: int
     paired: PairedComparison | None = Field(
@@ -122,9 +138,12 @@ class SeedPairs(Open):
     against: str = Field(description="the baseline group")
     seeds: list[int]
     difference: float = Field(description="mean over seeds of this group's minus the baseline's")
-    low: float | None = Field(description="95% t interval over seeds (two seeds or more)")
+    low: float | None = Field(
+        description="95% t interval over seeds (two seeds or more), no narrower than the "
+        "seeds' paired intervals over the test tasks"
+    )
     high: float | None
-    p_value: float | None = Field(description="paired t-test over seeds")
+    p_value: float | None = Field(description="paired t-test over seeds, agreeing with low/high")
     design: str
 
 
@@ -366,7 +385,7 @@ class ContrastPage(Open):
     paired: Row | None = Field(
         default=None,
         description="B's pass rate minus A's on every task both ran: difference, 95% interval "
-        "(tasks resampled), sign-flip p_value, n_tasks (app/stats.py)",
+        "and p_value (app/stats.py, `paired`), n_tasks, few_tasks",
     )
     choices: dict[str, list[Row]]
 

@@ -73,7 +73,7 @@ def accuracy_figure(session: Session, run_ids: list[int], x: str = "rollouts") -
             clip_on=False,
             label=("_" if seed else "") + label(run) + note,  # "_": left out of the legend
         )
-        # each point's 95% interval (tasks resampled, app/stats.py) as an error bar
+        # each point's 95% interval (over the test tasks, app/stats.py) as an error bar
         bars = [
             (px, py, low, high)
             for px, py, (_, _, low, high) in zip(xs, ys, points)
@@ -124,7 +124,7 @@ def accuracy_figure(session: Session, run_ids: list[int], x: str = "rollouts") -
 
 def _key(solo: bool, groups: bool) -> str:
     """What the marks mean, heading the legend: only the marks the figure has."""
-    marks = ["bars: 95% interval, test tasks resampled (one run each)"] if solo else []
+    marks = ["bars: 95% interval over the test tasks (one run each)"] if solo else []
     marks.append("ring: the point chosen on the harness split (else the final one)")
     if groups:
         marks.append(f"thick: a seed group's mean, shaded: {SEED_BAND}, thin: its seeds")

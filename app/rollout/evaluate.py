@@ -447,7 +447,8 @@ def _finish(s: Session, evaluation_id: int) -> Evaluation:
     # it has, and one that lost all is left out.
     task_means = per_task_means((task, reward) for task, _, reward, _, _ in counted)
     evaluation.mean_at_k = sum(task_means.values()) / len(task_means) if task_means else 0.0
-    interval = mean_interval(task_means.values(), seed=evaluation_id)
+    samples = len(counted) / len(task_means) if task_means else 1  # k, less lost samples
+    interval = mean_interval(task_means.values(), k=samples)
     evaluation.ci_low, evaluation.ci_high = interval or (None, None)
     evaluation.mean_turns = sum(r[3] for r in counted) / len(counted) if counted else 0.0
     evaluation.total_tokens = sum(r[4] or 0 for r in rows)

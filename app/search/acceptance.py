@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from app.stats import paired
+from app.stats import sign_flip
 
 RULES = ("greedy", "paired", "sequential")
 BETS = (0.05, 0.1, 0.2, 0.3, 0.5)  # the fractions of wealth bet per task, mixed equally
@@ -46,12 +46,13 @@ def greedy(incumbent: dict[str, float], candidate: dict[str, float]) -> Decision
 def paired_gate(
     incumbent: dict[str, float], candidate: dict[str, float], level: float, seed: int = 0
 ) -> Decision:
-    result = paired(incumbent, candidate, seed=seed, alternative="greater")
+    result = sign_flip(incumbent, candidate, seed=seed, alternative="greater")
     if result is None:
         return Decision(False, "paired", 1.0, 0, "too little evidence")
-    commit = result.p_value <= level and result.difference > 0
+    n_tasks, difference, p_value = result
+    commit = p_value <= level and difference > 0
     why = "evidence" if commit else "too little evidence"
-    return Decision(commit, "paired", result.p_value, result.n_tasks, why)
+    return Decision(commit, "paired", p_value, n_tasks, why)
 
 
 def sequential(differences: Sequence[float], total: int, level: float) -> Decision | None:

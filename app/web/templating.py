@@ -16,6 +16,7 @@ from pygments.lexers import PythonLexer
 from app import ROOT
 from app.db.schema import utc
 from app.llm.reasoning import reasoning_field, split_thinking
+from app.stats import FEW_TASKS
 from app.web.charts import (
     best_success_chart,
     harness_success_chart,
@@ -185,7 +186,11 @@ templates.env.filters.update(
     thinking=thinking,
 )
 templates.env.globals.update(
-    elapsed=elapsed, with_query=with_query, DASH=DASH, budget_value=budget_value
+    elapsed=elapsed,
+    with_query=with_query,
+    DASH=DASH,
+    budget_value=budget_value,
+    FEW_TASKS=FEW_TASKS,
 )
 # the training and search charts, drawn as inline SVG
 templates.env.globals.update(

@@ -18,6 +18,7 @@ from app.db import open_engine
 from app.db.migrations import MIGRATIONS
 from app.read.invariants import run_checks
 from app.server import create_app
+from app.stats import mean_interval
 from app.workbench import Workbench
 from tests.conftest import AUTH, WEB_TOKEN
 
@@ -232,3 +233,27 @@ def test_a_store_from_an_earlier_version_upgrades_keeping_every_row_and_every_pa
         assert len(client.get("/api/rollouts?evaluation=1&status=pass").json()["items"]) == 2
     finally:
         asyncio.run(workbench.stop())
+
+
+def test_intervals_that_collapsed_to_a_point_are_made_exact_on_upgrade(tmp_path):
+    """A store whose resampled intervals collapsed where every task scored the same: every
+    task failed on 4 tasks ([0, 0] becomes 0 of 4's exact [0, 0.602]), every task at 0.5 (no
+    interval then), and one that did not collapse (kept)."""
+    db = write_old_store(tmp_path / "home", "012_checkpoint_retention")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE evaluation SET ci_low = 0.5, ci_high = 0.5 WHERE id = 1")
+        conn.execute("UPDATE evaluation SET n_tasks = 4, ci_low = 0, ci_high = 0 WHERE id = 2")
+        conn.execute(
+            "INSERT INTO evaluation (id, run_id, harness_id, checkpoint_id, split, k, n_tasks, "
+            "status, mean_at_k, n_done, created_at, ci_low, ci_high) "
+            "VALUES (3, 1, 1, 2, 'test', 1, 4, 'done', 1.0, 4, ?, 1.0, 1.0), "
+            "(4, 1, 1, 2, 'test', 1, 8, 'done', 0.5, 8, ?, 0.25, 0.75)",
+            (T1, T1),
+        )
+    open_engine(db).dispose()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT id, ci_low, ci_high FROM evaluation ORDER BY id").fetchall()
+    assert rows[0] == (1, None, None)
+    assert rows[1][1:] == pytest.approx(mean_interval([0.0] * 4))  # as app/stats.py gives it now
+    assert rows[2][1:] == pytest.approx(mean_interval([1.0] * 4))
+    assert rows[3] == (4, 0.25, 0.75)

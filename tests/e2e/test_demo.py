@@ -50,7 +50,7 @@ def all_rollouts(client, run_id: int) -> list[dict]:
 def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
     proc, client = demo
     printed = re.search(
-        r"mean@2 = ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \(95%, tasks resampled\) on test "
+        r"mean@2 = ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] \(95%, over the tasks\) on test "
         r"\(16 tasks x k=2",
         proc.stdout,
     )
@@ -64,7 +64,7 @@ def test_demo_prints_mean_at_k_and_stores_a_consistent_evaluation(demo):
     assert (evaluation["split"], evaluation["k"], evaluation["n_tasks"]) == ("test", 2, 16)
     assert evaluation["status"] == "done"
     assert f"{evaluation['mean_at_k']:.3f}" == printed.group(1)
-    # its 95% interval, over the 16 tasks resampled, as stored with the evaluation
+    # its 95% interval over the 16 tasks, as stored with the evaluation
     assert (f"{evaluation['ci_low']:.3f}", f"{evaluation['ci_high']:.3f}") == printed.groups()[1:]
     assert evaluation["ci_low"] <= evaluation["mean_at_k"] <= evaluation["ci_high"]
     # what every call ran under is stored with the evaluation: the defaults of the embedded model

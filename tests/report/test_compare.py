@@ -35,6 +35,10 @@ def test_summaries_in_the_order_asked(session, filled):
         "best_ci": None,
         "final_ci": None,
         "final_evaluation_id": by["whale"]["final_evaluation_id"],
+        "selected_evaluation_id": by["whale"]["final_evaluation_id"],  # the final point
+        # the final point's evaluation scored 2 tasks: the page says the figure rests on few
+        "test_tasks": 2,
+        "few_tasks": True,
         "paired": None,
         "group": None,  # not one of a seed group
         "seed": None,  # nor run from an experiment file

@@ -16,14 +16,18 @@ from tests.conftest import error_detail, whale
 N_TASKS = 24
 
 
-def scored_run(store, name: str, passing: set[int], k: int = 2):
-    """A run with one finished test evaluation: the tasks in `passing` pass both samples, the
-    others fail both."""
-    run = store.write(Run(name=name, kind="experiment", domain="arith", status="done"))
-    evaluation = store.evaluation(
-        run, store.harness(run, name=f"{name}.py"), store.checkpoint(), N_TASKS, k=k
+def scored_run(
+    store, name: str, passing: set[int], k: int = 2, n_tasks: int = N_TASKS, config=None
+):
+    """A run with one finished test evaluation: the tasks in `passing` pass every sample, the
+    others fail every one."""
+    run = store.write(
+        Run(name=name, kind="experiment", domain="arith", status="done", config=config)
     )
-    statuses = ["pass" if i // k in passing else "fail" for i in range(N_TASKS * k)]
+    evaluation = store.evaluation(
+        run, store.harness(run, name=f"{name}.py"), store.checkpoint(), n_tasks, k=k
+    )
+    statuses = ["pass" if i // k in passing else "fail" for i in range(n_tasks * k)]
     store.rollouts(evaluation, statuses)
     finished = store.writer.submit(lambda s: _finish(s, evaluation.id)).result()
     store.writer.submit(lambda s: plot_test_point(s, run.id, finished, 10, 0, 1.0)).result()
@@ -56,6 +60,63 @@ def test_compare_pairs_final_scores_on_shared_tasks(store, workbench, client):  
     assert (point["low"], point["high"]) == (base.ci_low, base.ci_high)
 
 
+def test_every_task_failed_on_four_tasks_is_not_shown_as_certain(store, workbench, client):  # noqa: F811
+    """0 of 4 is consistent with a true rate near 0.5: no page claims [0.000, 0.000], and each
+    says beside the figure that it rests on few tasks."""
+    a_run, a = scored_run(store, "a", passing=set(), k=1, n_tasks=4)
+    b_run, _ = scored_run(store, "b", passing=set(), k=1, n_tasks=4)
+    assert (a.mean_at_k, a.ci_low) == (0.0, 0.0) and a.ci_high == pytest.approx(0.602, abs=1e-3)
+
+    ids = f"ids={a_run.id}&ids={b_run.id}"
+    data = client.get(f"/api/runs/compare?{ids}").json()
+    first, second = data["runs"]
+    assert (first["test_tasks"], first["few_tasks"], first["final_ci"]) == (
+        4,
+        True,
+        [0.0, a.ci_high],
+    )
+    p = second["paired"]
+    assert (p["difference"], p["p_value"], p["n_tasks"], p["few_tasks"]) == (0.0, 1.0, 4, True)
+    assert p["low"] < -0.5 and p["high"] > 0.5  # two runs failing 4 tasks may differ a lot
+    page = client.get(f"/runs/compare?{ids}").text
+    assert "[0.000, 0.000]" not in page and "[0.000, 0.602]" in page
+    assert "+0.000 <span" in page and "p = 1, 4 tasks, paired" in page
+    assert page.count("only 4 tasks") == 3  # two final scores and the paired difference
+
+    run_page = client.get(f"/runs/{a_run.id}").text
+    assert "test mean@k (only 4 tasks: intervals wide)" in run_page  # the chart's title
+    assert "only 4 tasks</span>" in run_page  # the evaluation's row
+    (row,) = client.get(f"/api/runs/{a_run.id}").json()["evaluations"]
+    assert (row["n_tasks"], row["few_tasks"], row["ci_high"]) == (4, True, a.ci_high)
+    (point,) = data["curves"][next(iter(data["curves"]))]
+    assert (point["n_tasks"], point["few_tasks"]) == (4, True)
+
+    # 30 tasks are not few
+    enough_run, enough = scored_run(store, "enough", passing={0}, k=1, n_tasks=30)
+    enough_page = client.get(f"/runs/{enough_run.id}").text
+    assert "only 30 tasks" not in enough_page and "intervals wide" not in enough_page
+    assert client.get(f"/api/runs/{enough_run.id}").json()["evaluations"][0]["few_tasks"] is False
+
+
+def test_seeds_that_agree_on_few_tasks_are_not_certain_either(store, client):  # noqa: F811
+    """Two strategies under three seeds, every run failing the same 4 tasks: the seeds agree
+    exactly, and still neither the group's score nor its difference is a point."""
+    runs = []
+    for strategy in ("whale", "harness_only"):
+        for seed in (0, 1, 2):
+            group = {"group": {"name": strategy, "seeds": [0, 1, 2]}, "experiment": {"seed": seed}}
+            runs.append(scored_run(store, f"{strategy} {seed}", set(), 1, 4, group)[0])
+    query = "&".join(f"ids={run.id}" for run in runs)
+    base, other = client.get(f"/api/runs/compare?{query}").json()["groups"]
+    assert base["selected_mean"] == 0.0
+    assert base["selected_ci"] == [0.0, pytest.approx(0.602, abs=1e-3)]  # as wide as one run's
+    pairs = other["vs_baseline"]
+    assert (pairs["difference"], pairs["p_value"]) == (0.0, 1.0)
+    assert pairs["low"] < -0.5 and pairs["high"] > 0.5  # the seeds' paired intervals on 4 tasks
+    page = client.get(f"/runs/compare?{query}").text
+    assert "[0.000, 0.000]" not in page and "[+0.000, +0.000]" not in page
+
+
 def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tmp_path):
     a, _ = scored_run(store, "a", passing=set(range(12)))
     b, _ = scored_run(store, "b", passing=set(range(12)))  # the same tasks pass: no difference
@@ -63,7 +124,7 @@ def test_whale_compare_prints_intervals_and_the_paired_line(store, workbench, tm
     proc = whale("compare", str(a.id), str(b.id), "--plot", str(tmp_path / "c.png"), env=env)
     assert proc.returncode == 0, proc.stderr
     caption = " ".join(proc.stdout.split())
-    assert "[lo, hi]: 95% interval, test tasks resampled" in caption
+    assert "[lo, hi]: 95% interval over the test tasks" in caption
     assert f"#{b.id} vs #{a.id}: final +0.000" in proc.stdout and "p = 1" in proc.stdout
     rows = json.loads(
         whale(

@@ -84,7 +84,7 @@ def test_a_harness_failing_on_some_tasks_still_scores_the_others(store, tmp_path
     assert 0 < n_errors < 12
     assert out["statuses"]["pass"] == 12 - n_errors
     assert out["mean_at_k"] == pytest.approx((12 - n_errors) / 12)
-    # its 95% interval, over the 12 tasks resampled: around the score, inside [0, 1]
+    # its 95% interval over the 12 tasks: around the score, inside [0, 1]
     low, high = out["ci"]
     assert 0.0 <= low < out["mean_at_k"] < high <= 1.0
 

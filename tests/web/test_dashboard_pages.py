@@ -362,6 +362,8 @@ def test_a_test_point_opens_what_it_measured_and_says_what_went_wrong(store, cli
         "n_timeout": 1,
         "n_error": 1,
         "n_infra": 0,
+        "n_tasks": 4,
+        "few_tasks": True,  # under 30 tasks: the chart's title says so
     }
     page = client.get(f"/runs/{run.id}").text
     link = re.search(
