@@ -74,6 +74,14 @@ class RunSummary(Open):
     )
     rollouts_used: int = Field(description="rollouts its budget counts (test ones are not)")
     rollouts_left: int | None = Field(description="what its rollout budget leaves; None: no limit")
+    live: bool = Field(default=False, description="it can still change (the list keeps polling)")
+
+
+class RunsList(Open):
+    """The runs list's table as the /runs page polls it."""
+
+    runs: list[RunSummary]
+    ids: list[int] = Field(description="the runs ticked for comparing, kept ticked")
 
 
 class RunsPage(Open):
@@ -104,9 +112,16 @@ class ComparedRun(Open):
     best: float | None = Field(description="the maximum over test points (chosen on test)")
     best_ci: list[float] | None = Field(description="95% interval of best, tasks resampled")
     rollouts_to_best: int | None
-    final: float | None
+    final: float | None = Field(
+        description="test mean@k of the pair the run ended with; None when that pair was not "
+        "tested (never another pair's score)"
+    )
     final_ci: list[float] | None
     final_evaluation_id: int | None
+    final_pair: Row = Field(
+        description="{harness_id, checkpoint_id, tested}: the pair the run ended with (holds "
+        "now, while it runs); ids None for a run without phases"
+    )
     rollouts_used: int
     test_points: int
     paired: PairedComparison | None = Field(

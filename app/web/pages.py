@@ -140,6 +140,13 @@ def runs(s: SessionDep) -> Data:
     return runs_data(s)
 
 
+@page("/runs/live", "_runs_list.html", models.RunsList)
+def runs_live(s: SessionDep, ids: RunIds = ()) -> Data:
+    """The runs list's table, which the /runs page polls (`ids`: the runs ticked for comparing,
+    shown ticked again)."""
+    return {"runs": list_runs(s), "ids": list(ids)}
+
+
 @page("/runs/compare", "compare.html", models.ComparePage)
 def compare(
     s: SessionDep, ids: RunIds = (), x: XQuery = "rollouts", baseline: PairedBaseline = None

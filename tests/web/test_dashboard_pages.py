@@ -318,7 +318,8 @@ def test_the_start_form_shows_that_it_is_starting_while_it_waits(client):
     """While the request is pending the form says what happens (htmx shows the indicator and
     disables the button for that time), and that the model loads once the run's page opens."""
     page = client.get("/runs").text
-    form = page[page.index('<form hx-post="/runs"') : page.index("</form>")]
+    start = page.index('<form hx-post="/runs"')
+    form = page[start : page.index("</form>", start)]
     assert 'hx-indicator="#starting"' in form and 'hx-disabled-elt="find button"' in form
     shown = re.search(
         r'<span id="starting" class="htmx-indicator[^"]*"[^>]*>(.*?)</span>', form, re.S
