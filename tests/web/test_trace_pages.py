@@ -48,6 +48,17 @@ def test_filter_form_and_chips_keep_every_filter(client, two_harnesses):
     assert f'<option value="{first.id}" selected>first.py</option>' in a_harness[:2000]
 
 
+def test_status_chips_keep_their_counts_under_a_harness_filter(client, two_harnesses):
+    run, first, second, *_ = two_harnesses
+    page = client.get(f"/rollouts?run={run.id}&harness=first.py").text
+    chips = page[page.index('<p class="chips">') : page.index("</p>", page.index('"chips"'))]
+    text = " ".join(re.sub(r"<[^>]+>", " ", chips).split())
+    assert text.startswith("all 2 ") and "failed 2" in text and "pass 0" in text
+    page = client.get(f"/rollouts?run={run.id}&harness={second.id}").text
+    chips = page[page.index('<p class="chips">') : page.index("</p>", page.index('"chips"'))]
+    assert "all <b>1</b>" in chips and "pass <b>1</b>" in chips
+
+
 def test_blank_form_submission_lists_everything(client, two_harnesses):
     page = client.get("/rollouts?q=&task=&harness=&checkpoint=&phase=&run=&evaluation=")
     assert page.status_code == 200
