@@ -152,10 +152,10 @@ def activity(s: Session, run: Run) -> str | None:
     ).first()
     if evaluation:
         total = evaluation.n_tasks * evaluation.k
-        return (
-            f"{where}{evaluation.split} evaluation of harness {evaluation.harness_id}: "
-            f"{evaluation.n_done} / {total} rollouts"
-        )
+        what = f"{evaluation.split} evaluation of harness {evaluation.harness_id}"
+        if evaluation.split == "train" and job is not None:  # no test: the step's sampling
+            what = f"sampling for RFT {step_numbers(s, job)['step_name']}"
+        return f"{where}{what}: {evaluation.n_done} / {total} rollouts"
     return f"{where}between steps" if phase else "between phases"
 
 

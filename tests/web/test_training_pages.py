@@ -210,3 +210,28 @@ def test_a_training_job_says_when_it_started_in_its_json_as_on_its_page(store, c
     job = weight_phase(store, [PASS2_FAIL2]).jobs[0]
     data = client.get(f"/api/training/{job.id}").json()["job"]
     assert data["started_at"] is not None and data["started_at"] == data["created_at"]
+
+
+def test_rft_sampling_is_listed_apart_from_tests_under_the_step_it_sampled_for(store, client):
+    first, _ = loop_weight_phases(store, [[PASS2_FAIL2], [PASS2_FAIL2]])
+    data = client.get(f"/api/runs/{first.run.id}").json()
+    named = {e["id"]: e["sampling_for"] for e in data["evaluations"] if e["split"] == "train"}
+    assert sorted(named.values()) == [
+        "step 1 of weight phase 1, step 1 of the run",
+        "step 1 of weight phase 2, step 2 of the run",
+    ]
+    page = client.get(f"/runs/{first.run.id}").text
+    tests, sampling = page.split('<h2 id="rft-sampling">')
+    tests = tests[tests.rindex("<h2>Evaluations") :]
+    assert "<td>train</td>" not in tests and "sampling for RFT" not in tests
+    assert sampling.count("sampling for RFT step 1 of weight phase") == 2
+
+
+def test_the_activity_line_says_sampling_for_the_step_and_counts_in_words(store, client):
+    sampling = weight_phase(store, [PASS2_FAIL2], last="sampling")
+    activity = client.get(f"/api/runs/{sampling.run.id}").json()["dashboard"]["activity"]
+    assert activity == "sampling for RFT step 1 of the run: 0 / 4 rollouts"
+    training = weight_phase(store, [["pass", "fail", "fail", "fail"]], last="training")
+    store.write_values(training.jobs[-1], n_accepted=1)
+    activity = client.get(f"/api/runs/{training.run.id}").json()["dashboard"]["activity"]
+    assert activity == "training (RFT step 1 of the run) on 1 accepted rollout"
