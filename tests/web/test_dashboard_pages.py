@@ -390,6 +390,11 @@ def test_a_refused_start_keeps_the_preset_picked_and_says_no_ui_prefix(client):
     menu = re.search(r'<select id="preset" name="preset".*?</select>', response.text, re.S)
     picked = re.findall(r'<option value="([^"]*)" selected>', menu.group(0))
     assert picked == ["arith-whale.toml"]
+    # the text is no longer the file's: the menu says so rather than name it as is
+    assert '<option value="arith-whale.toml" selected>experiments/arith-whale.toml (edited)<' in (
+        menu.group(0)
+    )
+    assert "toml (edited)<" not in client.get("/runs").text  # a fresh form: the file's own text
     shown = html.unescape(re.search(r'id="start-error">(.*?)</pre>', response.text, re.S).group(1))
     assert shown.startswith("budget.rollout: Extra inputs are not permitted"), shown
     fresh = client.get("/api/runs").json()
