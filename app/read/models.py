@@ -400,6 +400,12 @@ class Trace(Open):
         description="per range, the model call before it (its messages are folded)"
     )
     steps: list[Row]
+    account: Row = Field(
+        default={},
+        description="how the harness got its answer: the lines it printed (`printed`, the last "
+        "ones of `n_printed`; none: it gave no account), its model calls and those whose "
+        "completion holds the answer as written (`answer_in_steps`)",
+    )
 
 
 class RolloutPage(Trace):

@@ -41,6 +41,7 @@ SEARCH_ROWS = 20_000
 # A long trace shows its first and last steps and links to the rest, a window at a time.
 TRACE_HEAD = 20
 TRACE_TAIL = 5
+ACCOUNT_LINES = 40  # of what the harness printed, shown beside its answer
 STEPS_PER_VIEW = 200
 
 StepsQuery = Annotated[
@@ -357,6 +358,37 @@ def get_rollout(
             model_step_before(s, rollout_id, a) if a > first else None for a, _ in shown or []
         ],
         "steps": _whole(s, rollout_id, [as_dict(step) for step in loaded], all_steps=shown is None),
+        "account": harness_account(s, rollout),
+    }
+
+
+def harness_account(s: Session, rollout: Rollout) -> dict[str, Any]:
+    """How the harness got its answer from the model's output, as far as the rollout says: the
+    lines it printed (its log, its parse; the last ACCOUNT_LINES of stdout then stderr; empty:
+    it gave no account) and the model calls whose completion holds the answer as written (none:
+    the harness made it from them, e.g. by evaluating an expression the model wrote)."""
+    printed = [
+        line
+        for tail in (rollout.stdout_tail, rollout.stderr_tail)
+        for line in (tail or "").splitlines()
+        if line.strip()
+    ]
+    responses = s.exec(
+        select(Step.idx, Step.response)
+        .where(Step.rollout_id == rollout.id, Step.kind == "model")
+        .order_by(Step.idx)
+    ).all()
+    answer = (rollout.answer or "").strip()
+    holding = [
+        idx
+        for idx, response in responses
+        if answer and answer in str(((response or {}).get("message") or {}).get("content") or "")
+    ]
+    return {
+        "printed": printed[-ACCOUNT_LINES:],
+        "n_printed": len(printed),
+        "model_calls": len(responses),
+        "answer_in_steps": holding,
     }
 
 
