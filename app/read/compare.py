@@ -65,15 +65,17 @@ def selected_point(session: Session, run: Run, points: list[Metric]) -> tuple[Me
 
 def final_point(session: Session, run: Run, points: list[Metric]) -> tuple[Metric | None, dict]:
     """The test point of the pair the run ended with (the newest of its points), and that pair
-    with `tested`. A run without phases (an evaluation) ends on its last point."""
+    with `tested`. A run without phases (an evaluation) ends on its last point, and so does one
+    whose points name no evaluation the store holds (`tested` None: not known)."""
     ended = final_pair(session, run.id)
+    last = points[-1] if points else None
     if ended is None:
-        last = points[-1] if points else None
         return last, {"harness_id": None, "checkpoint_id": None, "tested": last is not None}
     pair = (ended["harness_id"], ended["checkpoint_id"])
-    tested = {
-        e.id for e in _evaluations(session, points) if (e.harness_id, e.checkpoint_id) == pair
-    }
+    evaluations = _evaluations(session, points)
+    if not evaluations:  # points that name no evaluation the store holds: pairs not known
+        return last, {"harness_id": pair[0], "checkpoint_id": pair[1], "tested": None}
+    tested = {e.id for e in evaluations if (e.harness_id, e.checkpoint_id) == pair}
     final = next((p for p in reversed(points) if p.evaluation_id in tested), None)
     return final, {"harness_id": pair[0], "checkpoint_id": pair[1], "tested": final is not None}
 
