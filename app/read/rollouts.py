@@ -149,8 +149,13 @@ def status_counts(
     """Rollouts per status (every one of COUNTED_STATUSES, zeros included), counted by the
     database; the pending ones as running and queued."""
     scope = []
+    narrower = any(v is not None for v in (evaluation_id, harness_id, checkpoint_id, phase_id))
+    if run_id is not None and narrower:
+        # the run as a condition only: the database then walks the index of what is named
+        # (a harness's rollouts), not every rollout of the run (~5x faster at 125k per run)
+        scope.append(Rollout.run_id + 0 == run_id)
     for value, column in (
-        (run_id, Rollout.run_id),
+        (None if narrower else run_id, Rollout.run_id),
         (evaluation_id, Rollout.evaluation_id),
         (harness_id, Rollout.harness_id),
         (checkpoint_id, Rollout.checkpoint_id),
