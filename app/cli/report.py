@@ -80,14 +80,18 @@ def compare_table(rows: list[dict]) -> Table:
             _scored(r["selected"], r["selected_ci"]),
             _scored(r["best"], r["best_ci"]),
             _count(r["rollouts_to_best"]),
-            _scored(r["final"], r["final_ci"]),
+            # the pair it ended with, untested: no other pair's score in its place
+            "untested"
+            if r["final_pair"]["tested"] is False
+            else _scored(r["final"], r["final_ci"]),
             _count(r["rollouts_used"]),
             str(r["test_points"]),
             r["name"],
         )
     table.caption = escape(
-        "selected: the test score of the pair chosen on the harness split (the final point "
-        "without one); max over test: the best test point, chosen on test (the paper's figure). "
+        "selected: the test score of the pair chosen on the harness split (the last test point "
+        "without one); max over test: the best test point, chosen on test (the paper's figure); final: "
+        "the pair the run ended with, untested where no test point measured it. "
         "[lo, hi]: 95% interval over the test tasks; one run (one seed) each"
     )
     return table

@@ -36,6 +36,7 @@ from app.experiment_schema import Experiment
 from app.loop.experiment import stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import close_open_work, plot_test_point
+from app.read.dashboard import holding
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import (
     EXCEEDED,
@@ -53,6 +54,8 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5
 # The log's record of the processes that drove a run: its start, each stop and each resume.
 DRIVER_EVENTS = ("run_start", "run_interrupted", "run_resumed")
+# The log's record of a pause taking effect and of the resume after it.
+HOLD_EVENTS = ("paused", "resumed")
 UNLIMITED = 1_000_000  # iterations handed to a harness phase: the loop's end check decides
 
 
@@ -71,6 +74,7 @@ class Loop:
         self.desired = run.desired or "running"
         self.command = run.command
         self._full_pause: asyncio.Future | None = None  # the pause a full disk asked for
+        self._paused_logged: bool | None = None  # the log's newest hold event is "paused"
 
     # -- control -----------------------------------------------------------------------------
 
@@ -86,6 +90,7 @@ class Loop:
                 await self._status("paused", only_from=("running", "resuming"))
             elif self.desired == "running" and status == "paused":
                 await self._status("running", only_from=("paused",))
+            await self._log_hold()
             self._disk_full()  # noticed here too when no rollout is about to start
             await asyncio.sleep(POLL_S)
 
@@ -96,6 +101,14 @@ class Loop:
             await asyncio.sleep(POLL_S / 2)
         if self.desired == "stopped":
             raise RunStopped()
+
+    async def gate_now(self) -> None:
+        """gate() on the run row as it is now rather than as last polled: before creating a
+        phase or a test evaluation, so a stop asked while a training step ran creates nothing
+        once the step ends."""
+        with self.wb.session() as s:
+            self.desired = s.get(Run, self.run_id).desired or "running"
+        await self.gate()
 
     def holds(self) -> bool:
         """No new rollout may start now (the run is paused or stopping, or the disk is full)."""
@@ -116,6 +129,30 @@ class Loop:
         elif not full and self._full_pause is not None and self._full_pause.done():
             self._full_pause = None
         return bool(full)
+
+    async def _log_hold(self) -> None:
+        """The log's record of when a pause took effect - the moment nothing the run started
+        is running any more, as its badge turns from "pausing" to "paused" - and of the resume
+        after it."""
+        if self._paused_logged is None:  # a run resumed after a restart may be paused already
+            with self.wb.session() as s:
+                last = s.exec(
+                    select(Event.kind)
+                    .where(Event.run_id == self.run_id, col(Event.kind).in_(HOLD_EVENTS))
+                    .order_by(col(Event.id).desc())
+                    .limit(1)
+                ).first()
+            self._paused_logged = last == "paused"
+        if self.desired == "paused" and not self._paused_logged:
+            with self.wb.session() as s:
+                held = holding(s, s.get(Run, self.run_id))
+            if held and held[0] == "paused":
+                await self.wb.writer.insert(Event(run_id=self.run_id, kind="paused", detail={}))
+                self._paused_logged = True
+        elif self.desired != "paused" and self._paused_logged:
+            if self.desired == "running":
+                await self.wb.writer.insert(Event(run_id=self.run_id, kind="resumed", detail={}))
+            self._paused_logged = False
 
     async def _status(self, status: str, only_from: tuple[str, ...] | None = None) -> None:
         def update(s):
@@ -268,6 +305,7 @@ class Loop:
         return self.exp.switching.end_on == "weight" and phase.kind == "harness"
 
     async def _next_phase(self) -> Phase | None:
+        await self.gate_now()  # nothing new after a stop
         phases = self._phases()
         if len(phases) >= self.exp.budget.max_phases:
             return None
@@ -299,7 +337,16 @@ class Loop:
             checkpoint_in_id=checkpoint_id,
             detail={"forced": bool(forced), "promoted": promoted},
         )
-        return await self.wb.writer.insert(phase)
+
+        def start(s):
+            s.add(phase)
+            s.flush()
+            detail = {"phase_id": phase.id, "kind": kind, "round": round_}
+            detail |= {"harness_id": harness_id, "checkpoint_id": checkpoint_id}
+            s.add(Event(run_id=self.run_id, kind="phase_start", detail=detail))
+            return phase
+
+        return await self.wb.writer.run(start)
 
     def _rows(self, phase: Phase) -> tuple[Harness, Checkpoint]:
         with self.wb.session() as s:
@@ -315,7 +362,7 @@ class Loop:
         async def end_check(rewards: list[float]) -> str | None:
             reason = self._weight_end(rewards, step_cost)
             if reason is None:
-                await self.gate()
+                await self.gate_now()
                 self.say(
                     "phase", {"what": f"weight phase {phase.round}: RFT step {len(rewards) + 1}"}
                 )
@@ -358,7 +405,7 @@ class Loop:
         iteration_cost = self._harness_iteration_cost() + self._reserve()
 
         async def end_check(iterations: list[SearchIteration]) -> str | None:
-            await self.gate()
+            await self.gate_now()
             if self.command and self.command["action"] in ("skip", "force"):
                 return "manual"
             if self._budget_reason(iteration_cost) or not phase_budget_left(
@@ -405,7 +452,9 @@ class Loop:
 
     async def _test_point(self, harness_id: int | None = None, checkpoint_id: int | None = None):
         """Test mean@k of a (harness, checkpoint) pair as a point of the run's curve. A pair
-        already evaluated is not evaluated again: its score is plotted at the new x."""
+        already evaluated is not evaluated again: its score is plotted at the new x. After a
+        stop none is created (RunStopped)."""
+        await self.gate_now()
         if harness_id is None:
             harness_id, checkpoint_id = self._current()
         with self.wb.session() as s:

@@ -6,7 +6,7 @@ from typing import Any
 from sqlmodel import Session, select
 
 from app.db.schema import Checkpoint, Evaluation, TrainingJob
-from app.read.common import NotFound, as_dict
+from app.read.common import NotFound, as_dict, step_numbers
 from app.read.evaluations import evaluation_rows
 from app.training.job import OPTIMIZER_FILE
 
@@ -70,6 +70,7 @@ def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
             "id": job.id,
             "run_id": job.run_id,
             "step": job.step,
+            **step_numbers(s, job),
             "status": job.status,
             "checkpoint_in_id": job.checkpoint_in_id,
         },

@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Depends, HTTPException, Path, Request
-from sqlmodel import Session, SQLModel
+from sqlalchemy import func
+from sqlmodel import Session, SQLModel, select
 
-from app.db.schema import Phase, utc
+from app.db.schema import Phase, TrainingJob, utc
 
 # Every value Rollout.status can take.
 RolloutStatus = Literal["pending", "pass", "fail", "error", "timeout", "infra"]
@@ -50,3 +51,36 @@ def phase_ref(phase: Phase | None) -> dict[str, Any] | None:
     if phase is None:
         return None
     return {"id": phase.id, "run_id": phase.run_id, "kind": phase.kind, "round": phase.round}
+
+
+def step_numbers(s: Session, job: TrainingJob) -> dict[str, Any]:
+    """An RFT step named the same way on every page and in the JSON (docs/ui.md, "RFT
+    steps"): counted from 1 within its weight phase and within its run, "step 1 of weight
+    phase 3, step 3 of the run". The job's own `step` stays the store's count from 0."""
+    in_phase = round_ = None
+    if job.phase_id is not None:
+        phase = s.get(Phase, job.phase_id)
+        round_ = phase.round if phase else None
+        in_phase = s.exec(
+            select(func.count())
+            .select_from(TrainingJob)
+            .where(TrainingJob.phase_id == job.phase_id, TrainingJob.id <= job.id)
+        ).one()
+    return step_fields(job.step, in_phase, round_)
+
+
+def step_fields(
+    step: int, in_phase: int | None = None, phase_round: int | None = None
+) -> dict[str, Any]:
+    """step_numbers from what the caller knows: the job's 0-based `step`, its 1-based place in
+    its phase and the phase's round (None for a `whale train` step, which has no phase)."""
+    in_run = step + 1
+    name = f"step {in_run} of the run"
+    if in_phase is not None:
+        name = f"step {in_phase} of weight phase {phase_round}, {name}"
+    return {
+        "step_in_run": in_run,
+        "step_in_phase": in_phase,
+        "phase_round": phase_round,
+        "step_name": name,
+    }

@@ -21,7 +21,7 @@ from app.read.curves import (
     test_scale,
 )
 from app.read.dashboard import XAxis
-from app.read.runs import UnknownRuns, get_runs
+from app.read.runs import UnknownRuns, final_pair, get_runs
 from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
 from app.stats import few_tasks, half_widths, paired, paired_interval, seed_interval
@@ -64,6 +64,23 @@ def selected_point(session: Session, run: Run, points: list[Metric]) -> tuple[Me
     return best, "harness split"
 
 
+def final_point(session: Session, run: Run, points: list[Metric]) -> tuple[Metric | None, dict]:
+    """The test point of the pair the run ended with (the newest of its points), and that pair
+    with `tested`. A run without phases (an evaluation) ends on its last point, and so does one
+    whose points name no evaluation the store holds (`tested` None: not known)."""
+    ended = final_pair(session, run.id)
+    last = points[-1] if points else None
+    if ended is None:
+        return last, {"harness_id": None, "checkpoint_id": None, "tested": last is not None}
+    pair = (ended["harness_id"], ended["checkpoint_id"])
+    evaluations = _evaluations(session, points)
+    if not evaluations:  # points that name no evaluation the store holds: pairs not known
+        return last, {"harness_id": pair[0], "checkpoint_id": pair[1], "tested": None}
+    tested = {e.id for e in evaluations if (e.harness_id, e.checkpoint_id) == pair}
+    final = next((p for p in reversed(points) if p.evaluation_id in tested), None)
+    return final, {"harness_id": pair[0], "checkpoint_id": pair[1], "tested": final is not None}
+
+
 def _evaluations(session: Session, points: list[Metric]) -> list[Evaluation]:
     ids = [p.evaluation_id for p in points if p.evaluation_id is not None]
     return list(session.exec(select(Evaluation).where(col(Evaluation.id).in_(ids))))
@@ -75,7 +92,7 @@ def summarize(
     """The run's headline figures; its test points and their intervals when already at hand."""
     points = test_points(session, run.id) if points is None else points
     best = max(points, key=lambda p: p.y, default=None)  # max keeps the first of equals
-    final = points[-1] if points else None
+    final, pair = final_point(session, run, points)
     chosen, chosen_by = selected_point(session, run, points)
     ci = intervals(session, points) if ci is None else ci
     return {
@@ -101,6 +118,9 @@ def summarize(
         "selected_evaluation_id": chosen.evaluation_id if chosen else None,
         # the test tasks the final score rests on; few_tasks: fewer than app/stats.py's FEW_TASKS
         **tasks_behind(session, final.evaluation_id if final else None),
+        # the (harness, checkpoint) pair the run ended with (or holds now, while it runs) and
+        # whether it was tested: untested, `final` is None, never another pair's score
+        "final_pair": pair,
         "rollouts_used": rollouts_used(session, run.id),
         "test_points": len(points),
         "group": group_of(run),

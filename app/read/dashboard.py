@@ -21,7 +21,7 @@ from app.db.schema import (
     utc,
 )
 from app.phases import phase_rollouts
-from app.read.common import NotFound, as_dict
+from app.read.common import NotFound, as_dict, step_numbers
 from app.read.curves import X_LABELS, label, measured, mixed_scales, phase_spans, test_scale
 from app.read.metrics import series
 from app.rollout.usage import budget_lines, spending
@@ -81,8 +81,14 @@ def _training(s: Session, run_id: int) -> TrainingJob | None:
     ).first()
 
 
-def _rollouts(n: int) -> str:
-    return f"{n} rollout{'s' if n != 1 else ''}"
+def _rollouts(n: int, what: str = "") -> str:
+    return f"{n} {what + ' ' if what else ''}rollout{'s' if n != 1 else ''}"
+
+
+def _training_of(s: Session, job: TrainingJob) -> str:
+    """ "training (RFT step 1 of weight phase 3, step 3 of the run)": the step named as
+    everywhere (app/read/common.py, step_numbers)."""
+    return f"training (RFT {step_numbers(s, job)['step_name']})"
 
 
 def holding(s: Session, run: Run) -> tuple[str, str] | None:
@@ -98,12 +104,12 @@ def holding(s: Session, run: Run) -> tuple[str, str] | None:
         if running:
             return "stopping", f"stopping: waiting for {_rollouts(running)} in flight"
         if job:
-            return "stopping", f"stopping: training RFT step {job.step + 1} ends first"
+            return "stopping", f"stopping: {_training_of(s, job)} ends first"
         return "stopping", "stopping"
     if running:
         return "pausing", f"pausing: {_rollouts(running)} in flight"
     if job:
-        return "pausing", f"pausing: training RFT step {job.step + 1} ends first"
+        return "pausing", f"pausing: {_training_of(s, job)} ends first"
     return "paused", "paused: no rollout is running, none starts until it is resumed"
 
 
@@ -138,7 +144,7 @@ def activity(s: Session, run: Run) -> str | None:
         )
     ).first()
     if job and job.status == "training":
-        return f"{where}training RFT step {job.step + 1} on {job.n_accepted} accepted rollouts"
+        return f"{where}{_training_of(s, job)} on {_rollouts(job.n_accepted, 'accepted')}"
     evaluation = s.exec(
         select(Evaluation)
         .where(Evaluation.run_id == run.id, Evaluation.status != "done")
@@ -146,10 +152,10 @@ def activity(s: Session, run: Run) -> str | None:
     ).first()
     if evaluation:
         total = evaluation.n_tasks * evaluation.k
-        return (
-            f"{where}{evaluation.split} evaluation of harness {evaluation.harness_id}: "
-            f"{evaluation.n_done} / {total} rollouts"
-        )
+        what = f"{evaluation.split} evaluation of harness {evaluation.harness_id}"
+        if evaluation.split == "train" and job is not None:  # no test: the step's sampling
+            what = f"sampling for RFT {step_numbers(s, job)['step_name']}"
+        return f"{where}{what}: {evaluation.n_done} / {total} rollouts"
     return f"{where}between steps" if phase else "between phases"
 
 
@@ -245,7 +251,13 @@ def describe(event: Event) -> str:
         "control": lambda: f"{what} asked from {d.get('source')}{why}",
         "control_refused": lambda: f"{what} refused: {d.get('why')}",
         "control_applied": lambda: f"{what} taken",
+        "phase_start": lambda: (
+            f"{d.get('kind')} phase {d.get('round')} started from harness "
+            f"{d.get('harness_id')}, checkpoint {d.get('checkpoint_id')}"
+        ),
         "phase_end": lambda: f"{d.get('kind')} phase {d.get('round')} ended: {d.get('reason')}",
+        "paused": lambda: "paused: nothing was running any more, nothing new starts",
+        "resumed": lambda: "resumed: running again",
         "model_loading": lambda: f"waiting for the model server to load ({d.get('backend')})",
         "model_ready": lambda: f"the model server is up (loaded in {d.get('load_s')} s)",
         "model_failed": lambda: f"the model server did not start: {d.get('why')}",
@@ -280,8 +292,8 @@ def events(s: Session, run_id: int, limit: int = N_EVENTS) -> list[dict[str, Any
 
 
 def run_log(s: Session, run_id: int) -> list[dict[str, Any]]:
-    """The run's whole log, oldest first: starts, control actions (taken and refused), phase
-    ends, the end."""
+    """The run's whole log, oldest first: starts, control actions (taken and refused), the
+    moments a pause and a resume took effect, phase starts and ends, the end."""
     if s.get(Run, run_id) is None:
         raise NotFound("run", run_id)
     rows = s.exec(select(Event).where(Event.run_id == run_id).order_by(Event.id))
@@ -299,6 +311,13 @@ def harness_success(s: Session, run_id: int) -> list[dict[str, Any]]:
     return [{"x": i, "y": row.best_success, "phase_id": row.phase_id} for i, row in enumerate(rows)]
 
 
+def step_series(s: Session, run_id: int) -> dict[str, list[dict[str, Any]]]:
+    """Accept rate and mean reward per RFT step, RFT step N at x = N (the store keeps the
+    step's 0-based number): where the test curve's RFT-steps axis puts the point after it."""
+    found = series(s, run_id, ["train/accept_rate", "train/mean_reward"])
+    return {name: [{**p, "x": p["x"] + 1} for p in points] for name, points in found.items()}
+
+
 def curves(
     s: Session, run: Run, x: XAxis, baseline: Run | None, phases: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -309,7 +328,7 @@ def curves(
         # the run's own phases only: a baseline's would shade the same chart twice
         "phases": phase_spans(s, run, phases, x),
         "harness_success": harness_success(s, run.id),
-        "training": series(s, run.id, ["train/accept_rate", "train/mean_reward"]),
+        "training": step_series(s, run.id),
     }
 
 

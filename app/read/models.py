@@ -85,6 +85,14 @@ class RunSummary(Open):
     )
     rollouts_used: int = Field(description="rollouts its budget counts (test ones are not)")
     rollouts_left: int | None = Field(description="what its rollout budget leaves; None: no limit")
+    live: bool = Field(default=False, description="it can still change (the list keeps polling)")
+
+
+class RunsList(Open):
+    """The runs list's table as the /runs page polls it."""
+
+    runs: list[RunSummary]
+    ids: list[int] = Field(description="the runs ticked for comparing, kept ticked")
 
 
 class RunsPage(Open):
@@ -117,12 +125,19 @@ class ComparedRun(Open):
         description="95% interval of best, exact over the tasks (app/stats.py)"
     )
     rollouts_to_best: int | None
-    final: float | None
+    final: float | None = Field(
+        description="test mean@k of the pair the run ended with; None when that pair was not "
+        "tested (never another pair's score)"
+    )
     final_ci: list[float] | None
     final_evaluation_id: int | None
     selected_evaluation_id: int | None
     test_tasks: int | None = Field(description="the test tasks the final score rests on")
     few_tasks: bool = Field(description="test_tasks below FEW_TASKS (30): a rough guide")
+    final_pair: Row = Field(
+        description="{harness_id, checkpoint_id, tested}: the pair the run ended with (holds "
+        "now, while it runs); ids None for a run without phases"
+    )
     rollouts_used: int
     test_points: int
     paired: PairedComparison | None = Field(
@@ -404,6 +419,12 @@ class Trace(Open):
         description="per range, the model call before it (its messages are folded)"
     )
     steps: list[Row]
+    account: Row = Field(
+        default={},
+        description="how the harness got its answer: the lines it printed (`printed`, the last "
+        "ones of `n_printed`; none: it gave no account), its model calls and those whose "
+        "completion holds the answer as written (`answer_in_steps`)",
+    )
 
 
 class RolloutPage(Trace):

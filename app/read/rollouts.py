@@ -41,6 +41,7 @@ SEARCH_ROWS = 20_000
 # A long trace shows its first and last steps and links to the rest, a window at a time.
 TRACE_HEAD = 20
 TRACE_TAIL = 5
+ACCOUNT_LINES = 40  # of what the harness printed, shown beside its answer
 STEPS_PER_VIEW = 200
 
 StepsQuery = Annotated[
@@ -138,15 +139,32 @@ def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
 
 
 def status_counts(
-    s: Session, run_id: int | None = None, evaluation_id: int | None = None
+    s: Session,
+    run_id: int | None = None,
+    evaluation_id: int | None = None,
+    harness_id: int | None = None,
+    checkpoint_id: int | None = None,
+    phase_id: int | None = None,
 ) -> dict[str, int]:
     """Rollouts per status (every one of COUNTED_STATUSES, zeros included), counted by the
     database; the pending ones as running and queued."""
     scope = []
-    if run_id is not None:
-        scope.append(Rollout.run_id == run_id)
-    if evaluation_id is not None:
-        scope.append(Rollout.evaluation_id == evaluation_id)
+    narrower = any(v is not None for v in (evaluation_id, harness_id, checkpoint_id, phase_id))
+    if run_id is not None and narrower:
+        # the run as a condition only: the database then walks the index of what is named
+        # (a harness's rollouts), not every rollout of the run (~5x faster at 125k per run)
+        scope.append(Rollout.run_id + 0 == run_id)
+    for value, column in (
+        (None if narrower else run_id, Rollout.run_id),
+        (evaluation_id, Rollout.evaluation_id),
+        (harness_id, Rollout.harness_id),
+        (checkpoint_id, Rollout.checkpoint_id),
+    ):
+        if value is not None:
+            scope.append(column == value)
+    if phase_id is not None:
+        in_phase = select(Evaluation.id).where(Evaluation.phase_id == phase_id)
+        scope.append(col(Rollout.evaluation_id).in_(in_phase))
     query = select(Rollout.status, func.count()).where(*scope).group_by(Rollout.status)
     found = dict(s.exec(query).all())
     pending = found.pop("pending", 0)
@@ -250,12 +268,20 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
             prev_before = items[0]["id"] if items else min(f.after + 1, MAX_ID)
 
     counts = None
-    narrowed = any(v is not None for v in (f.phase, f.harness, f.checkpoint, f.task, f.q))
-    if (f.run is not None or f.evaluation is not None) and not narrowed:
-        # Counted from the (run_id, status) or (evaluation_id) index. Over the whole table a count
-        # reads every rollout, and with another filter the database reads every row of the run
-        # to test it (~60 ms for 125k rollouts): no counts then.
-        counts = status_counts(s, run_id=f.run, evaluation_id=f.evaluation)
+    scoped = (f.run, f.evaluation, f.phase, f.harness, f.checkpoint)
+    if any(v is not None for v in scoped) and f.task is None and f.q is None:
+        # Counted from an index of what is named (the run's (run_id, status), an evaluation's,
+        # a harness's or checkpoint's (id, task, status)), reading the rollouts named and no
+        # others. Over the whole table a count reads every rollout, and a task or a text
+        # search has no such index (~60 ms for 125k rollouts): no counts then.
+        counts = status_counts(
+            s,
+            run_id=f.run,
+            evaluation_id=f.evaluation,
+            harness_id=f.harness,
+            checkpoint_id=f.checkpoint,
+            phase_id=f.phase,
+        )
     return {
         "items": items,
         "page_size": PAGE_SIZE,
@@ -337,6 +363,37 @@ def get_rollout(
             model_step_before(s, rollout_id, a) if a > first else None for a, _ in shown or []
         ],
         "steps": _whole(s, rollout_id, [as_dict(step) for step in loaded], all_steps=shown is None),
+        "account": harness_account(s, rollout),
+    }
+
+
+def harness_account(s: Session, rollout: Rollout) -> dict[str, Any]:
+    """How the harness got its answer from the model's output, as far as the rollout says: the
+    lines it printed (its log, its parse; the last ACCOUNT_LINES of stdout then stderr; empty:
+    it gave no account) and the model calls whose completion holds the answer as written (none:
+    the harness made it from them, e.g. by evaluating an expression the model wrote)."""
+    printed = [
+        line
+        for tail in (rollout.stdout_tail, rollout.stderr_tail)
+        for line in (tail or "").splitlines()
+        if line.strip()
+    ]
+    responses = s.exec(
+        select(Step.idx, Step.response)
+        .where(Step.rollout_id == rollout.id, Step.kind == "model")
+        .order_by(Step.idx)
+    ).all()
+    answer = (rollout.answer or "").strip()
+    holding = [
+        idx
+        for idx, response in responses
+        if answer and answer in str(((response or {}).get("message") or {}).get("content") or "")
+    ]
+    return {
+        "printed": printed[-ACCOUNT_LINES:],
+        "n_printed": len(printed),
+        "model_calls": len(responses),
+        "answer_in_steps": holding,
     }
 
 

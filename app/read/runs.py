@@ -8,7 +8,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Phase, Run
 from app.read.common import NotFound, as_dict
-from app.read.dashboard import budgets, shown_status
+from app.read.dashboard import LIVE_STATUSES, budgets, shown_status
 from app.read.evaluations import evaluation_rows
 from app.read.harness_phases import get_harness_phases
 from app.read.rollouts import recent_failures, status_counts
@@ -100,6 +100,7 @@ def _progress(s: Session, run: Run) -> dict[str, Any]:
     return {
         "phase": f"{phase.kind} phase {phase.round}" if phase else None,
         "shown_status": shown_status(s, run),
+        "live": run.status in LIVE_STATUSES,
         **best_test(s, run.id),
         "rollouts_used": rollouts["used"],
         "rollouts_left": rollouts["left"],
@@ -107,8 +108,9 @@ def _progress(s: Session, run: Run) -> dict[str, Any]:
 
 
 def final_pair(s: Session, run_id: int) -> dict[str, Any] | None:
-    """The harness and checkpoint the run ended with, and the phase each came from (None for
-    the incoming ones): what a paper would report as the run's result."""
+    """The harness and checkpoint the run ended with (while it runs: the pair its finished
+    phases handed on), the phase each came from (None for the incoming ones) and the pair's
+    test score (`test`, None where it was not tested): what a paper would report."""
     phases = s.exec(
         select(Phase).where(Phase.run_id == run_id, Phase.status == "done").order_by(Phase.id)
     ).all()
@@ -123,7 +125,29 @@ def final_pair(s: Session, run_id: int) -> dict[str, Any] | None:
         if phase.checkpoint_out_id and phase.checkpoint_out_id != final["checkpoint_id"]:
             final |= {"checkpoint_id": phase.checkpoint_out_id, "checkpoint_from": came}
     last = phases[-1]
-    return {**final, "last_phase": {"id": last.id, "kind": last.kind, "round": last.round}}
+    return {
+        **final,
+        "last_phase": {"id": last.id, "kind": last.kind, "round": last.round},
+        "test": _pair_test(s, run_id, final["harness_id"], final["checkpoint_id"]),
+    }
+
+
+def _pair_test(s: Session, run_id: int, harness_id: int, checkpoint_id: int) -> dict | None:
+    """The pair's newest finished test evaluation in the run (mean@k, interval); None: untested."""
+    e = s.exec(
+        select(Evaluation)
+        .where(
+            Evaluation.run_id == run_id,
+            Evaluation.split == "test",
+            Evaluation.status == "done",
+            Evaluation.harness_id == harness_id,
+            Evaluation.checkpoint_id == checkpoint_id,
+        )
+        .order_by(col(Evaluation.id).desc())
+    ).first()
+    if e is None:
+        return None
+    return {"evaluation_id": e.id, "mean_at_k": e.mean_at_k, "k": e.k, "ci": [e.ci_low, e.ci_high]}
 
 
 def get_run(s: Session, run_id: int) -> dict[str, Any]:

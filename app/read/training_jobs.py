@@ -9,7 +9,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, TrainingJob
 from app.read.checkpoints import checkpoint_ref
-from app.read.common import NotFound, as_dict, phase_ref
+from app.read.common import NotFound, as_dict, phase_ref, step_fields, step_numbers
 from app.read.evaluations import evaluation_rows
 from app.read.metrics import series
 from app.read.rollouts import list_rollouts
@@ -39,11 +39,18 @@ def time_split(job: TrainingJob) -> list[dict[str, Any]]:
     ]
 
 
-def job_row(job: TrainingJob, checkpoints: dict[int, Checkpoint]) -> dict[str, Any]:
-    """A job with its accept rate and the checkpoints it read and wrote (from `checkpoints`)."""
+def job_row(
+    job: TrainingJob, checkpoints: dict[int, Checkpoint], numbers: dict[str, Any]
+) -> dict[str, Any]:
+    """A job with its step's numbers (step_numbers), its accept rate and the checkpoints it
+    read and wrote (from `checkpoints`). `started_at`: when its sampling began (the row's
+    creation)."""
     out = checkpoints.get(job.checkpoint_out_id)
+    row = as_dict(job)
     return {
-        **as_dict(job),
+        **row,
+        **numbers,
+        "started_at": row["created_at"],
         "accept_rate": job.n_accepted / job.n_rollouts if job.n_rollouts else None,
         "checkpoint_in": checkpoint_ref(checkpoints[job.checkpoint_in_id]),
         "checkpoint_out": checkpoint_ref(out) if out else None,
@@ -97,7 +104,7 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
     losses = series(s, job.run_id, ["train/loss"], training_job_id=job.id)["train/loss"]
     sampling = _sampling_evaluation(s, job)
     return {
-        "job": job_row(job, _checkpoints(s, [job])),
+        "job": job_row(job, _checkpoints(s, [job]), step_numbers(s, job)),
         # the mean of the batch losses so far; the job's own `loss` once it is done
         "mean_loss": job.loss
         if job.loss is not None
@@ -146,7 +153,10 @@ def _weight_section(
     accepted = sum(j.n_accepted for j in jobs)
     return {
         "phase": as_dict(phase) if phase else None,
-        "jobs": [job_row(job, checkpoints) for job in jobs],
+        "jobs": [
+            job_row(job, checkpoints, step_fields(job.step, *((i, phase.round) if phase else ())))
+            for i, job in enumerate(jobs, 1)
+        ],
         "rollouts_used": sampled,
         "n_accepted": accepted,
         # over the phase's steps: accepted rollouts / sampled ones

@@ -133,7 +133,11 @@ class Evaluator:
         tasks: list[Task] | None = None,
         phase_id: int | None = None,
     ) -> Evaluation:
-        """The evaluation and its pending rollout rows, nothing run yet."""
+        """The evaluation and its pending rollout rows, nothing run yet. A stopping run
+        creates none (RunStopped); a paused one waits here."""
+        gate = self.gates.get(run_id)
+        if gate:
+            await gate.gate()
         tasks = tasks if tasks is not None else domain.tasks(split)[:limit]
         return await self.writer.run(
             lambda s: _create(s, run_id, harness, checkpoint, split, k, tasks, phase_id)

@@ -15,11 +15,13 @@ Points = list[dict[str, Any]]
 
 
 def loss_chart(points: Points, step: int) -> Markup:
-    """A training job's loss per batch; x runs from the step to the next as its batches end."""
+    """A training job's loss per batch; x runs from the RFT steps done before it (`step`, the
+    store's 0-based number) to one more as its batches end: step N ends at x = N, as on the
+    run page's charts."""
     return line_chart(
         {"loss": [(p["x"], p["y"]) for p in points]},
         "training loss per batch",
-        "step (fraction of its batches done)",
+        "RFT steps of the run done (with its batches)",
         "loss",
         x_extent=(step, step + 1),
     )

@@ -140,6 +140,13 @@ def runs(s: SessionDep) -> Data:
     return runs_data(s)
 
 
+@page("/runs/live", "_runs_list.html", models.RunsList)
+def runs_live(s: SessionDep, ids: RunIds = ()) -> Data:
+    """The runs list's table, which the /runs page polls (`ids`: the runs ticked for comparing,
+    shown ticked again)."""
+    return {"runs": list_runs(s), "ids": list(ids)}
+
+
 @page("/runs/compare", "compare.html", models.ComparePage)
 def compare(
     s: SessionDep, ids: RunIds = (), x: XQuery = "rollouts", baseline: PairedBaseline = None
@@ -320,31 +327,51 @@ DOWNLOADS = {
 }
 
 
-def _rollouts_file(request: Request, s, filters: RolloutFilters, kind: str) -> StreamingResponse:
+CallsQuery = Annotated[
+    bool, Query(description="each rollout's model and tool calls (`steps`), as the export has them")
+]
+
+
+def _rollouts_file(
+    request: Request, s, filters: RolloutFilters, kind: str, calls: bool
+) -> StreamingResponse:
     filters = resolve_names(s, filters)
     scope(s, filters)  # an unknown id is a 404 now, not a download cut short
     run_id = run_of(s, filters)
     name = f"rollouts{f'-run-{run_id}' if run_id is not None else ''}.{kind}"
     media_type, encode = DOWNLOADS[kind]
+    items = matching_rollouts(request.app.state.workbench.session, filters, calls)
     return StreamingResponse(
-        encode(matching_rollouts(request.app.state.workbench.session, filters)),
+        encode(items) if kind == "jsonl" else encode(items, calls),
         media_type=media_type,
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
     )
 
 
 @api.get("/rollouts.jsonl")
-def rollouts_jsonl(request: Request, s: SessionDep, filters: Annotated[RolloutFilters, Query()]):
+def rollouts_jsonl(
+    request: Request,
+    s: SessionDep,
+    filters: Annotated[RolloutFilters, Query()],
+    calls: CallsQuery = True,
+):
     """Every rollout the filters match (those of /api/rollouts; the page cursor aside), one JSON
-    object per line as the list's items, as a file download."""
-    return _rollouts_file(request, s, filters, "jsonl")
+    object per line as the list's items with their calls (`steps`; `calls=false`: without),
+    times in UTC ending in Z as the export writes them, as a file download."""
+    return _rollouts_file(request, s, filters, "jsonl", calls)
 
 
 @api.get("/rollouts.csv")
-def rollouts_csv(request: Request, s: SessionDep, filters: Annotated[RolloutFilters, Query()]):
+def rollouts_csv(
+    request: Request,
+    s: SessionDep,
+    filters: Annotated[RolloutFilters, Query()],
+    calls: CallsQuery = True,
+):
     """Every rollout the filters match (those of /api/rollouts; the page cursor aside), as CSV
-    with a header row (the task as its JSON), as a file download."""
-    return _rollouts_file(request, s, filters, "csv")
+    with a header row (the task and the calls, `steps`, as their JSON; `calls=false`: no calls
+    column), times in UTC ending in Z, as a file download."""
+    return _rollouts_file(request, s, filters, "csv", calls)
 
 
 @api.get("/rollouts/{rollout_id}/raw")

@@ -160,6 +160,12 @@ def with_query(path: str, params: dict[str, Any], **changes: Any) -> str:
     return f"{path}?{urlencode(merged)}" if merged else path
 
 
+def counted(n: int | None, noun: str) -> str:
+    """`n` as `count` writes it with its noun (given singular), plural unless n is 1:
+    "1 candidate", "2 candidates", "1,204 rollouts"."""
+    return f"{count(n)} {noun}{'' if n == 1 else 's'}"
+
+
 _FORMATTER = HtmlFormatter(linenos="table", lineanchors="L", anchorlinenos=True)
 
 
@@ -184,6 +190,7 @@ templates.env.filters.update(
     ago=ago,
     generation=generation,
     thinking=thinking,
+    counted=counted,
 )
 templates.env.globals.update(
     elapsed=elapsed,

@@ -259,7 +259,7 @@ def test_text_search_reads_a_bounded_number_of_rows_and_says_where_to_go_on(
     assert last["search"]["complete"] is True and last["next_after"] is None
 
 
-def test_status_counts_only_for_a_run_or_evaluation(client, world):
+def test_status_counts_for_what_the_filters_name(client, world):
     run1 = world["runs"][0]
     tuned = world["harnesses"][1]
 
@@ -277,9 +277,23 @@ def test_status_counts_only_for_a_run_or_evaluation(client, world):
     # the counts are the run's whatever status is picked
     picked = client.get("/api/rollouts", params={"run": run1.id, "status": "pass"}).json()
     assert picked["status_counts"] == counts
-    # counting under a further filter would read every row of the run: no counts then
-    narrowed = client.get("/api/rollouts", params={"run": run1.id, "harness": tuned.id}).json()
-    assert narrowed["status_counts"] is None
+    # under a harness, checkpoint or phase filter: the rollouts it names (the chips keep counts)
+    seed, lora, (p1, _) = world["harnesses"][0], world["checkpoints"][1], world["phases"]
+    one_eval = {"running": 0, "queued": 0, "pass": 2, "fail": 2, "error": 1, "timeout": 1}
+    for params, times in [
+        ({"harness": tuned.id}, 2),
+        ({"harness": seed.id, "status": "fail"}, 1),
+        ({"checkpoint": lora.id}, 1),
+        ({"phase": p1.id}, 2),
+    ]:
+        narrowed = client.get("/api/rollouts", params={"run": run1.id, **params}).json()
+        assert narrowed["status_counts"] == {
+            **{k: n * times for k, n in one_eval.items()},
+            "infra": 0,
+        }, params
+    # a task or a text search has no index to count from: no counts then
+    by_task = client.get("/api/rollouts", params={"run": run1.id, "task": "test-0"}).json()
+    assert by_task["status_counts"] is None
 
 
 def test_list_items_have_the_columns_the_page_shows(client, run_with_rollouts):

@@ -7,13 +7,13 @@ from sqlalchemy import text
 
 from tests.conftest import REPO
 
-QUICK = (REPO / "experiments" / "arith-quick.toml").read_text()
+QUICK = (REPO / "tests" / "loop" / "tiny.toml").read_text()
 
 
 def quick_toml(
     name: str = "quick", strategy: str = "whale", rollouts: int = 60, **sections: dict
 ) -> str:
-    """arith-quick.toml with another name, strategy and rollout budget; `sections` replace
+    """tiny.toml (the smallest loop) with another name, strategy and rollout budget; `sections` replace
     single keys, e.g. rft={"samples_per_prompt": 4}."""
     text = re.sub(r"(?m)^name = .*$", f'name = "{name}"', QUICK)
     text = re.sub(r"(?m)^strategy = .*$", f'strategy = "{strategy}"', text)

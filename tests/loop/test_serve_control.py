@@ -226,6 +226,7 @@ def test_pause_and_stop_say_what_they_wait_for_mid_evaluation_and_mid_training(t
         # mid-training: resumed, the sampling ends and the step trains; a stop then waits for it
         act("resume")
         wait_for(db, "SELECT count(*) FROM training_job WHERE status = 'training'", 300)
+        asked = datetime.now(UTC).replace(tzinfo=None)  # as the store writes its times
         act("stop")
         held = dashboard()
         assert held["run"]["shown_status"] == "stopping", held["run"]
@@ -236,7 +237,9 @@ def test_pause_and_stop_say_what_they_wait_for_mid_evaluation_and_mid_training(t
         still_training = training.fetchone()[0] > 0
         con.close()
         if still_training or held["activity"] != "stopping":
-            assert held["activity"] == "stopping: training RFT step 1 ends first", held
+            assert held["activity"] == (
+                "stopping: training (RFT step 1 of weight phase 1, step 1 of the run) ends first"
+            ), held
         wait_for(db, f"SELECT count(*) FROM run WHERE id = {run_id} AND status = 'stopped'", 300)
         con = sqlite3.connect(db)
         jobs = con.execute("SELECT status, checkpoint_out_id FROM training_job").fetchall()
@@ -247,3 +250,8 @@ def test_pause_and_stop_say_what_they_wait_for_mid_evaluation_and_mid_training(t
         # no training job began after the stop, and the run ends on the step's checkpoint
         assert [status for status, _ in jobs] == ["done"], jobs
         assert last_phase == (jobs[0][1],)
+        # nor anything else: the step's test point (after_phase) is not created once it ends
+        con = sqlite3.connect(db)
+        late = con.execute("SELECT id, created_at FROM evaluation").fetchall()
+        con.close()
+        assert [i for i, at in late if datetime.fromisoformat(at) > asked] == [], late

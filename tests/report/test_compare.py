@@ -23,7 +23,9 @@ def test_summaries_in_the_order_asked(session, filled):
         "scoring": None,  # its store holds metrics, not evaluations
         "best": 0.75,
         "rollouts_to_best": 1024,
-        "final": 0.7,
+        # its phases end on a harness and a trained checkpoint its test points never measured
+        # (they all score the run's first harness under the base): untested, no score
+        "final": None,
         "rollouts_used": 1536 + 2000,  # its phases counted more than its metrics
         "test_points": 5,
         # no harness-split scores: the point shown without peeking at test is the final one
@@ -34,11 +36,16 @@ def test_summaries_in_the_order_asked(session, filled):
         # synthetic test points have no rollouts: no interval, nothing to pair
         "best_ci": None,
         "final_ci": None,
-        "final_evaluation_id": by["whale"]["final_evaluation_id"],
-        "selected_evaluation_id": by["whale"]["final_evaluation_id"],  # the final point
-        # the final point's evaluation scored 2 tasks: the page says the figure rests on few
-        "test_tasks": 2,
-        "few_tasks": True,
+        "final_evaluation_id": None,
+        "selected_evaluation_id": by["whale"]["selected_evaluation_id"],
+        # the final pair was not tested: no final score, so no tasks behind it either
+        "test_tasks": None,
+        "few_tasks": False,
+        "final_pair": {
+            "harness_id": by["whale"]["final_pair"]["harness_id"],
+            "checkpoint_id": by["whale"]["final_pair"]["checkpoint_id"],
+            "tested": False,
+        },
         "paired": None,
         "group": None,  # not one of a seed group
         "seed": None,  # nor run from an experiment file

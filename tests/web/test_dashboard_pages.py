@@ -318,7 +318,8 @@ def test_the_start_form_shows_that_it_is_starting_while_it_waits(client):
     """While the request is pending the form says what happens (htmx shows the indicator and
     disables the button for that time), and that the model loads once the run's page opens."""
     page = client.get("/runs").text
-    form = page[page.index('<form hx-post="/runs"') : page.index("</form>")]
+    start = page.index('<form hx-post="/runs"')
+    form = page[start : page.index("</form>", start)]
     assert 'hx-indicator="#starting"' in form and 'hx-disabled-elt="find button"' in form
     shown = re.search(
         r'<span id="starting" class="htmx-indicator[^"]*"[^>]*>(.*?)</span>', form, re.S
@@ -391,6 +392,11 @@ def test_a_refused_start_keeps_the_preset_picked_and_says_no_ui_prefix(client):
     menu = re.search(r'<select id="preset" name="preset".*?</select>', response.text, re.S)
     picked = re.findall(r'<option value="([^"]*)" selected>', menu.group(0))
     assert picked == ["arith-whale.toml"]
+    # the text is no longer the file's: the menu says so rather than name it as is
+    assert '<option value="arith-whale.toml" selected>experiments/arith-whale.toml (edited)<' in (
+        menu.group(0)
+    )
+    assert "toml (edited)<" not in client.get("/runs").text  # a fresh form: the file's own text
     shown = html.unescape(re.search(r'id="start-error">(.*?)</pre>', response.text, re.S).group(1))
     assert shown.startswith("budget.rollout: Extra inputs are not permitted"), shown
     fresh = client.get("/api/runs").json()

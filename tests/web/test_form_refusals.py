@@ -34,7 +34,8 @@ def shown(response) -> str:
 
 def test_the_forms_name_where_their_refusals_show(store, client):
     runs = client.get("/runs").text
-    form = runs[runs.index('<form hx-post="/runs"') : runs.index("</form>")]
+    start = runs.index('<form hx-post="/runs"')
+    form = runs[start : runs.index("</form>", start)]
     assert 'data-refusals="#start-refusal"' in form and 'id="start-refusal"' in form
     run = loop_run(store, "steered")
     page = client.get(f"/runs/{run.id}").text

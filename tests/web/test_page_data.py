@@ -25,6 +25,7 @@ def urls(store) -> dict[str, str]:
     job = training.jobs[0]
     return {
         "/runs": "/runs",
+        "/runs/live": f"/runs/live?ids={run.id}",
         "/runs/compare": f"/runs/compare?ids={run.id}&ids={baseline.id}",
         "/runs/{run_id}": f"/runs/{run.id}?baseline={baseline.id}",
         "/runs/{run_id}/live": f"/runs/{run.id}/live?x=wall_s",

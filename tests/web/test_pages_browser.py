@@ -193,6 +193,8 @@ def test_a_refused_start_keeps_the_preset_picked(served, page):
     expect(page.locator("#experiment")).to_have_value(re.compile(r"strategy"))
     page.locator("#experiment").press("Control+End")
     page.locator("#experiment").type("\n[nonsense]\nrollout = 5\n")
+    picked = page.locator("#preset option:checked")
+    expect(picked).to_have_text("experiments/arith-whale.toml (edited)")
     page.get_by_role("button", name="Start run").click()
 
     error = page.locator("#start-error")

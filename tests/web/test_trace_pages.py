@@ -48,6 +48,17 @@ def test_filter_form_and_chips_keep_every_filter(client, two_harnesses):
     assert f'<option value="{first.id}" selected>first.py</option>' in a_harness[:2000]
 
 
+def test_status_chips_keep_their_counts_under_a_harness_filter(client, two_harnesses):
+    run, first, second, *_ = two_harnesses
+    page = client.get(f"/rollouts?run={run.id}&harness=first.py").text
+    chips = page[page.index('<p class="chips">') : page.index("</p>", page.index('"chips"'))]
+    text = " ".join(re.sub(r"<[^>]+>", " ", chips).split())
+    assert text.startswith("all 2 ") and "failed 2" in text and "pass 0" in text
+    page = client.get(f"/rollouts?run={run.id}&harness={second.id}").text
+    chips = page[page.index('<p class="chips">') : page.index("</p>", page.index('"chips"'))]
+    assert "all <b>1</b>" in chips and "pass <b>1</b>" in chips
+
+
 def test_blank_form_submission_lists_everything(client, two_harnesses):
     page = client.get("/rollouts?q=&task=&harness=&checkpoint=&phase=&run=&evaluation=")
     assert page.status_code == 200
@@ -318,3 +329,28 @@ def test_a_failure_with_no_answer_and_no_output_says_so(store, client):
     assert "no-answer" not in client.get(f"/rollouts/{wrong.id}").text  # it answered "nope"
     side_by_side = client.get(f"/rollouts/compare?a={silent.id}&b={wrong.id}").text
     assert side_by_side.count("no-answer") == 1
+
+
+def test_the_trace_page_gives_the_harness_account_of_its_answer_or_says_it_gave_none(store, client):
+    run = store.run()
+    evaluation = store.evaluation(run, store.harness(run), store.checkpoint(), 2)
+    quiet, talking = store.rollouts(evaluation, ["fail", "pass"])
+    store.write_values(quiet, answer="0.0555")
+    store.model_step(quiet, 0, [{"role": "user", "content": "q"}], "1 / 18")
+    store.write_values(talking, answer="2", stdout_tail="parsed '1 + 1' -> 2\nvoted 2 of 3\n")
+    store.model_step(talking, 0, [{"role": "user", "content": "q"}], "It is 2.")
+
+    account = client.get(f"/api/rollouts/{quiet.id}").json()["account"]
+    assert account == {"printed": [], "n_printed": 0, "model_calls": 1, "answer_in_steps": []}
+    page = client.get(f"/rollouts/{quiet.id}").text
+    section = page[page.index('<section id="account">') : page.index("</section>")]
+    assert 'id="no-account"' in section and "gave no account" in section
+    assert "appears as written in none of its 1 model call:" in section
+
+    account = client.get(f"/api/rollouts/{talking.id}").json()["account"]
+    assert account["printed"] == ["parsed '1 + 1' -> 2", "voted 2 of 3"]
+    assert account["answer_in_steps"] == [0]
+    page = client.get(f"/rollouts/{talking.id}").text
+    section = page[page.index('<section id="account">') : page.index("</section>")]
+    assert "In its own words" in section and "parsed &#39;1 + 1&#39; -&gt; 2" in section
+    assert 'href="#step-0">step #0</a>' in section and "no-account" not in section

@@ -131,7 +131,10 @@ def test_job_page_names_its_weight_phase_and_links_it(store, client):
 
     link = f'href="/runs/{first.run.id}#weight-phase-{second.row.id}"'
     assert f'<a id="job-phase" {link}>weight phase 2</a>' in page
-    assert re.search(r"<h1>Training job \d+ · RFT step 2 of weight phase 2</h1>", page)
+    # the phase's first step, the run's second: named by both, from 1, never "step 2 of phase 2"
+    assert re.search(
+        r"<h1>Training job \d+ · RFT step 1 of weight phase 2, step 2 of the run</h1>", page
+    )
     lone = weight_phase(store, [PASS2_FAIL2]).jobs[0]  # `whale train`: no phase to name
     assert 'id="job-phase"' not in client.get(f"/training/{lone.id}").text
 
@@ -169,3 +172,66 @@ def test_checkpoint_score_cards_name_the_harness_they_were_measured_with(store, 
     assert re.search(rf'under <a href="/harnesses/{harness}">seed.py</a>', card.group(1))
     data = client.get(f"/api/checkpoints/{out.id}").json()["mean_at_k_by_split"]["test"]
     assert (data["harness_id"], data["harness_name"]) == (harness, "seed.py")
+
+
+def test_one_step_numbering_on_every_page_and_in_their_json(store, client):
+    """A step is "step N of weight phase R, step M of the run", counted from 1, the same on
+    the job page, the checkpoint it made, the run's table and activity, and in their JSON
+    (`step` keeps the store's count from 0); the run's step chart puts step M at x = M."""
+    first, second = loop_weight_phases(store, [[PASS2_FAIL2, PASS2_FAIL2], [PASS2_FAIL2]])
+    job, made = second.jobs[0], second.checkpoints[0]
+    name = "step 1 of weight phase 2, step 3 of the run"
+
+    data = client.get(f"/api/training/{job.id}").json()["job"]
+    assert (data["step"], data["step_in_phase"], data["step_in_run"]) == (2, 1, 3)
+    assert data["step_name"] == name and data["phase_round"] == 2
+    assert f"RFT {name}</h1>" in client.get(f"/training/{job.id}").text
+
+    made_by = client.get(f"/api/checkpoints/{made.id}").json()["training_job"]
+    assert (made_by["step_in_phase"], made_by["step_in_run"], made_by["step_name"]) == (
+        1,
+        3,
+        name,
+    )
+    assert f"RFT {name}, in" in client.get(f"/checkpoints/{made.id}").text
+
+    run = client.get(f"/api/runs/{first.run.id}").json()
+    numbers = [
+        (j["step_in_phase"], j["step_in_run"]) for wp in run["weight_phases"] for j in wp["jobs"]
+    ]
+    assert numbers == [(1, 1), (2, 2), (1, 3)]
+    page = client.get(f"/runs/{first.run.id}").text
+    assert f'title="RFT {name}">1 <span class="muted small">(3 of the run)</span>' in page
+    accept = run["dashboard"]["curves"]["training"]["train/accept_rate"]
+    assert [p["x"] for p in accept] == [1, 2, 3]
+
+
+def test_a_training_job_says_when_it_started_in_its_json_as_on_its_page(store, client):
+    job = weight_phase(store, [PASS2_FAIL2]).jobs[0]
+    data = client.get(f"/api/training/{job.id}").json()["job"]
+    assert data["started_at"] is not None and data["started_at"] == data["created_at"]
+
+
+def test_rft_sampling_is_listed_apart_from_tests_under_the_step_it_sampled_for(store, client):
+    first, _ = loop_weight_phases(store, [[PASS2_FAIL2], [PASS2_FAIL2]])
+    data = client.get(f"/api/runs/{first.run.id}").json()
+    named = {e["id"]: e["sampling_for"] for e in data["evaluations"] if e["split"] == "train"}
+    assert sorted(named.values()) == [
+        "step 1 of weight phase 1, step 1 of the run",
+        "step 1 of weight phase 2, step 2 of the run",
+    ]
+    page = client.get(f"/runs/{first.run.id}").text
+    tests, sampling = page.split('<h2 id="rft-sampling">')
+    tests = tests[tests.rindex("<h2>Evaluations") :]
+    assert "<td>train</td>" not in tests and "sampling for RFT" not in tests
+    assert sampling.count("sampling for RFT step 1 of weight phase") == 2
+
+
+def test_the_activity_line_says_sampling_for_the_step_and_counts_in_words(store, client):
+    sampling = weight_phase(store, [PASS2_FAIL2], last="sampling")
+    activity = client.get(f"/api/runs/{sampling.run.id}").json()["dashboard"]["activity"]
+    assert activity == "sampling for RFT step 1 of the run: 0 / 4 rollouts"
+    training = weight_phase(store, [["pass", "fail", "fail", "fail"]], last="training")
+    store.write_values(training.jobs[-1], n_accepted=1)
+    activity = client.get(f"/api/runs/{training.run.id}").json()["dashboard"]["activity"]
+    assert activity == "training (RFT step 1 of the run) on 1 accepted rollout"
