@@ -213,6 +213,20 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE training_job ADD COLUMN timings BLOB;
         """,
     ),
+    (
+        "013_sampled_token_ids",
+        """
+        -- issue 43: each model call's prompt and completion token ids as the server returned
+        -- them (packed, compressed: app/db/steps.py), which RFT trains on
+        ALTER TABLE step ADD COLUMN token_ids BLOB;
+        -- per RFT step: examples trained from sampled ids, examples rendered, and the calls
+        -- with ids whose rendering would have given other ids (drift) of those checked
+        ALTER TABLE training_job ADD COLUMN n_from_ids INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_rendered INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_drift INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_drift_checked INTEGER;
+        """,
+    ),
 ]
 
 
