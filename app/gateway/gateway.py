@@ -135,6 +135,8 @@ def _take_token_ids(response: dict) -> tuple[list[int], list[int]] | None:
     """The (prompt, completion) token ids of the answer's first choice, taken out of the answer
     (every choice's): the harness has no use for them, and they would double what it reads.
     None when the server gave none, or something that is not a list of ids."""
+    if not isinstance(response, dict):
+        return None
     prompt = token_list(response.pop("prompt_token_ids", None))
     choices = response.get("choices") or []
     completions = [c.pop("token_ids", None) if isinstance(c, dict) else None for c in choices]
