@@ -74,13 +74,18 @@ class Sampling(_Strict):
         return self.model_dump(exclude_none=True, exclude={"fixed"})
 
     def forced(self) -> dict[str, Any]:
-        """What every call gets whatever it sets (nothing unless `fixed`)."""
+        """What every call gets whatever it sets (nothing unless `fixed`): the decoding fields
+        set here, and `chat_template_kwargs` always, since thinking on or off changes what is
+        sampled as much as they do (None: the chat template's own default, and no harness's)."""
+        if not self.fixed:
+            return {}
         given = self.defaults()
-        return {k: given[k] for k in DECODING_FIELDS if k in given} if self.fixed else {}
+        forced = {k: given[k] for k in DECODING_FIELDS if k in given}
+        return {**forced, "chat_template_kwargs": self.chat_template_kwargs}
 
     @model_validator(mode="after")
     def _fixed_needs_values(self):
-        if self.fixed and not self.forced():
+        if self.fixed and not any(getattr(self, k) is not None for k in DECODING_FIELDS):
             raise ValueError(f"fixed = true fixes nothing: set one of {', '.join(DECODING_FIELDS)}")
         return self
 

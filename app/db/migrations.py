@@ -217,7 +217,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     (
         "013_exact_intervals",
         """
-        -- issue 47: the 95% interval of mean@k is exact over the tasks (app/stats.py). The
+        -- the 95% interval of mean@k is exact over the tasks (app/stats.py). The
         -- resampled one it replaces collapsed to a point when every task scored the same:
         -- where every task failed or passed, the exact interval of n tasks takes its place
         -- (Clopper-Pearson: 1 - 0.025^(1/n) from the end); where all scored the same in
@@ -227,6 +227,20 @@ MIGRATIONS: list[tuple[str, str]] = [
         UPDATE evaluation SET ci_low = power(0.025, 1.0 / n_tasks)
             WHERE ci_low = ci_high AND mean_at_k = 1 AND n_tasks > 0;
         UPDATE evaluation SET ci_low = NULL, ci_high = NULL WHERE ci_low = ci_high;
+        """,
+    ),
+    (
+        "014_sampled_token_ids",
+        """
+        -- each model call's prompt and completion token ids as the server returned
+        -- them (packed, compressed: app/db/steps.py), which RFT trains on
+        ALTER TABLE step ADD COLUMN token_ids BLOB;
+        -- per RFT step: examples trained from sampled ids, examples rendered, and the calls
+        -- with ids whose rendering would have given other ids (drift) of those checked
+        ALTER TABLE training_job ADD COLUMN n_from_ids INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_rendered INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_drift INTEGER;
+        ALTER TABLE training_job ADD COLUMN n_drift_checked INTEGER;
         """,
     ),
 ]

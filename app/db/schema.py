@@ -169,6 +169,9 @@ class Step(SQLModel, table=True):
     completion_tokens: int = 0
     latency_ms: float = 0.0
     created_at: datetime = Field(default_factory=now)
+    # model: the prompt and completion token ids the server returned, packed (app/db/steps.py);
+    # left out of dumps and pages (binary, and for training only)
+    token_ids: bytes | None = Field(default=None, sa_column=Column(LargeBinary), exclude=True)
 
 
 class TrainingJob(SQLModel, table=True):
@@ -202,6 +205,13 @@ class TrainingJob(SQLModel, table=True):
     phase_id: int | None = Field(default=None, foreign_key="phase.id")
     # seconds per part of the step: sampling_s, scoring_s, training_s, saving_s, sync_s
     timings: dict | None = zjson()
+    # what was trained (app/training/examples.py): examples made of the token ids the model
+    # sampled, examples rendered through the chat template (the server returned no ids), and of
+    # the model calls with ids, how many rendering would have tokenized otherwise (drift)
+    n_from_ids: int | None = None
+    n_rendered: int | None = None
+    n_drift: int | None = None
+    n_drift_checked: int | None = None
 
 
 class Phase(SQLModel, table=True):

@@ -7,8 +7,16 @@ first k, the first k being those of the same rollout's previous model call. The 
 with `compact`; everything that reads steps back (API, pages, export, proposer traces, training
 examples) goes through `load_steps` or, for a window of one trace, `expand_requests`, which put
 the whole lists back.
+
+A model step's token ids (the prompt and completion ids the server returned) are stored the same
+way: the length of the prefix its prompt shares with the previous model call's prompt plus
+completion, then the rest of the prompt and the completion, as little-endian uint32, zlib'd
+(`pack_ids`); `unpack_ids` puts them back for one rollout's model steps in order.
 """
 
+import sys
+import zlib
+from array import array
 from collections.abc import Iterable
 
 from sqlmodel import Session, col, select
@@ -76,3 +84,53 @@ def load_steps(
             (st, next(whole) if st.kind == "model" else st.request) for st in rows
         ]
     return loaded
+
+
+TokenIds = tuple[list[int], list[int]]  # (prompt ids, completion ids)
+MAX_TOKEN_ID = 2**32 - 1
+
+
+def token_list(value) -> list[int] | None:
+    """`value` if it is a list of token ids a uint32 holds, else None: a server's ids are
+    stored only when they are what they claim to be."""
+    if not isinstance(value, list):
+        return None
+    if all(type(t) is int and 0 <= t <= MAX_TOKEN_ID for t in value):
+        return value
+    return None
+
+
+def _uint32(values: list[int]) -> array:
+    packed = array("I", values)
+    if packed.itemsize != 4:
+        packed = array("L", values)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return packed
+
+
+def pack_ids(before: list[int], prompt: list[int], completion: list[int]) -> bytes:
+    """One call's ids stored against `before`, the previous model call's prompt + completion."""
+    shared = shared_prefix(before, prompt)
+    rest = prompt[shared:]
+    return zlib.compress(_uint32([shared, len(rest), *rest, *completion]).tobytes(), 6)
+
+
+def unpack_ids(blobs: Iterable[bytes | None]) -> list[TokenIds | None]:
+    """The (prompt, completion) ids of one rollout's model steps, given their stored forms in
+    step order (None where a step has none: a failed call, a server that gave no ids)."""
+    out, before = [], []
+    for blob in blobs:
+        if blob is None:
+            out.append(None)
+            continue
+        values = _uint32([])
+        values.frombytes(zlib.decompress(blob))
+        if sys.byteorder == "big":
+            values.byteswap()
+        shared, n_rest = values[0], values[1]
+        prompt = before[:shared] + values[2 : 2 + n_rest].tolist()
+        completion = values[2 + n_rest :].tolist()
+        before = prompt + completion
+        out.append((prompt, completion))
+    return out

@@ -7,6 +7,10 @@ budgets and recorded as a step of that rollout. A model call's max_tokens is res
 rollout's token budgets when it is sent and settled on its real usage when it ends, so calls in
 flight together cannot overshoot them; a rollout has at most `max_open_calls` calls open at once,
 and a request body over `max_body_bytes` is refused before it is read.
+
+Servers that can (vLLM, the local server) are asked for the token ids of each call: the prompt
+ids and the completion ids, recorded with the step for training on exactly what was sampled
+(app/training/examples.py). The harness never sees them: they are taken out of the answer.
 """
 
 import asyncio
@@ -26,13 +30,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.db.schema import Step
-from app.db.steps import compact
+from app.db.steps import compact, pack_ids, token_list
 from app.db.writer import Writer
 from app.faults import Outage
 from app.llm.client import BackendError, ChatEndpoint
 from app.llm.generation import Generation, refused_fields
 
 log = logging.getLogger(__name__)
+# The backends asked for each call's token ids (`return_token_ids`: vLLM >= 0.10.2 and the
+# local server); a hosted API would refuse the field.
+TOKEN_ID_BACKENDS = frozenset({"local", "vllm"})
 
 
 @dataclass
@@ -52,6 +59,7 @@ class Grant:
     completion_tokens: int = 0
     reserved_tokens: int = 0  # the max_tokens of its model calls in flight, not settled yet
     sent: list = field(default_factory=list)  # the previous model call's messages
+    sent_ids: list = field(default_factory=list)  # and its prompt + completion token ids
     # Time the rollout spent waiting on the gateway (model and host-side tool calls, from sent
     # to answered, counted once while several are in flight): not the harness's time, so its
     # wall-clock limit does not count it (sandbox/pool.py).
@@ -123,6 +131,19 @@ async def _json_body(request: Request, limit: int) -> dict | JSONResponse:
     return body
 
 
+def _take_token_ids(response: dict) -> tuple[list[int], list[int]] | None:
+    """The (prompt, completion) token ids of the answer's first choice, taken out of the answer
+    (every choice's): the harness has no use for them, and they would double what it reads.
+    None when the server gave none, or something that is not a list of ids."""
+    if not isinstance(response, dict):
+        return None
+    prompt = token_list(response.pop("prompt_token_ids", None))
+    choices = response.get("choices") or []
+    completions = [c.pop("token_ids", None) if isinstance(c, dict) else None for c in choices]
+    completion = token_list(completions[0]) if completions else None
+    return None if prompt is None or completion is None else (prompt, completion)
+
+
 STOP_GRACE_S = 2.0
 
 
@@ -181,11 +202,14 @@ class Gateway:
         error = f"{why} ({ran_s:.1f} s after it was sent)"
         self._record(grant, kind="model", request=request, error=error, latency_ms=ran_s * 1000)
 
-    def _record(self, grant: Grant, **step) -> None:
+    def _record(self, grant: Grant, ids: tuple[list, list] | None = None, **step) -> None:
         if step["kind"] == "model":  # stored as what it added to the call before (app/db/steps.py)
             messages = step["request"]["messages"]
             step["request"] = compact(grant.sent, step["request"])
             grant.sent = messages
+            if ids is not None:
+                step["token_ids"] = pack_ids(grant.sent_ids, *ids)
+                grant.sent_ids = ids[0] + ids[1]
         grant.steps += 1
         self.writer.append(Step, rollout_id=grant.rollout_id, idx=grant.steps - 1, **step)
 
@@ -235,6 +259,8 @@ class Gateway:
             # draws independent, and the recorded seed makes each call reproducible.
             if body.get("seed") is None:
                 body["seed"] = secrets.randbelow(2**31)
+            if gen.backend in TOKEN_ID_BACKENDS:
+                body["return_token_ids"] = True
             grant.calls += 1
             call = grant.calls
             start = time.perf_counter()
@@ -272,6 +298,7 @@ class Gateway:
                 grant.reserved_tokens -= reserved
             if self.outage:
                 self.outage.back()
+            ids = _take_token_ids(response)  # before anything returns it to the harness
             if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
                 return response
             latency = (time.perf_counter() - start) * 1000
@@ -291,6 +318,7 @@ class Gateway:
                 prompt_tokens=prompt,
                 completion_tokens=completion,
                 latency_ms=latency,
+                ids=ids,
             )
             return response
 

@@ -8,8 +8,9 @@ The sections themselves are in app/experiment_schema.py.
   release counts them, the per-call completion cap, the wall-clock limit).
 - `[rft] temperature`: RFT samples at it whatever the harness sets, since a harness that
   hard-codes temperature 0 would turn n samples of a prompt into one sample n times.
-- `[sampling] fixed = true`: the decoding fields of [sampling] are sent on every call of every
-  split whatever the harness sets (the paper's fixed decoding).
+- `[sampling] fixed = true`: the decoding fields of [sampling] and its `chat_template_kwargs`
+  (thinking on or off; unset: the template's default) are sent on every call of every split
+  whatever the harness sets (the paper's fixed decoding).
 
 A field the backend does not take is refused with its name and the backend's, when the
 experiment is started and again when a harness sends it.
@@ -81,7 +82,8 @@ class Generation:
         forced ones over both, max_tokens within the per-call cap and what is left of the
         rollout's completion budget."""
         given = {k: v for k, v in body.items() if v is not None}  # None: not set
-        sent = {**self.defaults, **given, **self.forced}
+        # a field forced to None is sent unset, whatever the harness set
+        sent = {k: v for k, v in {**self.defaults, **given, **self.forced}.items() if v is not None}
         cap = self.max_tokens_per_call
         if completion_left is not None:
             cap = min(cap, completion_left)

@@ -81,6 +81,7 @@ class ChatRequest(BaseModel):
     stop: str | list[str] | None = None
     tools: list[dict] | None = None
     chat_template_kwargs: dict | None = None
+    return_token_ids: bool = False  # vLLM's field: the prompt and completion ids come back too
 
 
 @dataclass
@@ -216,12 +217,17 @@ class Engine:
             text = tokenizer.decode(out[i], skip_special_tokens=True)
             for s in _stops(r.stop):
                 text = text.split(s)[0]
+            # the ids as vLLM returns them: every id drawn, with the end-of-turn token that
+            # stopped it (not in the text); a stop string or max_tokens has none
+            eos = finish[i] == "stop" and not _hit_stop(tokenizer, out[i], r.stop)
             results.append(
                 {
                     "content": text,
                     "finish_reason": finish[i],
                     "prompt_tokens": prompt_tokens[i],
                     "completion_tokens": len(out[i]),
+                    "prompt_token_ids": ids[i][-prompt_tokens[i] :].tolist(),
+                    "token_ids": out[i] + [tokenizer.eos_token_id] * eos,
                 }
             )
         return results
@@ -304,7 +310,7 @@ def create_app(dtype: str = "bfloat16") -> FastAPI:
             if calls:
                 message = {"role": "assistant", "content": content, "tool_calls": calls}
                 finish_reason = "tool_calls"
-        return {
+        response = {
             "id": f"chatcmpl-{secrets.token_hex(8)}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -322,6 +328,10 @@ def create_app(dtype: str = "bfloat16") -> FastAPI:
                 "total_tokens": result["prompt_tokens"] + result["completion_tokens"],
             },
         }
+        if request.return_token_ids:  # where vLLM puts them
+            response["prompt_token_ids"] = result["prompt_token_ids"]
+            response["choices"][0]["token_ids"] = result["token_ids"]
+        return response
 
     return app
 

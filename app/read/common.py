@@ -40,8 +40,10 @@ class NotFound(HTTPException):
 
 
 def as_dict(row: SQLModel) -> dict[str, Any]:
-    """A table row as a dict, columns in table order, datetimes in UTC."""
-    data = {name: getattr(row, name) for name in type(row).model_fields}
+    """A table row as a dict, columns in table order, datetimes in UTC; a column marked
+    `exclude` (a step's packed token ids) is left out, as model_dump leaves it."""
+    fields = type(row).model_fields
+    data = {name: getattr(row, name) for name, f in fields.items() if not f.exclude}
     return {k: utc(v) if isinstance(v, datetime) else v for k, v in data.items()}
 
 

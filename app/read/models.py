@@ -358,6 +358,12 @@ class TrainingJobPage(Open):
     time_split: list[Row] = Field(
         default=[], description="seconds per part of the RFT step: sampling, scoring, ..."
     )
+    tokens: Row | None = Field(
+        default=None,
+        description="what was trained: examples from the sampled token ids, examples rendered "
+        "through the chat template (the server gave no ids), and drift: calls whose rendering "
+        "gives other ids than were sampled, of those checked; None until the job has trained",
+    )
     accepted_rollouts: list[Row]
 
 

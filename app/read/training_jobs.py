@@ -39,6 +39,29 @@ def time_split(job: TrainingJob) -> list[dict[str, Any]]:
     ]
 
 
+def token_sources(job: TrainingJob) -> dict[str, Any] | None:
+    """What the job trained on (app/training/examples.py): its examples made of the token ids
+    the model sampled and those rendered through the chat template, and of the calls with ids,
+    those whose rendering would have given other ids (drift). None until it has trained."""
+    if job.n_from_ids is None:
+        return None
+    checked, drift = job.n_drift_checked or 0, job.n_drift or 0
+    rendered = job.n_rendered or 0
+    return {
+        "from_ids": job.n_from_ids,
+        "rendered": rendered,
+        "drift": drift,
+        "drift_checked": checked,
+        "drift_rate": drift / checked if checked else None,
+        "fell_back": (
+            f"{rendered} example{'s' if rendered != 1 else ''} rendered through the chat "
+            "template and tokenized again: the model server returned no token ids for their calls"
+            if rendered
+            else None
+        ),
+    }
+
+
 def job_row(
     job: TrainingJob, checkpoints: dict[int, Checkpoint], numbers: dict[str, Any]
 ) -> dict[str, Any]:
@@ -116,6 +139,7 @@ def get_training_job(s: Session, job_id: int) -> dict[str, Any]:
         "sampling_evaluation": sampling,
         "loss_curve": losses,
         "time_split": time_split(job),
+        "tokens": token_sources(job),
         # what the job trained on: the list of these is /rollouts?evaluation=E&status=pass
         "accepted_rollouts": _accepted_rollouts(s, job.evaluation_id),
     }

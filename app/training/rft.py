@@ -4,8 +4,11 @@
    through the current harness and checkpoint, in the sandbox (the evaluation path: every trace
    is recorded and browsable);
 2. accept: rollouts scoring above `threshold`; none accepted -> the step is skipped;
-3. train: every model call of the accepted rollouts is an example; one pass in a separate process
-   (mini-batches of `batch_size` calls, or of the calls of `batch_size` rollouts: `batch_unit`);
+3. train: every model call of the accepted rollouts is trained, on the token ids the model
+   sampled where the server returned them (a rollout whose calls extend each other is one
+   example), else rendered (app/training/examples.py); one pass in a separate process
+   (mini-batches of `batch_size` examples, or of the examples of `batch_size` rollouts:
+   `batch_unit`);
 4. register the new checkpoint with its parent and job, and make it servable (hot-load).
 """
 
@@ -274,6 +277,10 @@ async def rft_step(
             tokens_trained=result["tokens"],
             n_truncated=result["truncated"],
             n_dropped=result["dropped"],
+            n_from_ids=result["from_ids"],
+            n_rendered=result["rendered"],
+            n_drift=result["drift"],
+            n_drift_checked=result["drift_checked"],
             max_seq_len=result["max_seq_len"],
             optimizer_carried=result["optimizer_continued"],
             timings=timings,

@@ -282,6 +282,8 @@ class TrainerState:
             "examples": len(encoded),
             "truncated": cut["truncated"],  # longer than max_seq_len, trained on their first part
             "dropped": cut["dropped"],  # nothing trainable left within max_seq_len
+            # made of the ids the model sampled, or rendered; calls whose rendering drifts
+            **{k: cut[k] for k in ("from_ids", "rendered", "drift", "drift_checked")},
             "max_seq_len": spec["max_seq_len"],
             "optimizer_carried": carried,  # saved for the next step
             "optimizer_continued": continued,  # this step went on with the last one's

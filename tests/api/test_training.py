@@ -175,3 +175,31 @@ def test_malformed_ids_are_422(client, url, mentions):
     response = client.get(url)
     assert response.status_code == 422
     assert mentions in error_detail(response)
+
+
+def test_a_job_shows_what_it_trained_from_sampled_ids_rendering_and_drift(store, client):
+    """Per RFT step, the page and its JSON give the three counts; rendered examples say why."""
+    phase = weight_phase(store, [PASS2_FAIL2] * 3)
+    sampled, fell_back, before = phase.jobs
+    store.write_values(sampled, n_from_ids=2, n_rendered=0, n_drift=1, n_drift_checked=6)
+    store.write_values(fell_back, n_from_ids=0, n_rendered=3, n_drift=0, n_drift_checked=0)
+
+    tokens = client.get(f"/api/training/{sampled.id}").json()["tokens"]
+    assert tokens == {
+        "from_ids": 2,
+        "rendered": 0,
+        "drift": 1,
+        "drift_checked": 6,
+        "drift_rate": 1 / 6,
+        "fell_back": None,
+    }
+    page = client.get(f"/training/{sampled.id}").text
+    assert 'id="from-ids">2 examples' in page and 'id="drift">1 of 6 calls' in page
+    tokens = client.get(f"/api/training/{fell_back.id}").json()["tokens"]
+    assert (tokens["from_ids"], tokens["rendered"], tokens["drift_rate"]) == (0, 3, None)
+    assert "returned no token ids" in tokens["fell_back"]
+    page = client.get(f"/training/{fell_back.id}").text
+    assert 'id="rendered">3 examples' in page and "returned no token ids" in page
+    # a job trained before the counts were kept (or not trained yet) shows none
+    assert client.get(f"/api/training/{before.id}").json()["tokens"] is None
+    assert "token-sources" not in client.get(f"/training/{before.id}").text

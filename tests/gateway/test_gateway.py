@@ -13,6 +13,7 @@ from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
 from app.llm.generation import Generation
 from tests.conftest import make_rollout
+from tests.tool_rollout import run_on_gateway, sampled_and_trained, tool_rollout
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 
@@ -24,24 +25,8 @@ def with_gateway(store, model_server, tmp_path):
     engine, writer = store
 
     def run(body, **options):
-        async def main():
-            endpoint = ChatEndpoint(model_server.base_url, model_server.model)
-            gateway = Gateway(writer, endpoint, **options)
-            sock = tmp_path / "gw.sock"
-            await gateway.start(sock)
-            transport = httpx.AsyncHTTPTransport(uds=str(sock))
-            try:
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://gw", timeout=300
-                ) as client:
-                    return await body(gateway, client, make_rollout(writer))
-            finally:
-                await gateway.stop()
-                await endpoint.close()
-
-        result = asyncio.run(main())
-        writer.flush()
-        return result
+        endpoint = ChatEndpoint(model_server.base_url, model_server.model)
+        return run_on_gateway(writer, endpoint, tmp_path / "gw.sock", body, close=True, **options)
 
     return run
 
@@ -451,3 +436,48 @@ def test_an_oversized_body_is_refused_before_it_is_read(store, tmp_path):
         assert status == 413
         assert sent < 64 << 20, f"{sent >> 20} MiB sent before the refusal"
         assert seconds < 10
+
+
+def test_a_tool_calling_rollout_trains_exactly_the_ids_the_local_server_sampled(
+    with_gateway, store, model_server, model_cache
+):
+    """The local server returns its ids when asked; the gateway records them and keeps them
+    from the harness; RFT trains the three calls as one sequence of exactly those ids."""
+    from transformers import AutoTokenizer
+
+    from app.llm.local import prepare_model
+
+    async def body(gateway, client, rollout_id):
+        model = model_server.model
+        return rollout_id, await tool_rollout(gateway, client, rollout_id, model, "local")
+
+    rollout_id, answers = with_gateway(body)
+    tokenizer = AutoTokenizer.from_pretrained(prepare_model(model_cache))
+    sampled_and_trained(store[0], tokenizer, rollout_id, answers)
+
+
+def test_a_server_that_returns_no_ids_is_rendered_and_counted_so(store, tmp_path, model_cache):
+    """A server asked for ids that gives none (an OpenAI-protocol server without the field):
+    nothing is stored for them, and training renders its calls through the chat template."""
+    from transformers import AutoTokenizer
+
+    from app.llm.local import prepare_model
+    from app.training.examples import encode_all, examples_from_rollouts
+    from tests.openai_stub import openai_stub
+
+    engine, writer = store
+
+    async def body(gateway, client, rollout_id):
+        return rollout_id, await tool_rollout(gateway, client, rollout_id, "stub", "local")
+
+    with openai_stub(["Adding.", "Still adding.", "9"]) as (url, seen):
+        endpoint = ChatEndpoint(url, "stub")
+        rollout_id, _ = run_on_gateway(writer, endpoint, tmp_path / "gw.sock", body, close=True)
+    assert [r["body"]["return_token_ids"] for r in seen] == [True] * 3  # asked each time
+    assert all(step.token_ids is None for step in steps(engine))
+    tokenizer = AutoTokenizer.from_pretrained(prepare_model(model_cache))
+    with read_session(engine) as s:
+        examples = examples_from_rollouts(s, [rollout_id])
+    assert [e["completion"] for e in examples] == ["Adding.", "Still adding.", "9"]
+    _, counts = encode_all(tokenizer, examples, max_len=4096)
+    assert (counts["from_ids"], counts["rendered"], counts["drift_checked"]) == (0, 3, 0)

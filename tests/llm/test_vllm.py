@@ -569,8 +569,48 @@ def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path
 
     job, checkpoint = asyncio.run(step())
     assert (job.status, job.n_accepted) == ("done", 4)
+    # vLLM returned each call's ids: every example is made of them, none rendered
+    assert (job.n_from_ids, job.n_rendered, job.n_drift_checked) == (4, 0, 4)
     assert checkpoint.kind == "lora" and checkpoint.name in _served(vllm.urls[0])
     assert _chat(vllm, loop, checkpoint.name) != _chat(vllm, loop, vllm.model)
+
+
+@needs_vllm
+def test_a_tool_calling_rollout_trains_exactly_the_ids_vllm_sampled(
+    vllm, loop, base, store, tmp_path
+):
+    """vLLM answers `return_token_ids` with `prompt_token_ids` and each choice's `token_ids`:
+    the gateway records them and keeps them from the harness, and RFT trains the three calls
+    of a tool-calling rollout as one sequence of exactly those ids."""
+    from transformers import AutoTokenizer
+
+    from tests.tool_rollout import run_on_gateway, sampled_and_trained, tool_rollout
+
+    engine, writer = store
+
+    async def body(gateway, client, rollout_id):
+        # the module's server has no tool-call parser: the tools are offered, and the model
+        # answers in text, which the harness sends back with each tool result
+        answers = await tool_rollout(
+            gateway, client, rollout_id, vllm.model, "vllm", tool_choice="none"
+        )
+        return rollout_id, answers
+
+    socket = tmp_path / "gw.sock"
+    rollout_id, answers = run_on_gateway(
+        writer, vllm.endpoint, socket, body, run=loop.run_until_complete
+    )
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    sampled, example = sampled_and_trained(engine, tokenizer, rollout_id, answers, eos_counted=True)
+    # the last call, side by side: sampled (prompt tail and completion) and trained
+    prompt, completion = sampled[-1]
+    ids, trained = example["ids"], example["trained"][-1]
+    print("\nsampled | trained | loss | token")
+    for at in range(len(prompt) - 6, len(prompt) + len(completion)):
+        mine = ids[at]
+        sampled_id = (prompt + completion)[at]
+        in_loss = "yes" if trained[0] <= at < trained[1] else "-"
+        print(f"{sampled_id:7d} | {mine:7d} | {in_loss:4} | {tokenizer.decode([mine])!r}")
 
 
 @needs_vllm

@@ -81,7 +81,8 @@ def test_the_dry_run_says_the_release_s_settings(path):
 
     # decoding fixed for every call, and the same for training, harness search and test
     sampling = plan["sampling"]
-    assert set(sampling["fixed"]) == {"temperature", "top_p", "top_k"} <= set(DECODING_FIELDS)
+    assert set(sampling["fixed"]) == {"temperature", "top_p", "top_k", "chat_template_kwargs"}
+    assert {"temperature", "top_p", "top_k"} <= set(DECODING_FIELDS)  # thinking is held too
     for prefix in ("rollout", "val", "harness_eval"):
         assert sampling["temperature"] == r(f"{prefix}_temperature")
         assert sampling["top_p"] == r(f"{prefix}_top_p")

@@ -116,6 +116,9 @@ def test_accepted_rollouts_train_a_registered_servable_checkpoint_past_a_killed_
     assert retry.detail["job_id"] == job.id and "exited with code -9" in retry.detail["error"]
     assert (job.status, job.n_rollouts, job.n_accepted) == ("done", 6, 6)
     assert job.n_examples == 6 and job.tokens_trained > 0 and job.loss > 0
+    # an endpoint attached by URL is not asked for token ids: every example was rendered, and
+    # the job says so (tests/gateway and tests/llm/test_vllm.py train on sampled ids)
+    assert (job.n_from_ids, job.n_rendered, job.n_drift_checked) == (0, 6, 0)
     # max_seq_len defaults to the rollout token budget: no call of a rollout is longer
     assert (job.max_seq_len, job.n_truncated, job.n_dropped) == (16384, 0, 0)
     assert job.mean_reward == 1.0
