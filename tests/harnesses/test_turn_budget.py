@@ -29,7 +29,7 @@ def calls_through(tmp_path, declared: str, clamp: int) -> int:
     harness = folder / "greedy.py"
     harness.write_text(GREEDY.format(declared=declared))
     _, bodies, steps = evaluate(
-        folder, "arith", "ok", scoring="lenient", harness=harness, rollout={"max_calls": clamp}
+        folder, "arith", "ok", scoring="default", harness=harness, rollout={"max_calls": clamp}
     )
     assert sum(kind == "model" for kind, _, _ in steps) >= len(bodies)
     return len(bodies)
