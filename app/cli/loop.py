@@ -193,7 +193,8 @@ def format_schedule(schedule: dict) -> list[str]:
         lines.append(
             f"epochs ({'the train split found' if where == 'split_found' else 'the paper'}: "
             f"{e['rows']:,} rows, {e['steps_per_epoch']} steps of {epochs['prompts_per_step']} "
-            f"prompts an epoch): per weight phase {phase}, per run {e['per_run']}"
+            f"prompts an epoch): per weight phase {phase}, per run "
+            + (str(e["per_run"]) if e["per_run"] is not None else "as the rollout budget allows")
         )
     lines.append(
         f"SFT batch: {batch['batch_size']} {batch['unit']}s "
