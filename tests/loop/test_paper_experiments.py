@@ -220,6 +220,8 @@ def test_each_deliberate_difference_is_in_the_docs():
     page = (REPO / "docs" / "paper.md").read_text()
     assert page.startswith("# Reproducing the paper")
     assert "RESUME_MODE=disable" in page
+    assert "## Search QA's epochs" in page and "18,946 / 256" in page  # the reading chosen
+    assert "## Differences that remain" in page
     assert all(key in RELEASE[domain] for domain, key in DIFFERS)
 
 
