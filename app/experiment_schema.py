@@ -93,7 +93,13 @@ class Sampling(_Strict):
 class RolloutLimits(_Strict):
     """[rollout]: one rollout's budgets; unset ones come from the WHALE_ROLLOUT_* settings."""
 
-    max_calls: int | None = Field(default=None, ge=1, le=100_000, description="model calls")
+    max_calls: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000,
+        description="model calls per rollout; a harness declaring MAX_TURNS = n gets min(n, "
+        "max_calls): its own turn limit, clamped here (the release's clamp: 16, 2 x 9 in chess)",
+    )
     max_tokens: int | None = Field(
         default=None, ge=1, le=10**9, description="prompt + completion tokens over the rollout"
     )
@@ -161,6 +167,12 @@ class RFTConfig(_Strict):
         description="call: a mini-batch holds batch_size model calls; rollout: every call of "
         "batch_size accepted rollouts (the release's SFT mini-batch of whole trajectories)",
     )
+    batch_scope: Literal["global", "rank"] = Field(
+        default="global",
+        description="global: batch_size is the whole optimizer step, split over the training "
+        "processes; rank: batch_size per data-parallel process, so N processes step on N x "
+        "batch_size (verl's SFT mini-batch, as the release's online RSFT runs it)",
+    )
     micro_batch_size: int | None = Field(
         default=None,
         ge=1,
@@ -174,6 +186,14 @@ class RFTConfig(_Strict):
         ge=16,
         le=1 << 20,
         description="tokens per example (default: the rollout token budget, which no call exceeds)",
+    )
+    max_seq_len_per_turn: int = Field(
+        default=0,
+        ge=0,
+        le=1 << 16,
+        description="tokens added to max_seq_len per turn of the phase's harness (its "
+        "MAX_TURNS within [rollout] max_calls): the release's search-QA response window "
+        "MAX_RESP_LENGTH + 1024 x turns",
     )
     lora: bool = Field(default=True, description="LoRA adapter (peft); false: full fine-tune")
     optimizer_state: Literal["phase", "step", "run"] = Field(
@@ -258,6 +278,12 @@ class AgentProposerConfig(_Strict):
     model: str | None = Field(default=None, max_length=200)
     effort: str | None = Field(default=None, max_length=50)
     allowed_tools: list[str] | None = Field(default=None, max_length=100)
+    system_prompt: str | None = Field(
+        default=None,
+        max_length=10_000,
+        description="appended to the agent's own system prompt (claude-code), as the "
+        "release's chess proposer adds its rules",
+    )
 
     @model_validator(mode="after")
     def _one_way(self):
@@ -291,6 +317,19 @@ class SearchConfig(_Strict):
         le=7 * 86_400,
         description="seconds one proposing session may take (default: the agent preset's own, "
         "2400 for claude-code as the release ran it; else 1800)",
+    )
+    workspace: Literal["run", "round"] = Field(
+        default="run",
+        description="the agent proposer's folder: run: one for the whole run, every harness of "
+        "it; round: a fresh one each harness phase, with only that phase's harnesses, scores "
+        "and reports (the release's way)",
+    )
+    fixed_functions: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="module-level functions every candidate keeps exactly as the incoming "
+        'harness has them, e.g. ["run"]: the release\'s chess candidate, a restricted module '
+        "over a fixed runner",
     )
     max_code_bytes: int = Field(default=200_000, ge=100, le=10_000_000)
     on_proposer_error: Literal["continue", "end"] = "continue"

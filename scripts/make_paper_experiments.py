@@ -11,9 +11,20 @@ ROUND_MH_ITERS, and ITERATIONS of its harness-only launcher), not a shared rollo
 `whale run FILE --dry-run` prints the rollouts they imply.
 """
 
+import json
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "experiments" / "paper"
+
+# The release's chess proposer's appended system prompt (meta_harness_chess_puzzle.py,
+# PROPOSER_SYSTEM_PROMPT), with this workspace's files in place of its run directory's.
+CHESS_PROPOSER_RULES = (
+    "You are generating chess-puzzle harness candidates inside one workspace directory. Do not "
+    "run shell commands. Do not write to /tmp or to any absolute path outside the current "
+    "working directory. The only files you may write are candidates/<name>.py, "
+    "candidates/<name>.json and reports/iteration-*.md. The harness must never reveal or "
+    "infer hidden puzzle solutions."
+)
 
 # Per domain, as the release's launchers (domains/<d>/run/*.sh) and training scripts set them.
 DOMAINS = {
@@ -21,24 +32,27 @@ DOMAINS = {
         "title": "search QA",
         "model": "Qwen/Qwen3.5-2B",
         "lr": "1e-6",
-        # the training script's default batch (64 prompts a step); the launchers' comments
-        # assume 256, but pass no TRAIN_BATCH_SIZE (docs/paper.md)
-        "prompts": 64,
+        # the docs' and launchers' reading: 18,946 NQ + HotpotQA questions at 256 prompts a
+        # step, 74 steps an epoch (the training script's own default, 64 on 4,480 NQ rows, is
+        # not what the paper describes; docs/paper.md says why)
+        "prompts": 256,
         "total_steps": 296,  # 4 epochs at 74 steps (run/whale.sh, run/rsft_only.sh)
         "round_steps": 44,  # E = 0.6 epoch
         "adaptive_round_steps": 15,  # 0.2 epoch (run/adaptive_whale.sh)
         "harness_only_iterations": 40,  # run/mh_only.sh
         "prompt_len": 2048,
-        "response_len": 10240,  # 8192 assistant + 1024 per turn of tool text, 2 turns
-        "turns": 2,
+        "response_len": 8192,  # MAX_RESP_LENGTH, plus 1024 per turn of the harness's
+        "per_turn": 1024,
+        "turn_clamp": 16,  # a harness's MAX_TURNS, clamped at 16
         "assistant_tokens": 8192,
         # the release's search-QA script never resumes (RESUME_MODE=disable): each weight
         # phase starts a fresh optimizer (and, unlike here, the base weights)
         "optimizer": "phase",
         "allowed_tools": None,  # the preset's: Read, Glob, Grep, Write, Edit, Bash
         "data": (
-            "WHALE_SEARCHQA_TRAIN (NQ + HotpotQA train, 18,946), _TEST (the seven benchmarks\n"
-            "#   less their validation rows), _HARNESS_BASE, _CORPUS (wiki-18), and the dense retriever:\n"
+            "WHALE_SEARCHQA_TRAIN (NQ + HotpotQA train, 18,946), _TEST (the seven benchmarks),\n"
+            "#   _VAL (test_100, their 7 x 100 validation rows, which leave the test split),\n"
+            "#   _HARNESS_BASE, _CORPUS (wiki-18), and the dense retriever:\n"
             "#   WHALE_SEARCHQA_RETRIEVER=dense, _DENSE_INDEX, _PASSAGE_TOKENIZER=Qwen/Qwen3.5-2B\n"
             "#   (docs/domains.md, searchqa)"
         ),
@@ -53,8 +67,9 @@ DOMAINS = {
         "adaptive_round_steps": 14,
         "harness_only_iterations": 60,
         "prompt_len": 2048,
-        "response_len": 8192,
-        "turns": 2,
+        "response_len": 8192,  # MAX_TOTAL_RESPONSE_LENGTH = MAX_RESP_LENGTH, whatever the turns
+        "per_turn": 0,
+        "turn_clamp": 16,
         "assistant_tokens": 8192,
         "optimizer": "run",  # RESUME_MODE=auto with verl's default contents: AdamW carried over
         "allowed_tools": None,
@@ -71,11 +86,17 @@ DOMAINS = {
         "harness_only_iterations": 40,
         "prompt_len": 4096,
         "response_len": 16384,
-        "turns": 9,  # 1 format and 1 illegal-move retry included
+        "per_turn": 0,
+        "turn_clamp": 18,  # MAX_TURNS_CAP = 2 x the default 9 (retries included)
         "assistant_tokens": 8129,  # sic, everywhere in the release
         "optimizer": "phase",  # resumes the weights but saves no optimizer state
-        # the chess proposer has no Bash (meta_harness_chess_puzzle.py)
+        # the chess proposer has no Bash and an appended system prompt
+        # (meta_harness_chess_puzzle.py), its paths in this workspace's layout
         "allowed_tools": ["Read", "Glob", "Grep", "Write", "Edit"],
+        "system_prompt": CHESS_PROPOSER_RULES,
+        # the release's chess candidate is a restricted module over a fixed runner
+        # (autoharness_chess_puzzle/runner.py): h0's `run` is that runner, kept as it is
+        "fixed_functions": ["run"],
         "data": "WHALE_CHESS_PUZZLES=lichess_db_puzzle.csv.zst, the Lichess puzzle database (docs/domains.md, chess)",
     },
 }
@@ -136,6 +157,7 @@ def _budget(d: dict, strategy: str) -> str:
 
 SEARCH = {
     False: """proposer = "agent"          # the paper's: Claude Code reading the run's archive
+workspace = "round"         # a fresh folder each harness phase, as the release's rounds
 candidates = 3
 tasks = 256
 samples = 1
@@ -156,10 +178,20 @@ max_tokens = 4096
 def _agent(d: dict) -> str:
     tools = d["allowed_tools"]
     line = f"\nallowed_tools = {tools!r}".replace("'", '"') if tools else ""
+    if d.get("system_prompt"):
+        line += f"\nsystem_prompt = {json.dumps(d['system_prompt'])}"
     return f"""
 [search.agent]
 preset = "claude-code"      # claude-opus-4-7, effort max, 2400 s (run/lib/alternate.sh); needs `claude` and ANTHROPIC_API_KEY{line}
 """
+
+
+def _fixed(d: dict) -> str:
+    names = d.get("fixed_functions")
+    if not names:
+        return ""
+    listed = ", ".join(f'"{n}"' for n in names)
+    return f"fixed_functions = [{listed}]   # candidates change the module around the runner\n"
 
 
 def experiment(domain: str, strategy: str) -> str:
@@ -190,16 +222,19 @@ threshold = 0.5
 lr = {d["lr"]}
 weight_decay = 0.01         # verl's AdamW default; the release sets none
 lora = false
-batch_size = 64             # SFT mini-batch of 64 accepted rollouts, each a whole sequence
+batch_size = 64             # SFT mini-batch of 64 accepted rollouts, each a whole sequence,
 batch_unit = "rollout"
+batch_scope = "rank"        # per data-parallel process, as verl's sft_mini_batch_size is
+micro_batch_size = 2        # rows per forward pass on each process, for memory only (sft_micro_batch_size_per_gpu)
 epochs = 1
 optimizer_state = "{d["optimizer"]}"
 max_seq_len = {d["prompt_len"] + d["response_len"]}        # prompt {d["prompt_len"]} + response {d["response_len"]}
+max_seq_len_per_turn = {d["per_turn"]}     # {"plus 1024 per turn of the harness (MAX_RESP_LENGTH + 1024 x turns)" if d["per_turn"] else "the response window does not grow with turns"}
 keep_every = {TEST_EVERY}              # weights of every 7th step, as the release saves (and those phases and tests use)
 keep_last = 1
 
 [search]
-{SEARCH[fast_slow]}{"" if fast_slow else _agent(d)}
+{_fixed(d)}{SEARCH[fast_slow]}{"" if fast_slow else _agent(d)}
 [test]
 k = 8
 every_weight_steps = {TEST_EVERY}
@@ -212,7 +247,7 @@ top_k = 20
 chat_template_kwargs = {{enable_thinking = true}}
 
 [rollout]
-max_calls = {d["turns"]}                # the starting harness's turn limit
+max_calls = {d["turn_clamp"]}               # the clamp: each harness's own MAX_TURNS holds below it
 max_completion_tokens = {d["assistant_tokens"]}  # the release's cumulative assistant-token budget
 max_tokens_per_call = {d["assistant_tokens"]}
 

@@ -168,9 +168,41 @@ def format_plan(plan: dict) -> str:
         values = ", ".join(f"{k} {v}" for k, v in plan[group].items()) or "defaults"
         lines.append(f"{group}: {values}")
     lines.append(f"in flight: {plan['in_flight']}")
+    lines += format_schedule(plan["schedule"])
     lines += [f"warning: {w}" for w in plan["warnings"]]
     lines.append("checked: the settings, the harness and the data; nothing was started")
     return "\n".join(lines)
+
+
+def format_schedule(schedule: dict) -> list[str]:
+    """The dry run's turn budget, epochs and effective batch (app/loop/schedule.py)."""
+    turns, batch, epochs = schedule["turns"], schedule["batch"], schedule["epochs"]
+    declared = turns["harness_max_turns"]
+    window = turns["max_seq_len"]
+    lines = [
+        f"turns: the harness's MAX_TURNS {declared if declared else 'not declared'}, clamp "
+        f"{turns['clamp']} ([rollout] max_calls): {turns['turns']} turns"
+        + (f", RFT examples up to {window:,} tokens" if window else "")
+    ]
+    for where in ("split_found", "paper_size"):
+        e = epochs.get(where)
+        if e is None:
+            continue
+        phase = e["per_weight_phase"]
+        phase = "-" if phase is None else " to ".join(dict.fromkeys(map(str, phase)))
+        lines.append(
+            f"epochs ({'the train split found' if where == 'split_found' else 'the paper'}: "
+            f"{e['rows']:,} rows, {e['steps_per_epoch']} steps of {epochs['prompts_per_step']} "
+            f"prompts an epoch): per weight phase {phase}, per run "
+            + (str(e["per_run"]) if e["per_run"] is not None else "as the rollout budget allows")
+        )
+    lines.append(
+        f"SFT batch: {batch['batch_size']} {batch['unit']}s "
+        f"{'per data-parallel process' if batch['scope'] == 'rank' else 'in all'} x "
+        f"{batch['training_processes']} training process(es) = "
+        f"{batch['per_optimizer_step']} {batch['unit']}s per optimizer step"
+    )
+    return lines
 
 
 def summary(s, run_id: int) -> dict:

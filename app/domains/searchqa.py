@@ -16,6 +16,10 @@ Environment:
 - WHALE_SEARCHQA_TRAIN: question files (comma-separated) for the train split, which the
   harness split is drawn from (the release's NQ + HotpotQA train file, 18,946 questions)
 - WHALE_SEARCHQA_TEST: question files for the test split
+- WHALE_SEARCHQA_VAL: validation rows of the test files (the release's test_100.parquet, 100 a
+  benchmark): they form the `val` split and leave the test split, as the release's
+  build_final_test_excluding_val.py leaves them out of the final test (matched by benchmark,
+  extra_info.index, question and gold answers)
 - WHALE_SEARCHQA_CORPUS: the passage corpus
 - WHALE_SEARCHQA_HARNESS_SIZE: the harness split's size (256)
 - WHALE_SEARCHQA_HARNESS_BASE: question files whose rows start the harness split (the release's
@@ -253,18 +257,40 @@ def draw_harness(
     return chosen + [candidates[i] for i in order]
 
 
+def row_key(q: Question) -> tuple:
+    """What the release matches a validation row to a test row by (build_final_test_excluding_
+    val.py, _row_key): benchmark, extra_info.index, question and the gold answers."""
+    return (*q.key, tuple(q.golds))
+
+
+def without_validation(test: list[Question], val: list[Question]) -> list[Question]:
+    """The release's final test file: the test questions less the validation rows (its
+    test_100: 100 per benchmark), so no question a run was validated on is reported."""
+    held = {row_key(q) for q in val}
+    kept = [q for q in test if row_key(q) not in held]
+    if val and len(kept) == len(test):  # the release's --require-excluded
+        raise QuestionsError(
+            f"none of the {len(val)} validation questions is in the test file(s): "
+            "WHALE_SEARCHQA_VAL must hold rows of WHALE_SEARCHQA_TEST (the release's test_100)"
+        )
+    return kept
+
+
 def make_splits(
     train: list[Question],
     test: list[Question],
     harness_size: int,
     base: list[Question] = (),
     disjoint: bool = False,
+    val: list[Question] = (),
 ) -> dict[str, list[Task]]:
-    """test from the test files; harness drawn from the train questions as the release draws
-    it (at most a quarter of them, for small files); train = the train questions, without the
-    harness ones when `disjoint` (the release keeps them). A train question also asked in test
-    is dropped from train and harness, so no test question is trained or searched on."""
-    tested = {q.public["question"].lower() for q in test}
+    """test from the test files, less the validation rows `val` (which form the `val` split,
+    when given); harness drawn from the train questions as the release draws it (at most a
+    quarter of them, for small files); train = the train questions, without the harness ones
+    when `disjoint` (the release keeps them). A train question also asked in test or val is
+    dropped from train and harness, so no test question is trained or searched on."""
+    test = without_validation(test, val)
+    tested = {q.public["question"].lower() for q in [*test, *val]}
     pool = [q for q in train if q.public["question"].lower() not in tested]
     size = max(len(base), min(harness_size, len(pool) // 4))
     harness = draw_harness(pool, size, base)
@@ -273,11 +299,12 @@ def make_splits(
     def tasks(rows):
         return [Task(q.id, q.public, json.dumps(q.golds)) for q in rows]
 
-    return {
+    splits = {
         "train": tasks(q for q in pool if not (disjoint and q.id in held)),
         "harness": tasks(harness),
         "test": tasks(test),
     }
+    return splits | ({"val": tasks(val)} if val else {})
 
 
 # ---- verifying answers ----------------------------------------------------------------------
@@ -375,13 +402,14 @@ class SearchQA:
         env = os.environ.get
         train = load_questions(env("WHALE_SEARCHQA_TRAIN") or str(SAMPLE / "train.jsonl"))
         test = load_questions(env("WHALE_SEARCHQA_TEST") or str(SAMPLE / "test.jsonl"))
-        base = env("WHALE_SEARCHQA_HARNESS_BASE")
+        base, val = env("WHALE_SEARCHQA_HARNESS_BASE"), env("WHALE_SEARCHQA_VAL")
         self._splits = make_splits(
             train,
             test,
             int(env("WHALE_SEARCHQA_HARNESS_SIZE") or HARNESS_SIZE),
             load_questions(base) if base else [],
             disjoint=env("WHALE_SEARCHQA_HARNESS_DISJOINT", "") in ("1", "true", "yes"),
+            val=load_questions(val) if val else [],
         )
         corpus = Path(env("WHALE_SEARCHQA_CORPUS") or SAMPLE / "corpus.jsonl.gz").expanduser()
         if not corpus.is_file():
@@ -424,7 +452,8 @@ class SearchQA:
 
     def tasks(self, split: str) -> list[Task]:
         if split not in self._splits:
-            raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+            known = ", ".join([*SPLITS, *(["val"] if "val" in self._splits else [])])
+            raise ValueError(f"unknown split {split!r}; known: {known}")
         return self._splits[split]
 
     def score(self, answer: str | None, task: Task, scoring: str = "lenient") -> float:

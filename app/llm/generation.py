@@ -116,11 +116,16 @@ def declared_by(run_config: dict | None) -> dict[str, Any]:
 
 
 def generation_for(
-    run_config: dict | None, split: str, backend: str, limits: dict[str, Any]
+    run_config: dict | None,
+    split: str,
+    backend: str,
+    limits: dict[str, Any],
+    harness_turns: int | None = None,
 ) -> Generation:
     """The settings a run's evaluation of `split` runs under: the run's [sampling] and
     [rollout] (an experiment's, or `whale eval`'s), the process-wide limits where those are
-    unset, and [rft] temperature forced on RFT's sampling (the train split)."""
+    unset, and [rft] temperature forced on RFT's sampling (the train split). `harness_turns`:
+    the harness's declared MAX_TURNS, its own call budget within `max_calls` (the clamp)."""
     declared = declared_by(run_config)
     sampling = Sampling.model_validate(declared.get("sampling") or {})
     rollout = RolloutLimits.model_validate(declared.get("rollout") or {})
@@ -129,6 +134,7 @@ def generation_for(
     if split == "train" and temperature is not None:
         forced["temperature"] = temperature
     given = {k: v for k, v in rollout.model_dump().items() if v is not None}
-    return Generation(
-        backend=backend, defaults=sampling.defaults(), forced=forced, **{**limits, **given}
-    )
+    budget = {**limits, **given}
+    if harness_turns is not None:
+        budget["max_calls"] = min(harness_turns, budget.get("max_calls", harness_turns))
+    return Generation(backend=backend, defaults=sampling.defaults(), forced=forced, **budget)

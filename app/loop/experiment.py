@@ -9,6 +9,7 @@ HTTP may name only files of the shipped archive (`harness_archive/`): a web clie
 make the server read a path of its choosing.
 """
 
+import ast
 import hashlib
 import os
 import tomllib
@@ -132,6 +133,13 @@ def incoming_harness(
     error = static_error(code, domain.forbidden_modules, experiment.search.max_code_bytes)
     if error:
         raise ExperimentError(f"{source}: {key}: not a harness: {error}")
+    defined = {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)}
+    missing = [f for f in experiment.search.fixed_functions if f not in defined]
+    if missing:  # a fixed runner the incoming harness lacks would fix nothing
+        raise ExperimentError(
+            f"{source}: search.fixed_functions: the incoming harness defines no "
+            f"{', '.join(missing)}"
+        )
     return name, code
 
 
@@ -158,13 +166,14 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
     the settings against the backend, the harness, the data each split finds. Raises
     ExperimentError naming what would fail."""
     from app.domains import get_domain, scoring_of
+    from app.loop.schedule import schedule
     from app.search.proposers import proposer_timeout
 
     check_generation(experiment, settings.backend_name, source)
     if experiment.harness_id is None:  # a stored harness is checked when the run starts
-        name, _ = incoming_harness(experiment, None, source)
+        name, code = incoming_harness(experiment, None, source)
     else:
-        name = f"harness {experiment.harness_id} of the store"
+        name, code = f"harness {experiment.harness_id} of the store", None
     domain = get_domain(experiment.domain)
     sizes = {split: len(domain.tasks(split)) for split in ("train", "harness", "test")}
     wanted = {"test": experiment.test.tasks, "harness": experiment.search.tasks}
@@ -201,6 +210,8 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
         },
         "rollout": experiment.rollout.model_dump(exclude_none=True),
         "work": planned_work(experiment, sizes),
+        # turns, epochs and the effective batch, in the paper's units (app/loop/schedule.py)
+        "schedule": schedule(experiment, settings, sizes["train"], code),
         "in_flight": planned_in_flight(settings),
         "warnings": warnings,
     }

@@ -343,6 +343,10 @@ class HarnessPage(Open):
     diff: Row | None = Field(description="side-by-side diff against the parent or `against`")
     pickable: list[Row] = Field(description="harnesses it can be diffed against, by run")
     full: bool
+    turns: Row = Field(
+        description="`declared`: its MAX_TURNS (None: none); `clamp`: its run's [rollout] "
+        "max_calls (None: the process default); its rollouts get the smaller"
+    )
 
 
 class TrainingJobPage(Open):

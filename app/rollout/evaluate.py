@@ -26,6 +26,7 @@ from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
 from app.llm.generation import Generation, declared_by, generation_for
 from app.rollout.admission import Admission
+from app.search.validate import declared_turns
 from app.stats import mean_interval, per_task_means
 from sandbox.pool import SandboxPool, SandboxResult
 
@@ -161,7 +162,7 @@ class Evaluator:
         it was interrupted (recorded rollouts are kept, never run twice) - and finish it."""
         pending = await self.writer.run(lambda s: _pending(s, evaluation.id))
         generation, scoring = await self.writer.run(
-            lambda s: _settings(s, evaluation.id, self.backend, self.limits, domain)
+            lambda s: _settings(s, evaluation.id, self.backend, self.limits, domain, harness)
         )
         wall_s = wall_s or generation.wall_s
         path = harness_file(harness, self.harness_dir)
@@ -310,14 +311,15 @@ def _infrastructure_failure(result: SandboxResult, grant: Grant) -> str | None:
 
 
 def _settings(
-    s: Session, evaluation_id: int, backend: str, limits: dict, domain: Domain
+    s: Session, evaluation_id: int, backend: str, limits: dict, domain: Domain, harness: Harness
 ) -> tuple[Generation, str]:
     """What the evaluation's calls run under and the verifier mode that scores them (its run's
     `scoring`, else the domain's default), from its run's declared settings and recorded on the
     evaluation (a run's config never changes, so a resumed one runs under the same)."""
     evaluation = s.get(Evaluation, evaluation_id)
     config = s.get(Run, evaluation.run_id).config
-    generation = generation_for(config, evaluation.split, backend, limits)
+    turns = declared_turns(harness.code)  # the harness's own turn limit, within the clamp
+    generation = generation_for(config, evaluation.split, backend, limits, turns)
     if evaluation.generation is None:
         evaluation.generation = generation.record()
     if evaluation.scoring is None:

@@ -20,7 +20,7 @@ from app.search.agent_presets import PRESETS, AgentOutput
 from app.search.agent_sandbox import AgentSandbox
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
-from app.search.workspace import clear_candidates, materialize
+from app.search.workspace import clear_candidates, materialize, workspace_root
 
 LOG_CAP = 10 << 20  # bytes of agent output kept on disk; the rest is counted, not stored
 TAIL = 4000
@@ -35,16 +35,24 @@ class AgentProposer:
         archive_dir: Path,
         max_code_bytes: int,
         hidden: list[Path] = (),
+        workspace: str = "run",
+        fixed_functions: list[str] = (),
     ):
         self.cfg = cfg
+        self.workspace = workspace  # "round": a fresh folder per harness phase
+        self.fixed_functions = list(fixed_functions)  # named in SKILL.md
         self.archive_dir = archive_dir
         self.max_code_bytes = max_code_bytes
         self.hidden = list(hidden)  # what the agent must not see (the store, the test split)
         self.preset = PRESETS[cfg.preset] if cfg.preset else None
         if self.preset:  # a bad tool list is said when the run starts, not at iteration 1
-            self.command = self.preset.argv(cfg.isolation, cfg.model, cfg.effort, cfg.allowed_tools)
-        elif cfg.model or cfg.effort or cfg.allowed_tools is not None:
-            raise ValueError("search.agent: model, effort and allowed_tools are a preset's")
+            self.command = self.preset.argv(
+                cfg.isolation, cfg.model, cfg.effort, cfg.allowed_tools, cfg.system_prompt
+            )
+        elif cfg.model or cfg.effort or cfg.allowed_tools is not None or cfg.system_prompt:
+            raise ValueError(
+                "search.agent: model, effort, allowed_tools and system_prompt are a preset's"
+            )
         else:
             self.command = cfg.command
 
@@ -60,8 +68,8 @@ class AgentProposer:
         preset, command = self.preset, self.command
         if not command:
             raise ValueError("no agent configured (search.agent.preset or command)")
-        root = self.archive_dir / "runs" / str(ctx.run_id)
-        await asyncio.to_thread(materialize, ctx, root)
+        root = workspace_root(self.archive_dir, ctx, self.workspace)
+        await asyncio.to_thread(materialize, ctx, root, self.workspace, self.fixed_functions)
         out = clear_candidates(root)
         before = {p for p in root.rglob("*.py")}
         argv = [a.format(workspace=root, k=ctx.k, iteration=ctx.iteration) for a in command]

@@ -42,7 +42,7 @@ class Preset:
     env: tuple[str, ...]  # variables passed through (its API key); nothing else of the host's
     read: Callable[[str], AgentOutput]
     hosts: tuple[str, ...]  # what its sandbox's egress proxy lets it reach: its API
-    options: Callable[[str | None, str | None, tuple[str, ...] | None], list[str]]
+    options: Callable[[str | None, str | None, tuple[str, ...] | None, str | None], list[str]]
     model: str | None = None  # defaults, each overridable in [search.agent]
     effort: str | None = None
     tools: tuple[str, ...] | None = None
@@ -57,28 +57,34 @@ class Preset:
         model: str | None = None,
         effort: str | None = None,
         tools: list[str] | None = None,
+        system_prompt: str | None = None,
     ) -> list[str]:
         flags = self.options(
             model or self.model,
             effort or self.effort,
             tuple(tools) if tools is not None else self.tools,
+            system_prompt,
         )
         expand = {"{options}": flags, "{sandbox}": list(self.sandbox.get(isolation, ()))}
         return [word for arg in self.command for word in expand.get(arg, [arg])]
 
 
-def _claude_options(model, effort, tools) -> list[str]:
+def _claude_options(model, effort, tools, system_prompt=None) -> list[str]:
     flags = ["--model", model] if model else []
     flags += ["--effort", effort] if effort else []
+    # after Claude Code's own system prompt, as the release's chess proposer adds its rules
+    flags += ["--append-system-prompt", system_prompt] if system_prompt else []
     if tools is not None:
         # the tools it has (--tools) are the tools it may use without asking (--allowedTools)
         flags += ["--tools", ",".join(tools), "--allowedTools", ",".join(tools)]
     return flags
 
 
-def _codex_options(model, effort, tools) -> list[str]:
+def _codex_options(model, effort, tools, system_prompt=None) -> list[str]:
     if tools is not None:
         raise ValueError("the codex preset has no tool list (search.agent.allowed_tools)")
+    if system_prompt:
+        raise ValueError("the codex preset takes no system prompt (search.agent.system_prompt)")
     flags = ["--model", model] if model else []
     return flags + (["-c", f"model_reasoning_effort={effort}"] if effort else [])
 

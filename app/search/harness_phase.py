@@ -40,7 +40,7 @@ from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.pareto import Score, accept, frontier
 from app.search.proposers import proposer_timeout
-from app.search.validate import static_error
+from app.search.validate import fixed_parts_error, static_error
 
 log = logging.getLogger(__name__)
 
@@ -289,8 +289,10 @@ class _Search:
     def _candidate_row(
         self, candidate: Candidate, iteration: int, run_ids: set[int], shas: dict[str, Harness]
     ) -> Harness:
-        error = candidate.error or static_error(
-            candidate.code, self.domain.forbidden_modules, self.cfg.max_code_bytes
+        error = (
+            candidate.error
+            or static_error(candidate.code, self.domain.forbidden_modules, self.cfg.max_code_bytes)
+            or fixed_parts_error(candidate.code, self.incoming.code, self.cfg.fixed_functions)
         )
         code = (candidate.code or "")[: self.cfg.max_code_bytes]
         twin = shas.get(sha_of(code))

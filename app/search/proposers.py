@@ -77,7 +77,9 @@ def agent(cfg, workbench):
     # folder it is given hold one): the store (test-split rollouts live there), the sandboxes'
     # runtime folder (the gateway socket, harness copies), the test splits' files.
     hidden = [s.home, *([workbench.runtime] if workbench.runtime else []), *held_out_files()]
-    return AgentProposer(cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden)
+    return AgentProposer(
+        cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden, cfg.workspace, cfg.fixed_functions
+    )
 
 
 DEFAULT_PROPOSER_TIMEOUT_S = 1800.0
@@ -93,7 +95,8 @@ def proposer_timeout(cfg) -> float:
 
 
 def held_out_files() -> list:
-    """The repository's data/*/test.jsonl and every file a WHALE_*_TEST variable names."""
+    """The repository's data/*/test.jsonl and every file a WHALE_*_TEST or WHALE_*_VAL
+    variable names (validation rows are test rows: search QA's test_100)."""
     import os
     from pathlib import Path
 
@@ -101,7 +104,7 @@ def held_out_files() -> list:
 
     files = list((ROOT / "data").glob("*/test*"))
     for name, value in os.environ.items():
-        if name.startswith("WHALE_") and name.endswith("_TEST"):
+        if name.startswith("WHALE_") and name.endswith(("_TEST", "_VAL")):
             files += [Path(p) for p in value.split(os.pathsep) if p]
     return files
 

@@ -12,6 +12,11 @@
       candidates/              the agent writes <name>.py and <name>.json here
 
 Nothing from the test split is ever written here.
+
+`[search] workspace = "round"` gives each harness phase a fresh folder,
+`<archive>/runs/<run>/round-<phase>/`, holding only that phase's harnesses (the incoming and
+accepted ones included), their scores under the phase's checkpoint and the phase's reports: the
+release starts a fresh directory each round, so its proposer sees only the current round.
 """
 
 import csv
@@ -20,7 +25,7 @@ import re
 import shutil
 from pathlib import Path
 
-from sqlmodel import Session, func, select
+from sqlmodel import Session, col, func, select
 
 from app.db.schema import Evaluation, Harness, Rollout, SearchIteration
 from app.db.steps import load_steps
@@ -28,6 +33,7 @@ from app.domains import skill_of
 from app.search import traces
 from app.search.context import SearchContext
 from app.search.rules import CONTRACT, RULES
+from app.search.validate import declared_turns
 
 SKILL = """\
 # Harness search, iteration {iteration}
@@ -41,13 +47,18 @@ rollouts fail, and write {k} new candidate harnesses.
 ## The {domain} domain
 {skill}
 
+## Turn budget
+The accepted harness declares {declared}. This run clamps every harness at {clamp} model calls a
+rollout: a harness declaring `MAX_TURNS = n` gets min(n, {clamp}) calls, one declaring none gets
+{clamp}. How many turns to take is yours to choose: a search axis like any other.
+
 ## Rules
-{rules}
+{rules}{fixed}
 
 ## What is here
 - `accepted.py`: the harness to improve (#{accepted_id}).
-- `summary.tsv`, `frontier.json`: every harness of this run and its scores (success rate on the
-  harness split, mean model calls per rollout).
+- `summary.tsv`, `frontier.json`: every harness {shown} and its scores (success rate on
+  the harness split, mean model calls per rollout).
 - `harnesses/<id>-<name>/`: code, notes, scores, `traces.jsonl` (every rollout, every model and
   tool call), `failures.txt` and `successes.txt` (a few traces as text). Grep them.
 - `reports/`: what earlier iterations tried and found.
@@ -72,19 +83,39 @@ def harness_dir(root: Path, harness: Harness) -> Path:
     return root / "harnesses" / f"{harness.id}-{_slug(Path(harness.name).stem)}"
 
 
-def materialize(ctx: SearchContext, root: Path) -> Path:
-    """Write (or bring up to date) the run's workspace; returns its path."""
+def workspace_root(archive_dir: Path, ctx: SearchContext, scope: str = "run") -> Path:
+    """The folder the proposer works in: the run's, or this harness phase's own."""
+    root = archive_dir / "runs" / str(ctx.run_id)
+    return root / f"round-{ctx.phase_id}" if scope == "round" else root
+
+
+def _in_scope(ctx: SearchContext, harness: Harness, scope: str) -> bool:
+    """Whether a harness of the run is shown: all of them, or this round's."""
+    shown_anyway = (ctx.incoming.id, ctx.accepted.id)
+    return scope == "run" or harness.phase_id == ctx.phase_id or harness.id in shown_anyway
+
+
+def materialize(ctx: SearchContext, root: Path, scope: str = "run", fixed: list[str] = ()) -> Path:
+    """Write (or bring up to date) the workspace; returns its path. `scope` "round": only
+    this harness phase's harnesses, scores under its checkpoint and reports."""
     root.mkdir(parents=True, exist_ok=True)
     for sub in ("harnesses", "reports", "candidates"):
         (root / sub).mkdir(exist_ok=True)
+    checkpoint = ctx.checkpoint_id if scope == "round" else None
     with ctx.workbench.session() as s:
-        harnesses = s.exec(
-            select(Harness).where(Harness.run_id == ctx.run_id).order_by(Harness.id)
-        ).all()
-        scores = _scores(s, ctx.run_id)
+        harnesses = [
+            h
+            for h in s.exec(
+                select(Harness).where(Harness.run_id == ctx.run_id).order_by(Harness.id)
+            ).all()
+            if _in_scope(ctx, h, scope)
+        ]
+        scores = _scores(s, ctx.run_id, checkpoint)
         for harness in harnesses:
-            _write_harness(s, root, harness, scores.get(harness.id, []))
+            _write_harness(s, root, harness, scores.get(harness.id, []), checkpoint)
         for it in s.exec(select(SearchIteration).where(SearchIteration.run_id == ctx.run_id)):
+            if scope == "round" and it.phase_id != ctx.phase_id:
+                continue
             if it.report:
                 path = root / "reports" / f"iteration-{it.phase_id}-{it.iteration}.md"
                 if not path.exists():
@@ -102,18 +133,46 @@ def materialize(ctx: SearchContext, root: Path) -> Path:
             skill=skill_of(ctx.domain) or "(this domain ships no guide: read its seed harness)",
             rules=RULES,
             accepted_id=ctx.accepted.id,
+            shown="of this run"
+            if scope == "run"
+            else "of this round (this harness phase: its incoming harness and candidates)",
+            **_turn_budget(ctx),
+            fixed=(
+                f"\n- Keep {', '.join(f'`{f}`' for f in fixed)} exactly as `accepted.py` has "
+                "it: this run's candidates change the module around it (prompts, observation, "
+                "parsing, checks, budgets, MAX_TURNS); a candidate that changes it is invalid."
+            )
+            if fixed
+            else "",
         )
     )
     return root
 
 
-def _scores(s: Session, run_id: int) -> dict[int, list[dict]]:
-    """Finished non-test evaluations of the run's harnesses, by harness."""
-    rows = s.exec(
-        select(Evaluation).where(
-            Evaluation.run_id == run_id, Evaluation.split != "test", Evaluation.status == "done"
-        )
-    ).all()
+def _turn_budget(ctx: SearchContext) -> dict:
+    """The accepted harness's declared MAX_TURNS and the run's clamp, for SKILL.md."""
+    from app.db.schema import Run
+    from app.llm.generation import declared_by
+
+    with ctx.workbench.session() as s:
+        run = s.get(Run, ctx.run_id)
+        given = (declared_by(run.config if run else None).get("rollout") or {}).get("max_calls")
+    clamp = given or ctx.workbench.settings.rollout_max_calls
+    n = declared_turns(ctx.accepted.code)
+    return {"declared": f"`MAX_TURNS = {n}`" if n else "no `MAX_TURNS`", "clamp": clamp}
+
+
+def _scores(s: Session, run_id: int, checkpoint_id: int | None = None) -> dict[int, list[dict]]:
+    """Finished non-test evaluations of the run's harnesses (under one checkpoint if given),
+    by harness."""
+    query = select(Evaluation).where(
+        Evaluation.run_id == run_id,
+        col(Evaluation.split).in_(traces.PROPOSER_SPLITS),  # never test (nor its val rows)
+        Evaluation.status == "done",
+    )
+    if checkpoint_id is not None:
+        query = query.where(Evaluation.checkpoint_id == checkpoint_id)
+    rows = s.exec(query).all()
     scores: dict[int, list[dict]] = {}
     for e in rows:
         scores.setdefault(e.harness_id, []).append(
@@ -130,7 +189,9 @@ def _scores(s: Session, run_id: int) -> dict[int, list[dict]]:
     return scores
 
 
-def _write_harness(s: Session, root: Path, harness: Harness, scores: list[dict]) -> None:
+def _write_harness(
+    s: Session, root: Path, harness: Harness, scores: list[dict], checkpoint_id: int | None
+) -> None:
     folder = harness_dir(root, harness)
     folder.mkdir(exist_ok=True)
     (folder / "harness.py").write_text(harness.code)
@@ -161,13 +222,14 @@ def _write_harness(s: Session, root: Path, harness: Harness, scores: list[dict])
         .where(
             Rollout.harness_id == harness.id,
             Rollout.status != "pending",
-            Evaluation.split != "test",
+            col(Evaluation.split).in_(traces.PROPOSER_SPLITS),
+            *([Rollout.checkpoint_id == checkpoint_id] if checkpoint_id is not None else []),
         )
     ).one()
     stamp = folder / ".n_rollouts"
     if stamp.exists() and stamp.read_text() == str(n):
         return
-    rollouts = traces.rollouts_of(s, harness.id)
+    rollouts = traces.rollouts_of(s, harness.id, checkpoint_id)
     steps = load_steps(s, [r.id for r in rollouts])
     records = [traces.record(r, steps[r.id]) for r in rollouts]
     with open(folder / "traces.jsonl", "w") as f:

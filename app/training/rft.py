@@ -38,7 +38,7 @@ from app.db.schema import (
 )
 from app.domains import Domain, Task
 from app.experiment_schema import RFTConfig
-from app.llm.generation import generation_for
+from app.llm.generation import declared_by, generation_for
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
@@ -168,6 +168,7 @@ async def rft_step(
     out = workbench.settings.home / "checkpoints" / f"run-{run_id}" / f"job-{job.id}"
     with workbench.session() as s:
         max_len = cfg.max_seq_len or _rollout_tokens(workbench, s.get(Run, run_id))
+        max_len += cfg.max_seq_len_per_turn * harness_turns(s.get(Run, run_id), harness)
         carried = _carried_optimizer(s, checkpoint, job, cfg.optimizer_state)
     spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out, max_len)
     spec["optimizer_in"] = str(carried) if carried else None
@@ -400,6 +401,16 @@ def _carried_optimizer(s, checkpoint: Checkpoint, job: TrainingJob, state: str) 
     return saved if same_phase or state == "run" else None
 
 
+def harness_turns(run: Run, harness: Harness) -> int:
+    """The turns a harness may take in this run: its declared MAX_TURNS within the run's
+    [rollout] max_calls (the clamp), as the release resolves its response window."""
+    from app.search.validate import declared_turns
+
+    clamp = (declared_by(run.config).get("rollout") or {}).get("max_calls")
+    turns = declared_turns(harness.code) or clamp or 0
+    return min(turns, clamp) if clamp else turns
+
+
 def _rollout_tokens(workbench, run: Run) -> int:
     """The default max_seq_len: a rollout's token budget, which no call of it can exceed."""
     limits = {"max_tokens": workbench.settings.rollout_max_tokens}
@@ -422,6 +433,7 @@ def _spec(
         "lr": cfg.lr,
         "batch_size": cfg.batch_size,
         "batch_unit": cfg.batch_unit,
+        "batch_scope": cfg.batch_scope,
         "micro_batch_size": cfg.micro_batch_size,
         "weight_decay": cfg.weight_decay,
         "epochs": cfg.epochs,

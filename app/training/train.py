@@ -213,14 +213,14 @@ class TrainerState:
         load_seconds = time.monotonic() - started
         examples = [json.loads(line) for line in open(spec["examples"])]
         encoded, cut = encode_all(tokenizer, examples, spec["max_seq_len"])
-        # batch_size counts the examples (or rollouts) of one optimizer step over all processes
-        steps = mini_batches(
-            encoded, spec["batch_size"], spec.get("batch_unit", "call"), spec["seed"]
-        )
+        processes, rank = accelerator.num_processes, accelerator.process_index
+        # batch_size counts the examples (or rollouts) of one optimizer step over all processes,
+        # or of each process's share under batch_scope "rank" (verl's per-rank mini-batch)
+        per_step = spec["batch_size"] * (processes if spec.get("batch_scope") == "rank" else 1)
+        steps = mini_batches(encoded, per_step, spec.get("batch_unit", "call"), spec["seed"])
         pad = (
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
-        processes, rank = accelerator.num_processes, accelerator.process_index
         micro = spec.get("micro_batch_size")
         if micro and accelerator.distributed_type == DistributedType.DEEPSPEED:
             # accelerate steps a DeepSpeed engine at every backward: no accumulation here

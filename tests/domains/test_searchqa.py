@@ -609,3 +609,67 @@ def test_benchmark_breakdown_weighs_each_benchmark_the_same():
     assert breakdown["macro_mean_at_k"] == 0.375  # the pooled mean would be 0.6
     assert "mean over 2 benchmarks 0.375" in benchmarks_line(breakdown)
     assert benchmark_breakdown(task_means, {}) is None  # tasks without a benchmark: no view
+
+
+def test_validation_rows_form_the_val_split_and_leave_the_final_test(home, tmp_path, monkeypatch):
+    """As the release: in-training test points on test_100 (100 rows a benchmark), the final
+    test on the test file less those rows (build_final_test_excluding_val.py matches them by
+    benchmark, extra_info.index, question and target)."""
+    from tests.loop.release_values import RELEASE
+
+    assert RELEASE["searchqa"]["final_test_excludes_val"].value is True
+    assert RELEASE["searchqa"]["final_test_row_key"].value == (
+        "data_source",
+        "index",
+        "question",
+        "target",
+    )
+    per_benchmark = 3  # the release's 100, small
+    assert RELEASE["searchqa"]["val_rows_per_benchmark"].value == 100
+    assert "test_100" in RELEASE["searchqa"]["val_set"].value
+    benchmarks = ("nq", "popqa")
+    test_rows = [
+        search_r1_row(b, i, f"{b} question {i}?", [f"{b}{i}"]) for b in benchmarks for i in range(8)
+    ]
+    test = write_parquet(tmp_path / "test.parquet", test_rows)
+    # the validation file: the first rows of each benchmark, as Search-R1's JSONL could hold
+    # them, plus a row with the same question but another index, which is not a test row
+    val_rows = [
+        {
+            "question": f"{b} question {i}?",
+            "golden_answers": [f"{b}{i}"],
+            "data_source": f"searchR1_{b}",
+            "extra_info": {"index": i},
+        }
+        for b in benchmarks
+        for i in range(per_benchmark)
+    ]
+    val = _write_jsonl(tmp_path / "val.jsonl", val_rows)
+    train = _write_jsonl(
+        tmp_path / "train.jsonl",
+        [{"question": f"q{i}", "golden_answers": ["a"]} for i in range(12)]
+        + [{"question": "nq question 0?", "golden_answers": ["nq0"]}],  # a validation question
+    )
+    monkeypatch.setenv("WHALE_SEARCHQA_TRAIN", str(train))
+    monkeypatch.setenv("WHALE_SEARCHQA_TEST", str(test))
+    monkeypatch.setenv("WHALE_SEARCHQA_VAL", str(val))
+    domain = SearchQA()
+    val_ids = [t.id for t in domain.tasks("val")]
+    assert val_ids == [f"{b}-{i}" for b in benchmarks for i in range(per_benchmark)]
+    final = [t.id for t in domain.tasks("test")]
+    assert final == [f"{b}-{i}" for b in benchmarks for i in range(per_benchmark, 8)]
+    assert not set(final) & set(val_ids)
+    assert "nq question 0?" not in {t.public["question"] for t in domain.tasks("train")}
+
+
+def test_validation_rows_that_match_no_test_row_are_refused(home, tmp_path, monkeypatch):
+    test = write_parquet(tmp_path / "test.parquet", [search_r1_row("nq", 1, "x?", ["y"])])
+    # the same question and answer under another index is another row (the release's key)
+    val = write_parquet(tmp_path / "val.parquet", [search_r1_row("nq", 2, "x?", ["y"])])
+    monkeypatch.setenv("WHALE_SEARCHQA_TEST", str(test))
+    monkeypatch.setenv("WHALE_SEARCHQA_VAL", str(val))
+    with pytest.raises(QuestionsError, match="none of the 1 validation questions is in the test"):
+        SearchQA()
+    with pytest.raises(ValueError, match="unknown split 'val'; known: train, harness, test$"):
+        monkeypatch.delenv("WHALE_SEARCHQA_VAL")
+        SearchQA().tasks("val")

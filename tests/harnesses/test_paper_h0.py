@@ -25,16 +25,21 @@ H0 = REPO / "harness_archive" / "paper"
 BUDGET = {"searchqa": 8192, "math": 8192, "chess": 8129}
 
 
-def evaluate(tmp_path, domain, script, *, env=None, scoring="paper", split="test"):
-    """One rollout of the domain's h0 on the first task of `split` against the script: (whale
-    eval's JSON, the request bodies the server received, the rollout's recorded steps)."""
+def evaluate(
+    tmp_path, domain, script, *, env=None, scoring="paper", split="test", harness=None, rollout=None
+):
+    """One rollout of the domain's h0 (or `harness`) on the first task of `split` against the
+    script: (whale eval's JSON, the request bodies the server received, the rollout's recorded
+    steps). `rollout`: [rollout] settings (default: the paper's per-call budget)."""
     home = tmp_path / "home"
+    if rollout is None:
+        rollout = {"max_tokens_per_call": BUDGET[domain], "max_tokens": 200000}
     with openai_stub(script) as (url, seen):
         proc = subprocess.run(
-            [WHALE, "eval", str(H0 / domain / "h0.py"), "--domain", domain, "--limit", "1"]
-            + ["-k", "1", "--json", "--sandbox", "process", "--scoring", scoring, "--split", split]
-            + ["--rollout", f"max_tokens_per_call={BUDGET[domain]}"]
-            + ["--rollout", "max_tokens=200000"],
+            [WHALE, "eval", str(harness or H0 / domain / "h0.py"), "--domain", domain]
+            + ["--limit", "1", "-k", "1", "--json", "--sandbox", "process"]
+            + ["--scoring", scoring, "--split", split]
+            + [word for k, v in rollout.items() for word in ("--rollout", f"{k}={v}")],
             env={
                 **os.environ,
                 **(env or {}),

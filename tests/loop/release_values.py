@@ -63,6 +63,8 @@ CH_MH = f"{CH}/meta_harness/meta_harness_chess_puzzle.py"
 CH_CONFIG = f"{CH}/meta_harness/config-chess-puzzle.json"
 CH_HARNESS = f"{CH}/environments/chess_puzzle/base_harness.py"
 CH_DATA = f"{CH}/autoharness_chess_puzzle/grpo_dataset.py"
+SQ_FINAL_TEST = f"{SQ}/scripts/data_process/build_final_test_excluding_val.py"
+SQ_TURNS = f"{SQ}/scripts/resolve_harness_max_turns.py"
 
 VERL_OPTIM = "volcengine/verl:verl/trainer/config/optim/fsdp.yaml"
 VERL_ACTOR = "volcengine/verl:verl/trainer/config/actor/actor.yaml"
@@ -103,6 +105,8 @@ FILE_COMMITS = {
     CH_CONFIG: C_7D5A,
     CH_HARNESS: C_7D5A,
     CH_DATA: C_7D5A,
+    SQ_FINAL_TEST: C_7D5A,
+    SQ_TURNS: C_7D5A,
     # Upstream verl (not part of the release), at the versions read.
     VERL_OPTIM: "462dd6f128b47ca14457dadcc469ea7185a71737",
     VERL_ACTOR: "03d67c629a31ac64bb1506c03e74ea11f48133c1",
@@ -321,6 +325,46 @@ RELEASE: dict[str, dict[str, Setting]] = {
             "the harness forwards the model's first query unchanged (extra queries dropped, "
             "lines 53-57); docs/data.md:117",
         ),
+        "max_turns_clamp": Setting(
+            16,
+            f"{SQ_TRAIN}:203",
+            "a harness's MAX_TURNS (resolve_harness_max_turns.py reads CandidateEnv.MAX_TURNS, "
+            "importing the file, else its literal) is clamped to 16 (lines 203-205); each "
+            "candidate's own value holds below it",
+        ),
+        "response_tokens_per_turn": Setting(
+            1024,
+            f"{SQ_TRAIN}:219",
+            "MAX_TOTAL_RESPONSE_LENGTH = MAX_RESP_LENGTH + MAX_ASSISTANT_TURNS x 1024: the "
+            "response window grows with the harness's turns",
+        ),
+        "trainer_gpus": Setting(
+            6,
+            f"{SQ_TRAIN}:172",
+            "N_GPUS_PER_NODE on one node (the retriever holds GPUs 0-1); 8 with MULTI_RETRIEVE",
+        ),
+        "script_train_rows": Setting(
+            4480,
+            f"{SQ_TRAIN}:122",
+            "the training script's own reading: 0.1 epoch = 7 steps for 4,480 NQ rows at 64",
+        ),
+        "val_set": Setting(
+            "data/searchR1_processed/test_100.parquet",
+            f"{SQ_TRAIN}:256",
+            "the in-training test points (test_freq and before training): 7 benchmarks x 100 "
+            "rows (the comment, line 255)",
+        ),
+        "val_rows_per_benchmark": Setting(100, f"{SQ_TRAIN}:255"),
+        "final_test_excludes_val": Setting(
+            True,
+            f"{SQ_FINAL_TEST}:2",
+            "the final test file is the source test minus the validation rows",
+        ),
+        "final_test_row_key": Setting(
+            ("data_source", "index", "question", "target"),
+            f"{SQ_FINAL_TEST}:24",
+            "_row_key: extra_info.index and .question, reward_model.ground_truth.target",
+        ),
     },
     "math": {
         "base_model": Setting("Qwen/Qwen3.5-2B", f"{MA}/run/whale.sh:13"),
@@ -454,6 +498,15 @@ RELEASE: dict[str, dict[str, Setting]] = {
             "30 problems each (docs/data.md:77-78)",
         ),
         "dedup_size": Setting(17917, f"{DATA_MD}:74"),
+        "max_turns_clamp": Setting(
+            16, f"{MA_TRAIN}:200", "the harness's resolved MAX_TURNS, clamped to 16 (200-203)"
+        ),
+        "response_tokens_per_turn": Setting(
+            0,
+            f"{MA_TRAIN}:206",
+            "MAX_TOTAL_RESPONSE_LENGTH defaults to MAX_RESP_LENGTH: no per-turn growth",
+        ),
+        "trainer_gpus": Setting(8, f"{MA_TRAIN}:169", "N_GPUS_PER_NODE x NNODES 1 (line 170)"),
     },
     "chess": {
         "base_model": Setting("Qwen/Qwen3.5-4B", f"{CH}/run/whale.sh:13"),
@@ -589,6 +642,28 @@ RELEASE: dict[str, dict[str, Setting]] = {
             f"{CH_TRAIN}:69",
             "the builder writes a 1,024-puzzle pool (test_1024); how the 256 test puzzles are "
             "drawn from it is not in the release (docs/data.md:109)",
+        ),
+        "max_turns_clamp": Setting(
+            18, f"{CH_TRAIN}:112", "MAX_TURNS_CAP = 2 x DEFAULT_MAX_TURNS (9)"
+        ),
+        "response_tokens_per_turn": Setting(
+            0, f"{CH_TRAIN}:107", "MAX_TOTAL_RESPONSE_LENGTH 16384 whatever the turns"
+        ),
+        "trainer_gpus": Setting(
+            4,
+            f"{CH_TRAIN}:88",
+            "the trainer: 1 node (line 89) x 4 GPUs; the rollout servers run on 2 x 6 others",
+        ),
+        "proposer_system_prompt": Setting(
+            "You are generating chess-puzzle-v0 Meta-Harness candidates inside one run "
+            "directory. Do not run shell commands. Do not write to /tmp or to any absolute path "
+            "outside the current working directory. The only files you may write are "
+            "harnesses/<slot>/harness.py, pending_eval.json at the working-directory root, and "
+            "optional logs/iteration_*/report.md summaries. The harness must never reveal or "
+            "infer hidden puzzle solutions.",
+            f"{CH_MH}:41",
+            "passed as claude_wrapper.run(system_prompt=...) in propose_claude; search QA and math "
+            "pass none",
         ),
     },
 }

@@ -20,6 +20,16 @@ DOMAIN_OF = {"searchqa": "searchqa", "math": "math", "chess": "chess"}
 # Settings where the paper files differ from the release on purpose, and why (docs/paper.md,
 # "Reproducing the paper", says the same).
 DIFFERS = {
+    ("searchqa", "train_batch_size"): (
+        "the release has two readings of its search-QA data: its docs and launchers count "
+        "18,946 NQ + HotpotQA questions at 256 prompts a step (74 steps an epoch, E = 0.6 "
+        "epoch), its training script's defaults 4,480 NQ questions at 64; the paper files take "
+        "the first, the paper's D_weight"
+    ),
+    ("searchqa", "train_set"): (
+        "the script's default train_nq_single.parquet (NQ only) is the second reading; the "
+        "paper files train on the NQ + HotpotQA file the docs name (docs/data.md:37)"
+    ),
     ("searchqa", "optimizer_state_resumed"): (
         "the release's search-QA script never resumes (RESUME_MODE=disable): each weight phase "
         "retrains from the base model; the workbench continues from the phase's incoming "
@@ -64,29 +74,44 @@ def test_the_dry_run_says_the_release_s_settings(path):
     assert plan["scoring"] == "paper"
 
     rft = plan["rft"]
-    assert rft["prompts_per_step"] == r("train_batch_size")
     assert rft["samples_per_prompt"] == r("rollout_n")
     assert rft["threshold"] == r("score_threshold")
     assert rft["lr"] == r("actor_lr")
     assert rft["weight_decay"] == r("weight_decay")
     assert rft["lora"] is False and r("fine_tune") == "full"
     assert (rft["batch_size"], rft["batch_unit"]) == (r("sft_mini_batch_size"), "rollout")
+    assert rft["batch_scope"] == "rank"  # verl's SFT mini-batch is per data-parallel rank
+    assert rft["micro_batch_size"] == r("sft_micro_batch_size_per_gpu")  # memory only
     assert rft["epochs"] == r("sft_epochs")
     # the release keeps every checkpoint it saves, one each save_freq steps
     assert (rft["keep_every"], r("max_ckpt_to_keep")) == (r("save_freq"), None)
-    assert rft["max_seq_len"] == r("max_prompt_length") + r("max_response_length")
+    # the response window at h0's turns; search QA's grows by 1024 a turn, as the release's
+    turns = plan["schedule"]["turns"]
+    assert turns["harness_max_turns"] == r("max_turns")  # h0's MAX_TURNS, read from its file
+    assert rft["max_seq_len_per_turn"] == r("response_tokens_per_turn")
+    assert turns["max_seq_len"] == r("max_prompt_length") + r("max_response_length")
+    # the release's response window: MAX_RESP_LENGTH + per turn x turns (the rest: the prompt)
+    assert rft["max_seq_len"] == r("max_prompt_length") + r("max_response_length") - r(
+        "response_tokens_per_turn"
+    ) * r("max_turns")
     resumed = {"run": True, "phase": False}[rft["optimizer_state"]]
     if (domain, "optimizer_state_resumed") not in DIFFERS:
         assert resumed == r("optimizer_state_resumed")
+    # verl resumes nothing only with resume_mode "disable": the one difference listed
+    assert (r("resume_mode") == "disable") == ((domain, "optimizer_state_resumed") in DIFFERS)
 
     # decoding fixed for every call, and the same for training, harness search and test
     sampling = plan["sampling"]
     assert set(sampling["fixed"]) == {"temperature", "top_p", "top_k", "chat_template_kwargs"}
     assert {"temperature", "top_p", "top_k"} <= set(DECODING_FIELDS)  # thinking is held too
-    for prefix in ("rollout", "val", "harness_eval"):
-        assert sampling["temperature"] == r(f"{prefix}_temperature")
-        assert sampling["top_p"] == r(f"{prefix}_top_p")
-        assert sampling["top_k"] == r(f"{prefix}_top_k")
+    for temperature, top_p, top_k in (
+        ("rollout_temperature", "rollout_top_p", "rollout_top_k"),
+        ("val_temperature", "val_top_p", "val_top_k"),
+        ("harness_eval_temperature", "harness_eval_top_p", "harness_eval_top_k"),
+    ):
+        assert sampling["temperature"] == r(temperature)
+        assert sampling["top_p"] == r(top_p)
+        assert sampling["top_k"] == r(top_k)
     assert rft["temperature"] == r("rollout_temperature")
     assert sampling["chat_template_kwargs"] == {"enable_thinking": True}
 
@@ -95,7 +120,10 @@ def test_the_dry_run_says_the_release_s_settings(path):
     rollout = plan["rollout"]
     assert rollout["max_completion_tokens"] == r("assistant_token_budget")
     assert rollout["max_tokens_per_call"] == r("assistant_token_budget")
-    assert rollout["max_calls"] == r("max_turns")
+    # the turn budget is the harness's own: max_calls is the release's clamp, h0 declares its
+    # MAX_TURNS below it, and the harness search's evaluation turns fit under the clamp too
+    assert rollout["max_calls"] == turns["clamp"] == r("max_turns_clamp")
+    assert turns["turns"] == r("max_turns") <= r("harness_eval_max_turns") <= r("max_turns_clamp")
 
     switching, budget = plan["switching"], plan["budget"]
     if strategy == "whale-adaptive":
@@ -120,11 +148,32 @@ def test_the_dry_run_says_the_release_s_settings(path):
         assert budget["weight_steps"] == r("total_steps_whale")
     assert "rollouts" not in budget  # the release's units, not a shared rollout budget
 
+    # epochs at the release's training split: E = 0.6 epoch, 4 (6 in math) epochs a run
+    epochs = plan["schedule"]["epochs"]["paper_size"]
+    assert epochs["rows"] == r("train_size")
+    assert round(r("train_size") / rft["prompts_per_step"]) == r("steps_per_epoch")
+    if (domain, "train_batch_size") not in DIFFERS:
+        assert rft["prompts_per_step"] == r("train_batch_size")
+    if strategy in ("whale", "weight-only", "stagewise", "fast-slow"):
+        e = r("round_steps") / r("steps_per_epoch")  # E = 0.6 epoch
+        assert all(abs(x - e) < 0.01 for x in epochs["per_weight_phase"])
+        assert round(epochs["per_run"]) == r("total_steps_whale") // r("steps_per_epoch")
+    batch = plan["schedule"]["batch"]
+    assert batch["per_optimizer_step"] == r("sft_mini_batch_size") * batch["training_processes"]
+    # on the release's trainer (6, 8, 4 GPUs) a step holds 384, 512, 256 accepted rollouts
+    from app.loop.schedule import effective_batch
+
+    gpus = Settings(train_accelerate_args=f"--num_processes {r('trainer_gpus')}")
+    release_step = effective_batch(exp, gpus)["per_optimizer_step"]
+    assert release_step == r("sft_mini_batch_size") * r("trainer_gpus")
+
     if strategy != "weight-only":
         search = plan["search"]
         assert search["candidates"] == r("proposals_per_iter")
         assert search["tasks"] == r("harness_eval_examples")
         assert search["samples"] == r("harness_eval_samples_per_task")
+        # the release's chess candidate is a restricted module over a fixed runner
+        assert search["fixed_functions"] == (["run"] if domain == "chess" else [])
     if strategy not in ("weight-only", "fast-slow"):
         agent = exp.search.agent
         assert agent.preset == "claude-code"
@@ -133,10 +182,26 @@ def test_the_dry_run_says_the_release_s_settings(path):
         assert plan["search"]["proposer_timeout_s"] == r("proposer_timeout_s")  # the preset's
         tools = agent.allowed_tools or list(preset.tools)
         assert sorted(tools) == sorted(r("proposer_allowed_tools"))
-        argv = preset.argv("bwrap", agent.model, agent.effort, agent.allowed_tools)
+        argv = preset.argv(
+            "bwrap", agent.model, agent.effort, agent.allowed_tools, agent.system_prompt
+        )
         assert argv[argv.index("--model") + 1] == r("proposer_model")
         assert argv[argv.index("--effort") + 1] == r("proposer_effort")
         assert ("Bash" in argv[argv.index("--tools") + 1]) == r("proposer_has_bash")
+        # the release's proposer starts a fresh directory each round
+        assert plan["search"]["workspace"] == "round"
+        appended = RELEASE[domain].get("proposer_system_prompt")
+        if appended is None:
+            assert "--append-system-prompt" not in argv
+        else:  # the release's rules, in this workspace's paths
+            text = argv[argv.index("--append-system-prompt") + 1]
+            for rule in (
+                "Do not run shell commands.",
+                "Do not write to /tmp or to any absolute path outside the current working "
+                "directory.",
+                "The harness must never reveal or infer hidden puzzle solutions.",
+            ):
+                assert rule in appended.value and rule in text
 
 
 def test_the_dry_run_prints_the_rollouts_the_release_s_units_imply():
@@ -156,4 +221,45 @@ def test_each_deliberate_difference_is_in_the_docs():
     page = (REPO / "docs" / "paper.md").read_text()
     assert page.startswith("# Reproducing the paper")
     assert "RESUME_MODE=disable" in page
+    assert "## Search QA's epochs" in page and "18,946 / 256" in page  # the reading chosen
+    assert "## Differences that remain" in page
     assert all(key in RELEASE[domain] for domain, key in DIFFERS)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_the_printed_dry_run_gives_epochs_the_effective_batch_and_the_turn_clamp(path):
+    from app.cli.loop import format_plan
+
+    domain = path.stem.partition("-")[0]
+    plan = plan_of(path)
+    plan.pop("experiment")
+    lines = format_plan(plan).splitlines()
+    turns = next(line for line in lines if line.startswith("turns: "))
+    clamp = release(domain, "max_turns_clamp")
+    assert f"MAX_TURNS {release(domain, 'max_turns')}, clamp {clamp}" in turns
+    rows = f"{release(domain, 'train_size'):,} rows"
+    paper = next(line for line in lines if line.startswith("epochs (the paper: "))
+    assert rows in paper and "per weight phase" in paper and "per run" in paper
+    assert any(line.startswith("epochs (the train split found: ") for line in lines)
+    batch = next(line for line in lines if line.startswith("SFT batch: "))
+    assert "64 rollouts per data-parallel process x 1 training process(es)" in batch
+    assert batch.endswith("= 64 rollouts per optimizer step")
+
+
+def test_the_effective_batch_counts_the_training_processes_of_a_per_rank_mini_batch(tmp_path):
+    """verl's SFT mini-batch is per data-parallel rank: 8 processes step on 8 x 64 rollouts."""
+    from app.loop.schedule import effective_batch
+
+    exp, _ = load(REPO / "experiments" / "paper" / "math-whale.toml")
+    fsdp = REPO / "configs" / "accelerate" / "fsdp.yaml"  # num_processes: 8
+    settings = Settings(train_accelerate_config=fsdp)
+    assert effective_batch(exp, settings)["per_optimizer_step"] == 8 * 64
+    assert effective_batch(exp, Settings(train_accelerate_args="--num_processes 2")) == {
+        "batch_size": 64,
+        "scope": "rank",
+        "unit": "rollout",
+        "training_processes": 2,
+        "per_optimizer_step": 128,
+    }
+    exp.rft.batch_scope = "global"  # the workbench's default: the step's whole batch
+    assert effective_batch(exp, settings)["per_optimizer_step"] == 64

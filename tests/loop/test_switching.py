@@ -62,7 +62,31 @@ def test_partial_windows_count_the_first_steps_of_a_phase():
     assert weight_phase_end(rule, rewards) is None
     # partial: [0.9, 0.5, 0.367, 0.133], best at step 0, 3 steps ago -> patience
     assert weight_phase_end(partial, rewards) == "patience"
-    assert weight_phase_end(partial, rewards[:3]) is None  # the minimum phase (burn-in)
+    assert weight_phase_end(partial, rewards[:2]) is None  # within the minimum phase
+    # the first checkpoint stayed the best for 3 updates: the phase ends at its minimum
+    assert weight_phase_end(partial, rewards[:3]) == "patience"
+
+
+def test_an_adaptive_weight_phase_of_the_paper_ends_at_the_earliest_after_its_minimum():
+    """window = patience = minimum phase = 0.2 epoch (15 steps in search QA): a phase whose first
+    checkpoint stays the best ends after step 15, as the release's fixed 15-step phases do."""
+    from tests.loop.release_values import RELEASE
+
+    minimum = RELEASE["searchqa"]["adaptive_round_steps"].value
+    rule = Switching(
+        rule="adaptive",
+        weight_window=minimum,
+        weight_burn_in=minimum,
+        weight_patience=minimum,
+        weight_partial_windows=True,
+        weight_max_steps=296,
+    )
+    falling = [1 - i / 100 for i in range(minimum + 1)]
+    assert weight_phase_end(rule, falling[: minimum - 1]) is None
+    assert weight_phase_end(rule, falling[:minimum]) == "patience"
+    rising = [i / 100 for i in range(40)]  # still improving: on past the minimum
+    assert weight_phase_end(rule, rising[:minimum]) is None
+    assert weight_phase_end(rule, rising) is None
 
 
 def test_the_release_counts_iteration_zero_in_i_and_the_old_key_is_refused():

@@ -70,3 +70,21 @@ def test_two_processes_train_one_checkpoint_written_once(tmp_path, model_cache, 
     assert any(not torch.equal(merged[k], original[k]) for k in original)
     command_line = (tmp_path / "job" / "train.log").read_text().splitlines()[0]
     assert "accelerate.commands.launch" in command_line
+
+
+def test_a_per_rank_mini_batch_steps_on_batch_size_times_the_processes(
+    tmp_path, model_cache, monkeypatch
+):
+    """batch_scope "rank" (verl's SFT mini-batch): each process takes batch_size examples a
+    step, so 2 processes at 2 each step on 4: 5 examples make 2 optimizer steps, not 3."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    base = prepare_model(model_cache)
+    spec = spec_for(tmp_path, base, epochs=1, batch_scope="rank")
+    with open(spec["examples"], "a") as f:
+        f.write(json.dumps(FIFTH) + "\n")
+    events = []
+    done = asyncio.run(
+        run_trainer(spec, tmp_path / "job", events.append, trainer_command(CPU_2PROC))
+    )
+    assert done["processes"] == 2 and done["examples"] == 5
+    assert [e["batch"] for e in events] == [1, 2] and all(e["of"] == 2 for e in events)

@@ -139,3 +139,18 @@ def test_diff_data_folds_unchanged_stretches_between_hunks():
     assert [row["tag"] for row in first["rows"]] == ["equal", "equal", "replace", "equal", "equal"]
     assert diff["folded_after"] == 40 - 33 and (diff["added"], diff["removed"]) == (2, 1)
     assert side_by_side(old, old)["identical"] and side_by_side(old, old)["hunks"] == []
+
+
+def test_the_page_gives_the_harness_s_own_turn_limit_and_its_run_s_clamp(store, client):
+    """A harness declares MAX_TURNS; its run's [rollout] max_calls clamps it: both are shown."""
+    r = search_run(store)
+    run = store.run("clamped", config={"experiment": {"rollout": {"max_calls": 16}}})
+    declares = store.harness(run, name="turns.py", code="MAX_TURNS = 4\n" + r.a.code)
+    plain = store.harness(run, name="plain.py", code=r.seed.code)
+
+    page = client.get(f"/harnesses/{declares.id}").text
+    assert "MAX_TURNS 4, clamp 16" in page
+    assert "MAX_TURNS not declared, clamp 16" in client.get(f"/harnesses/{plain.id}").text
+    assert "clamp the default" in client.get(f"/harnesses/{r.seed.id}").text  # no max_calls
+    data = client.get(f"/api/harnesses/{declares.id}").json()
+    assert data["turns"] == {"declared": 4, "clamp": 16}

@@ -22,6 +22,12 @@ What it keeps from the release:
   `max_tokens` = what is left of it, and the episode ends once it is spent.
 
 It returns the moves played, as <move>uci</move> tags (the domain scores the rollout's board).
+
+Its parts are the release's candidate module's: the prompts, `format_observation`,
+`parse_action`, `is_legal_action`, the feedback texts, the retry budgets and `MAX_TURNS`, around
+a fixed runner, `run`, one model call per move attempt. The paper chess files keep `run` fixed
+(`[search] fixed_functions = ["run"]`), so a candidate changes only those parts, as the
+release's do.
 """
 
 import re
@@ -66,7 +72,8 @@ def board_with_labels(board):
     return "\n".join(rows + ["  a b c d e f g h"])
 
 
-def describe(observation, opponent_move, accepted):
+def format_observation(observation, opponent_move, accepted):
+    """What the model is shown of the position (the release's format_observation)."""
     side = observation["side_to_move"].capitalize()
     lines = [
         "Task: solve this chess puzzle, one move per turn.",
@@ -83,6 +90,11 @@ def describe(observation, opponent_move, accepted):
     for uci, san in zip(observation["legal_moves"], observation["legal_moves_san"]):
         lines.append(f"- [{uci}] SAN={san}")
     return "\n".join(lines)
+
+
+def is_legal_action(move, observation):
+    """Whether a parsed move is one of the legal moves listed (the release's is_legal_action)."""
+    return move in observation["legal_moves"]
 
 
 def format_feedback(parsed):
@@ -109,7 +121,7 @@ def run(task, llm, tools):
         left = ASSISTANT_TOKEN_BUDGET - used
         if left <= 0:
             break
-        shown = describe(observation, opponent_move, accepted)
+        shown = format_observation(observation, opponent_move, accepted)
         if feedback:
             shown += "\n\nFeedback from verifier:\n" + feedback
         messages = [
@@ -131,7 +143,7 @@ def run(task, llm, tools):
             format_retries += 1
             feedback = format_feedback(parsed)
             verdict = feedback
-        elif parsed not in observation["legal_moves"]:
+        elif not is_legal_action(parsed, observation):
             if illegal_retries >= ILLEGAL_MOVE_RETRY_BUDGET:
                 break
             illegal_retries += 1
