@@ -410,6 +410,11 @@ class Runtime(_Strict):
     vllm_max_model_len: int | None = Field(
         default=None, ge=16, le=1 << 22, description="the launched vLLM's --max-model-len"
     )
+    colocate: bool | None = Field(
+        default=None,
+        description="vLLM and the trainer on the same GPUs: vLLM sleeps during each training "
+        "step (docs/gpu-hosts.md)",
+    )
 
 
 def distinct_seeds(seeds: list[int]) -> bool:
