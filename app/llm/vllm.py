@@ -157,9 +157,13 @@ class VLLMServer(SupervisedServer):
         cpu: bool | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
         max_model_len: int | None = None,
+        sleep_mode: bool = False,
+        gpus: str | None = None,
         say=log.info,
     ):
         super().__init__(log_path, port, say)
+        self.sleep_mode = sleep_mode  # colocated with the trainer: it sleeps while it trains
+        self.gpus = gpus  # CUDA_VISIBLE_DEVICES of the server (WHALE_VLLM_GPUS)
         self.python = python
         self.model_path = Path(model_path)
         self.max_lora_rank = max_lora_rank
@@ -202,6 +206,8 @@ class VLLMServer(SupervisedServer):
                 cmd.append("--no-enable-chunked-prefill")
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.sleep_mode and "--enable-sleep-mode" not in self.extra_args:
+            cmd.append("--enable-sleep-mode")  # /sleep and /wake_up (with VLLM_SERVER_DEV_MODE)
         return cmd + self.extra_args
 
     def env(self) -> dict[str, str]:
@@ -214,6 +220,7 @@ class VLLMServer(SupervisedServer):
             "HF_HUB_OFFLINE": "1",  # local folders only: never reach for a hub
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            **({"CUDA_VISIBLE_DEVICES": self.gpus} if self.gpus else {}),
         }
 
     def start(self, timeout: float = 600) -> None:
@@ -309,6 +316,8 @@ class VLLMBackend:
         max_loras: int = 4,
         extra_args: list[str] | tuple[str, ...] = (),
         max_model_len: int | None = None,
+        colocate: bool = False,
+        gpus: str | None = None,
         say=log.info,
     ):
         given = flag_value(extra_args, "--max-model-len")
@@ -328,6 +337,8 @@ class VLLMBackend:
         self.extra_args = list(extra_args)
         # the context a launched server holds: prompt and completion of any one call fit in it
         self.max_model_len = None if given is not None else max_model_len
+        self.colocate = colocate  # sleeps during each training step (sleep, wake_up)
+        self.gpus = gpus
         self.say = say
         self.server: VLLMServer | None = None
         self.endpoint: ReplicaEndpoint | None = None
@@ -348,6 +359,8 @@ class VLLMBackend:
             max_lora_rank=s.vllm_max_lora_rank,
             extra_args=shlex.split(s.vllm_args or ""),
             max_model_len=getattr(s, "vllm_max_model_len", None),
+            colocate=getattr(s, "colocate", False),
+            gpus=getattr(s, "vllm_gpus", None),
             say=say,
         )
 
@@ -419,6 +432,8 @@ class VLLMBackend:
             max_loras=self.max_loras,
             extra_args=self.extra_args,
             max_model_len=self.max_model_len,
+            sleep_mode=self.colocate,
+            gpus=self.gpus,
             say=self.say,
         )
         self.server.on_restart = self._reload_adapters
@@ -551,6 +566,34 @@ class VLLMBackend:
                     if response.status_code != 200:
                         return f"{action} at {root}: {_error_message(response)}"
         return None
+
+    async def sleep(self) -> None:
+        """Free the GPUs for a training step: every replica sleeps at level 1 (weights offloaded
+        to CPU memory, KV cache dropped) through `POST /sleep?level=1`, which needs the server
+        started with `--enable-sleep-mode` and VLLM_SERVER_DEV_MODE=1 (a launched one has both
+        when colocated). A sleeping server refuses requests: none may be in flight."""
+        await self._all("sleep", {"level": "1"})
+
+    async def wake_up(self) -> None:
+        """After the training step: the weights back on the GPUs, the KV cache reallocated
+        (`POST /wake_up`); the new weights are loaded in place after (serve_weights)."""
+        await self._all("wake_up", {})
+
+    async def _all(self, action: str, params: dict) -> None:
+        async with httpx.AsyncClient(timeout=600) as client:
+            for url in self.urls:
+                root = _root(url)
+                try:
+                    response = await client.post(f"{root}/{action}", params=params)
+                except httpx.HTTPError as exc:
+                    raise VLLMError(f"{action} at {root}: no answer: {exc!r}") from None
+                if response.status_code == 404:
+                    raise VLLMError(
+                        f"{root} has no /{action}: colocation needs vLLM started with "
+                        "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1"
+                    )
+                if response.status_code != 200:
+                    raise VLLMError(f"{action} at {root}: {_error_message(response)}")
 
     async def stop(self) -> None:
         if self.endpoint:
