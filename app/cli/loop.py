@@ -51,6 +51,14 @@ def run(
         bool,
         typer.Option("--force", help="run a plan the machine check refuses (app/fit.py)"),
     ] = False,
+    rehearse: Annotated[
+        bool,
+        typer.Option(
+            "--rehearse",
+            help="run the whole loop at CPU size on the demo model, in a store of its own, "
+            "keeping every code path the file selects (docs/loop.md, Rehearsal)",
+        ),
+    ] = False,
 ):
     """Run an experiment headless: progress per phase, a summary table at the end.
 
@@ -65,6 +73,12 @@ def run(
         runs = [parse(text, str(experiment), seed=s) for s in group_seeds or []] or [exp]
     except (ExperimentError, typer.BadParameter) as exc:
         raise fail(str(exc)) from None
+    if rehearse:
+        from app.cli.rehearse import rehearse_file
+
+        row = rehearse_file(experiment, exp, text, as_json)
+        ok = row["result"].startswith("done") and row["check"] == "ok"
+        raise typer.Exit(0 if ok else 1)
     settings = Settings(**exp.runtime.model_dump(exclude_none=True))
     if dry_run:  # no store, no model, no sandbox
         try:

@@ -139,6 +139,27 @@ def check_adapter(adapter: Path, base: Path | None) -> None:
 # --- a managed server ---------------------------------------------------------------------
 
 
+def chat_parsers(model_path: Path, extra_args: list[str]) -> list[str]:
+    """The tool-call and reasoning parsers a launched server needs: a harness that passes
+    `tools` (the paper's h0 harnesses do, with tool_choice "auto") gets HTTP 400 from a vLLM
+    started without them. Qwen3 and Qwen3.5 use qwen3_coder and qwen3 (docs/vllm.md); other
+    models the hermes tool-call format. Those given in WHALE_VLLM_ARGS win."""
+    try:
+        kind = json.loads((model_path / "config.json").read_text()).get("model_type", "")
+    except (OSError, ValueError):
+        kind = ""
+    qwen3 = kind.startswith("qwen3")
+    args = []
+    if "--tool-call-parser" not in extra_args and not any(
+        a.startswith("--tool-call-parser=") for a in extra_args
+    ):
+        parser = "qwen3_coder" if qwen3 else "hermes"
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    if qwen3 and flag_value(extra_args, "--reasoning-parser") is None:
+        args += ["--reasoning-parser", "qwen3"]
+    return args
+
+
 class VLLMServer(SupervisedServer):
     """One vLLM OpenAI server as a supervised child process (app/llm/supervisor.py): restarted
     when it dies, its adapters then loaded again by the backend (on_restart)."""
@@ -204,10 +225,11 @@ class VLLMServer(SupervisedServer):
             # batch's prompts no longer fit one step, so prompts are prefilled whole.
             if not any(a.endswith("chunked-prefill") for a in self.extra_args):
                 cmd.append("--no-enable-chunked-prefill")
-        if self.max_model_len:
-            cmd += ["--max-model-len", str(self.max_model_len)]
+        cmd += chat_parsers(self.model_path, self.extra_args)
         if self.sleep_mode and "--enable-sleep-mode" not in self.extra_args:
             cmd.append("--enable-sleep-mode")  # /sleep and /wake_up (with VLLM_SERVER_DEV_MODE)
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + self.extra_args
 
     def env(self) -> dict[str, str]:
@@ -566,6 +588,13 @@ class VLLMBackend:
                     if response.status_code != 200:
                         return f"{action} at {root}: {_error_message(response)}"
         return None
+
+    async def restore_base(self) -> None:
+        """Load the base weights into the attached servers in place (a rehearsal before this one
+        may have left a fine-tune's there). Raises VLLMError."""
+        why = await self._reload_in_place(self.base_model_path)
+        if why is not None:
+            raise VLLMError(f"cannot load the base weights back: {why}")
 
     async def sleep(self) -> None:
         """Free the GPUs for a training step: every replica sleeps at level 1 (weights offloaded
