@@ -34,7 +34,7 @@ STAND_IN = '''#!/usr/bin/env python3
 import json, pathlib, re, sys
 root = pathlib.Path.cwd()
 prompt = " ".join(sys.argv[1:])
-iteration = (re.findall(r"iteration (\\\\d+)", prompt) or ["0"])[0]
+iteration = (re.findall(r"iteration (\\d+)", prompt) or ["0"])[0]
 code = (root / "accepted.py").read_text()
 (root / "candidates").mkdir(exist_ok=True)
 (root / "candidates" / "rehearsal.py").write_text(code + "\\n# rehearsal: unchanged\\n")
