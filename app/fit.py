@@ -151,8 +151,19 @@ def this_machine(home: Path) -> Machine:
     return _with_host(gpus, home)
 
 
+def _available_ram() -> int:
+    """Bytes of RAM available (MemAvailable: free plus what the page cache would give back)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
 def _with_host(gpus: list[int], home: Path) -> Machine:
-    ram = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    ram = _available_ram()
     existing = Path(home)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -389,7 +400,14 @@ def _check_trainer(shape, experiment, settings, place, machine, lines, refusals)
     fit, a warning line when the longest forward pass allowed (a bound) would not."""
     rft = experiment.rft
     shards = place.trainer_processes if place.sharded else 1
-    rows = rft.micro_batch_size or -(-rft.batch_size // place.trainer_processes)
+    # a "rollout" mini-batch holds every call of batch_size rollouts: all in one forward pass
+    # unless micro_batch_size splits it
+    calls = (
+        (experiment.rollout.max_calls or settings.rollout_max_calls)
+        if rft.batch_unit == "rollout"
+        else 1
+    )
+    rows = rft.micro_batch_size or -(-rft.batch_size * calls // place.trainer_processes)
     seq = rft.max_seq_len or experiment.rollout.max_tokens or settings.rollout_max_tokens
     parts = trainer_memory(shape, rft, rows, seq, shards)
     static = sum(v for k, v in parts.items() if k != ACTIVATIONS)

@@ -72,6 +72,9 @@ def shrink(experiment: Experiment) -> tuple[Experiment, list[str]]:
     # phases train (and serve their weights) whatever it scores
     put(rft, "threshold", -1.0, "rft")
     put(rft, "max_seq_len", min(rft.max_seq_len or 1024, 1024), "rft")
+    # unset, a forward pass holds every call of the mini-batch's rollouts (chess: 2 x 9 rows of
+    # up to 1024 tokens, 11 GB on the CPU); `whale run --dry-run` warns of it at full size
+    put(rft, "micro_batch_size", rft.micro_batch_size or 1, "rft")
     if rft.keep_every:
         put(rft, "keep_every", min(rft.keep_every, STEPS), "rft")
     put(sw, "weight_steps", STEPS, "switching")

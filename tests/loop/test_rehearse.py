@@ -4,6 +4,7 @@ vLLM server of the CPU build (the 18 files: benchmarks/rehearse_paper.py)."""
 
 import json
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -97,10 +98,24 @@ def test_a_whale_file_rehearses_end_to_end_on_a_shared_vllm(tmp_path, model_cach
     finally:
         server.stop()
     for row in rows:
+        # done, whale check ok, and nothing found: no rollout failed on the backend, every
+        # weight phase trained, the proposing iteration worked
         assert row["result"] == "done (budget used up)" and row["check"] == "ok", row
         assert row["phases"] == "W H W", row
-        db = Path(row["home"]) / "whale.db"
-        assert db.is_file()
+        with sqlite3.connect(Path(row["home"]) / "whale.db") as db:
+            jobs = db.execute("SELECT status, optimizer_carried FROM training_job").fetchall()
+            kept = db.execute(
+                "SELECT kind, weights_dropped_at IS NULL FROM checkpoint WHERE kind != 'base'"
+            ).fetchall()
+            proposed = db.execute(
+                "SELECT count(*) FROM harness WHERE name LIKE '%rehearsal%'"
+            ).fetchone()[0]
+        # math-whale: full fine-tunes, AdamW carried across the weight phases (optimizer_state
+        # "run": the second phase's first step continues it), retention dropping old weights
+        assert [status for status, _ in jobs] == ["done"] * 4
+        assert [carried for _, carried in jobs] == [0, 1, 1, 1]
+        assert {kind for kind, _ in kept} == {"full"} and 0 < sum(k for _, k in kept) < 4
+        assert proposed == 1  # the stand-in agent's candidate, through the claude-code preset
 
 
 REHEARSED = WHALE_FILES[:1]  # the others rehearse in benchmarks/rehearse_paper.py
