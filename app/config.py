@@ -29,6 +29,12 @@ class Settings(BaseSettings):
     vllm_max_model_len: int | None = Field(
         default=None, description="--max-model-len of a launched vLLM (default: vLLM's)"
     )
+    # The GPU split of one host (app/fit.py): a launched vLLM runs on these, the trainer on
+    # the others; unset, both see every GPU, which only colocation makes work.
+    vllm_gpus: str | None = Field(default=None, description='GPU ids of a launched vLLM, "0,1"')
+    colocate: bool = Field(
+        default=False, description="vLLM sleeps while the trainer trains on the same GPUs"
+    )
     sandbox: Literal["auto", "process", "docker"] = "auto"
     sandbox_runtime: str | None = Field(default=None, description='docker runtime, e.g. "runsc"')
     sandbox_image: str | None = Field(default=None, description="use this image, do not build")

@@ -150,7 +150,11 @@ class RFTConfig(_Strict):
         "harness decides)",
     )
     threshold: float = Field(
-        default=0.5, ge=0, le=1, description="accept rollouts scoring above this"
+        default=0.5,
+        ge=-1,
+        le=1,
+        description="accept rollouts scoring above this (below 0: every scored rollout, as a "
+        "rehearsal trains on what the demo model gets wrong)",
     )
     lr: float = Field(default=2e-4, gt=0, le=1)
     # verl's actor optimizer default (verl/trainer/config/optim/fsdp.yaml: weight_decay 0.01),
@@ -453,6 +457,11 @@ class Runtime(_Strict):
     sandbox: Literal["auto", "process", "docker"] | None = None
     vllm_max_model_len: int | None = Field(
         default=None, ge=16, le=1 << 22, description="the launched vLLM's --max-model-len"
+    )
+    colocate: bool | None = Field(
+        default=None,
+        description="vLLM and the trainer on the same GPUs: vLLM sleeps during each training "
+        "step (docs/gpu-hosts.md)",
     )
 
 

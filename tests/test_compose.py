@@ -43,7 +43,11 @@ def test_scale_profile_attaches_to_every_replica():
     services = compose_config("scale")["services"]
     scale = {name for name, s in services.items() if "scale" in s.get("profiles", [])}
     assert {"vllm-1", "vllm-2", "workbench-scale"} <= scale
-    replicas = {name for name, s in services.items() if s.get("image", "").startswith("vllm/")}
+    replicas = {  # of this profile or none (docker-compose v1 prints every profile's)
+        name
+        for name, s in services.items()
+        if s.get("image", "").startswith("vllm/") and s.get("profiles", ["scale"]) == ["scale"]
+    }
     assert replicas >= {"vllm", "vllm-1", "vllm-2"}
 
     env = services["workbench-scale"]["environment"]
@@ -72,3 +76,26 @@ def test_scale_profile_attaches_to_every_replica():
     volume, path = store.split(":")[:2]
     for name in replicas:
         assert any(v.split(":")[:2] == [volume, path] for v in services[name]["volumes"]), name
+
+
+def test_train_profile_splits_one_host_between_vllm_and_the_trainer():
+    services = compose_config("train")["services"]
+    vllm, workbench = services["vllm-train"], services["workbench-train"]
+
+    def gpus(service: dict) -> set[str]:
+        return set(service["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"])
+
+    # the split: no GPU on both sides, eight in all
+    assert not gpus(vllm) & gpus(workbench) and len(gpus(vllm) | gpus(workbench)) == 8
+    size = int(vllm["command"][vllm["command"].index("--data-parallel-size") + 1])
+    assert size == len(gpus(vllm))
+    env = workbench["environment"]
+    assert env["WHALE_VLLM_URLS"] == "http://vllm-train:8000/v1"
+    assert env["WHALE_TRAIN_ACCELERATE_CONFIG"].endswith("configs/accelerate/fsdp.yaml")
+    # one training process per GPU the container sees, counted where it runs
+    assert "--num_processes $$(nvidia-smi -L | wc -l)" in " ".join(workbench["entrypoint"])
+    assert workbench["build"]["args"]["TORCH_INDEX"].startswith("https://download.pytorch.org/")
+    # full fine-tunes are loaded in place, from the store both see at the same path
+    assert vllm["environment"]["VLLM_SERVER_DEV_MODE"] == "1"
+    assert any(v.startswith("whale-data:/data") for v in vllm["volumes"])
+    assert env["WHALE_HOME"].startswith("/data")

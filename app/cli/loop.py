@@ -47,6 +47,18 @@ def run(
         Optional[str],
         typer.Option(help="one run per seed, grouped, e.g. 0,1,2 (instead of the file's seeds)"),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="run a plan the machine check refuses (app/fit.py)"),
+    ] = False,
+    rehearse: Annotated[
+        bool,
+        typer.Option(
+            "--rehearse",
+            help="run the whole loop at CPU size on the demo model, in a store of its own, "
+            "keeping every code path the file selects (docs/loop.md, Rehearsal)",
+        ),
+    ] = False,
 ):
     """Run an experiment headless: progress per phase, a summary table at the end.
 
@@ -61,14 +73,23 @@ def run(
         runs = [parse(text, str(experiment), seed=s) for s in group_seeds or []] or [exp]
     except (ExperimentError, typer.BadParameter) as exc:
         raise fail(str(exc)) from None
+    if rehearse:
+        from app.cli.rehearse import rehearse_file
+
+        row = rehearse_file(experiment, exp, text, as_json)
+        ok = row["result"].startswith("done") and row["check"] == "ok"
+        raise typer.Exit(0 if ok else 1)
     settings = Settings(**exp.runtime.model_dump(exclude_none=True))
     if dry_run:  # no store, no model, no sandbox
         try:
             plan = describe_run(exp, settings, str(experiment))
         except ExperimentError as exc:
             raise fail(str(exc)) from None
-        print(json.dumps(plan) if as_json else format_plan(plan))
+        fitted = machine_fit(exp, settings)
+        plan["fit"] = fitted.as_dict()
+        print(json.dumps(plan) if as_json else format_plan(plan) + "\n" + format_fit(fitted))
         return
+    refuse_unfit(machine_fit(exp, settings), force, quiet=as_json)
     try:
         lock = StoreLock(settings.home).acquire()
     except StoreBusy as exc:
@@ -154,6 +175,34 @@ async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, 
         await Loop(workbench, row.id, phase_progress(progress, quiet=as_json)).run()
     with workbench.session() as s:
         return summary(s, row.id)
+
+
+def machine_fit(exp, settings):
+    """The plan against this machine: memory, GPUs and disk (app/fit.py)."""
+    from app import fit
+
+    return fit.check(exp, settings)
+
+
+def format_fit(fitted) -> str:
+    lines = [f"fit: {line}" for line in fitted.lines]
+    lines += [f"refused: {why}" for why in fitted.refusals]
+    if fitted.refusals:
+        lines.append("whale run refuses this plan; --force runs it anyway")
+    return "\n".join(lines)
+
+
+def refuse_unfit(fitted, force: bool, quiet: bool = False) -> None:
+    """Stop before anything starts when the plan cannot run here, unless forced."""
+    if not quiet:
+        err.print("\n".join(f"[dim]fit: {line}[/dim]" for line in fitted.lines))
+    if not fitted.refusals:
+        return
+    reasons = "; ".join(fitted.refusals)
+    if force:
+        err.print(f"[yellow]--force: running a plan the machine check refuses: {reasons}[/yellow]")
+        return
+    raise fail(f"this plan cannot run here: {reasons} (--force runs it anyway)")
 
 
 def format_plan(plan: dict) -> str:

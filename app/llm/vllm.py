@@ -139,6 +139,27 @@ def check_adapter(adapter: Path, base: Path | None) -> None:
 # --- a managed server ---------------------------------------------------------------------
 
 
+def chat_parsers(model_path: Path, extra_args: list[str]) -> list[str]:
+    """The tool-call and reasoning parsers a launched server needs: a harness that passes
+    `tools` (the paper's h0 harnesses do, with tool_choice "auto") gets HTTP 400 from a vLLM
+    started without them. Qwen3 and Qwen3.5 use qwen3_coder and qwen3 (docs/vllm.md); other
+    models the hermes tool-call format. Those given in WHALE_VLLM_ARGS win."""
+    try:
+        kind = json.loads((model_path / "config.json").read_text()).get("model_type", "")
+    except (OSError, ValueError):
+        kind = ""
+    qwen3 = kind.startswith("qwen3")
+    args = []
+    if "--tool-call-parser" not in extra_args and not any(
+        a.startswith("--tool-call-parser=") for a in extra_args
+    ):
+        parser = "qwen3_coder" if qwen3 else "hermes"
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    if qwen3 and flag_value(extra_args, "--reasoning-parser") is None:
+        args += ["--reasoning-parser", "qwen3"]
+    return args
+
+
 class VLLMServer(SupervisedServer):
     """One vLLM OpenAI server as a supervised child process (app/llm/supervisor.py): restarted
     when it dies, its adapters then loaded again by the backend (on_restart)."""
@@ -157,9 +178,13 @@ class VLLMServer(SupervisedServer):
         cpu: bool | None = None,
         extra_args: list[str] | tuple[str, ...] = (),
         max_model_len: int | None = None,
+        sleep_mode: bool = False,
+        gpus: str | None = None,
         say=log.info,
     ):
         super().__init__(log_path, port, say)
+        self.sleep_mode = sleep_mode  # colocated with the trainer: it sleeps while it trains
+        self.gpus = gpus  # CUDA_VISIBLE_DEVICES of the server (WHALE_VLLM_GPUS)
         self.python = python
         self.model_path = Path(model_path)
         self.max_lora_rank = max_lora_rank
@@ -200,6 +225,9 @@ class VLLMServer(SupervisedServer):
             # batch's prompts no longer fit one step, so prompts are prefilled whole.
             if not any(a.endswith("chunked-prefill") for a in self.extra_args):
                 cmd.append("--no-enable-chunked-prefill")
+        cmd += chat_parsers(self.model_path, self.extra_args)
+        if self.sleep_mode and "--enable-sleep-mode" not in self.extra_args:
+            cmd.append("--enable-sleep-mode")  # /sleep and /wake_up (with VLLM_SERVER_DEV_MODE)
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
         return cmd + self.extra_args
@@ -214,6 +242,7 @@ class VLLMServer(SupervisedServer):
             "HF_HUB_OFFLINE": "1",  # local folders only: never reach for a hub
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            **({"CUDA_VISIBLE_DEVICES": self.gpus} if self.gpus else {}),
         }
 
     def start(self, timeout: float = 600) -> None:
@@ -309,6 +338,8 @@ class VLLMBackend:
         max_loras: int = 4,
         extra_args: list[str] | tuple[str, ...] = (),
         max_model_len: int | None = None,
+        colocate: bool = False,
+        gpus: str | None = None,
         say=log.info,
     ):
         given = flag_value(extra_args, "--max-model-len")
@@ -328,6 +359,8 @@ class VLLMBackend:
         self.extra_args = list(extra_args)
         # the context a launched server holds: prompt and completion of any one call fit in it
         self.max_model_len = None if given is not None else max_model_len
+        self.colocate = colocate  # sleeps during each training step (sleep, wake_up)
+        self.gpus = gpus
         self.say = say
         self.server: VLLMServer | None = None
         self.endpoint: ReplicaEndpoint | None = None
@@ -348,6 +381,8 @@ class VLLMBackend:
             max_lora_rank=s.vllm_max_lora_rank,
             extra_args=shlex.split(s.vllm_args or ""),
             max_model_len=getattr(s, "vllm_max_model_len", None),
+            colocate=getattr(s, "colocate", False),
+            gpus=getattr(s, "vllm_gpus", None),
             say=say,
         )
 
@@ -419,6 +454,8 @@ class VLLMBackend:
             max_loras=self.max_loras,
             extra_args=self.extra_args,
             max_model_len=self.max_model_len,
+            sleep_mode=self.colocate,
+            gpus=self.gpus,
             say=self.say,
         )
         self.server.on_restart = self._reload_adapters
@@ -551,6 +588,41 @@ class VLLMBackend:
                     if response.status_code != 200:
                         return f"{action} at {root}: {_error_message(response)}"
         return None
+
+    async def restore_base(self) -> None:
+        """Load the base weights into the attached servers in place (a rehearsal before this one
+        may have left a fine-tune's there). Raises VLLMError."""
+        why = await self._reload_in_place(self.base_model_path)
+        if why is not None:
+            raise VLLMError(f"cannot load the base weights back: {why}")
+
+    async def sleep(self) -> None:
+        """Free the GPUs for a training step: every replica sleeps at level 1 (weights offloaded
+        to CPU memory, KV cache dropped) through `POST /sleep?level=1`, which needs the server
+        started with `--enable-sleep-mode` and VLLM_SERVER_DEV_MODE=1 (a launched one has both
+        when colocated). A sleeping server refuses requests: none may be in flight."""
+        await self._all("sleep", {"level": "1"})
+
+    async def wake_up(self) -> None:
+        """After the training step: the weights back on the GPUs, the KV cache reallocated
+        (`POST /wake_up`); the new weights are loaded in place after (serve_weights)."""
+        await self._all("wake_up", {})
+
+    async def _all(self, action: str, params: dict) -> None:
+        async with httpx.AsyncClient(timeout=600) as client:
+            for url in self.urls:
+                root = _root(url)
+                try:
+                    response = await client.post(f"{root}/{action}", params=params)
+                except httpx.HTTPError as exc:
+                    raise VLLMError(f"{action} at {root}: no answer: {exc!r}") from None
+                if response.status_code == 404:
+                    raise VLLMError(
+                        f"{root} has no /{action}: colocation needs vLLM started with "
+                        "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1"
+                    )
+                if response.status_code != 200:
+                    raise VLLMError(f"{action} at {root}: {_error_message(response)}")
 
     async def stop(self) -> None:
         if self.endpoint:

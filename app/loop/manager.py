@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often the worker looks for submitted runs
 
 
-async def submit(workbench, toml_text: str, source: str = "api") -> Run:
+async def submit(workbench, toml_text: str, source: str = "api", force: bool = False) -> Run:
     """Check an experiment posted over HTTP (ExperimentError names the bad key) and store its
     run, `created`, for the worker to start; its harness is an archive file, a stored harness or
     code, never a server path."""
@@ -48,6 +48,7 @@ async def submit(workbench, toml_text: str, source: str = "api") -> Run:
         )
     check_runtime(workbench.settings, experiment)
     check_generation(experiment, workbench.backend_name, source)
+    check_fit(workbench.settings, experiment, source, force)
     with workbench.session() as s:
         incoming = incoming_harness(experiment, s, source)
     return await workbench.writer.run(
@@ -64,12 +65,24 @@ def check_runtime(settings, experiment: Experiment) -> None:
         "llm_model": settings.llm_model,
         "sandbox": settings.sandbox,
         "vllm_max_model_len": settings.vllm_max_model_len,
+        "colocate": settings.colocate,
     }
     wrong = [
         f"runtime.{k} = {v!r} (this server: {have[k]!r})" for k, v in wanted.items() if have[k] != v
     ]
     if wrong:
         raise ExperimentError("the experiment asks for another runtime: " + "; ".join(wrong))
+
+
+def check_fit(settings, experiment: Experiment, source: str, force: bool) -> None:
+    """Refuse a plan this machine cannot run (app/fit.py), unless forced."""
+    from app import fit
+
+    refusals = fit.check(experiment, settings).refusals
+    if refusals and not force:
+        raise ExperimentError(
+            f"{source}: this plan cannot run here: {'; '.join(refusals)} (start it anyway: force)"
+        )
 
 
 class LoopWorker:

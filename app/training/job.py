@@ -56,9 +56,12 @@ class Trainer:
     # full fine-tune's weights) of the last step
     STOP_GRACE_S = 600.0
 
-    def __init__(self, folder: Path, command: list[str] | None = None):
+    def __init__(
+        self, folder: Path, command: list[str] | None = None, env: dict[str, str] | None = None
+    ):
         self.folder = folder
         self.command = command or trainer_command()
+        self.env = env or {}  # more environment: the GPUs left to it (app/training/rft.py)
         self.log_path = folder / "trainer.log"
         self.proc: asyncio.subprocess.Process | None = None
         self.sent = 0  # steps written to the inbox of the running process
@@ -80,7 +83,7 @@ class Trainer:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
                 preexec_fn=die_with_parent,
-                env={**os.environ, SUPERVISED: "1"},
+                env={**os.environ, **self.env, SUPERVISED: "1"},
             )
 
     def _send(self, message: dict) -> None:

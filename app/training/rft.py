@@ -209,36 +209,48 @@ async def rft_step(
     try:
         attempt = 0
         clock = time.monotonic()
-        while True:
-            await clean_slate()
-            try:
-                wall = time.monotonic()
-                result = await trainer.step(spec, job_dir, on_batch)
-                result["wall_seconds"] = time.monotonic() - wall
-                break
-            except TrainingError as exc:
-                error = str(exc)[-4000:]
-                if NO_SPACE in error:
-                    await clean_slate()  # the half-written checkpoint goes, and its room with it
-                    reason = f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
-                    if await pause_until_resumed(workbench, run_id, reason):
+        async with workbench.training_turn(trainer):  # colocated: vLLM sleeps meanwhile
+            while True:
+                await clean_slate()
+                try:
+                    wall = time.monotonic()
+                    result = await trainer.step(spec, job_dir, on_batch)
+                    result["wall_seconds"] = time.monotonic() - wall
+                    break
+                except TrainingError as exc:
+                    error = str(exc)[-4000:]
+                    if NO_SPACE in error:
+                        await (
+                            clean_slate()
+                        )  # the half-written checkpoint goes, and its room with it
+                        reason = f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
+                        if await pause_until_resumed(workbench, run_id, reason):
+                            continue
+                    attempt += 1
+                    if attempt < TRAINING_TRIES:
+                        log.warning(
+                            "training job %s failed, trying again: %s", job.id, error[-300:]
+                        )
+                        detail = {
+                            "job_id": job.id,
+                            "step": step,
+                            "attempt": attempt,
+                            "error": error,
+                        }
+                        await writer.insert(
+                            Event(run_id=run_id, kind="training_retry", detail=detail)
+                        )
                         continue
-                attempt += 1
-                if attempt < TRAINING_TRIES:
-                    log.warning("training job %s failed, trying again: %s", job.id, error[-300:])
-                    detail = {"job_id": job.id, "step": step, "attempt": attempt, "error": error}
-                    await writer.insert(Event(run_id=run_id, kind="training_retry", detail=detail))
-                    continue
-                await writer.run(
-                    lambda s, error=error: _update(
-                        s, job.id, status="failed", error=error, finished_at=now()
+                    await writer.run(
+                        lambda s, error=error: _update(
+                            s, job.id, status="failed", error=error, finished_at=now()
+                        )
                     )
-                )
-                reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
-                if not await pause_until_resumed(workbench, run_id, reason):
-                    raise
-                await writer.run(lambda s: _retrain(s, job.id))
-                attempt = 0
+                    reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
+                    if not await pause_until_resumed(workbench, run_id, reason):
+                        raise
+                    await writer.run(lambda s: _retrain(s, job.id))
+                    attempt = 0
     finally:
         if own_trainer:
             await trainer.close()
@@ -453,7 +465,19 @@ def phase_trainer(workbench, run_id: int, phase_id: int | None) -> Trainer:
     settings = workbench.settings
     folder = settings.home / "training" / f"run-{run_id}-phase-{phase_id or 0}"
     command = trainer_command(settings.train_accelerate_config, settings.train_accelerate_args)
-    return Trainer(folder, command)
+    return Trainer(folder, command, trainer_gpus(settings))
+
+
+def trainer_gpus(settings) -> dict[str, str]:
+    """The GPUs a launched vLLM leaves to the trainer (WHALE_VLLM_GPUS takes its own): the split
+    of one host, checked before the run starts (app/fit.py)."""
+    if not settings.vllm_gpus or settings.vllm_urls or settings.backend != "vllm":
+        return {}
+    from app.fit import gpu_list, this_machine
+
+    count = len(this_machine(settings.home).gpus)
+    rest = [i for i in range(count) if i not in gpu_list(settings.vllm_gpus, count)]
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, rest))}
 
 
 def _gist(error: str) -> str:

@@ -29,6 +29,7 @@ forms = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
 class StartRequest(BaseModel):
     experiment: str  # the experiment's TOML text
+    force: bool = False  # start a plan the machine check refuses (app/fit.py)
 
 
 class ControlRequest(BaseModel):
@@ -43,7 +44,7 @@ async def start(body: StartRequest, request: Request):
     """Start a run of an experiment given as TOML text: it is checked, stored (`created`, with
     its first harness) and started by the loop process, which loads the model first if need be."""
     try:
-        run = await submit(request.app.state.workbench, body.experiment)
+        run = await submit(request.app.state.workbench, body.experiment, force=body.force)
     except ExperimentError as exc:
         raise HTTPException(422, str(exc)) from None
     return {"run": as_dict(run)}
@@ -72,6 +73,7 @@ async def start_form(
     s: SessionDep,
     experiment: Annotated[str, Form()] = "",
     preset: Annotated[str | None, Form()] = None,
+    force: Annotated[bool, Form()] = False,
 ):
     """Start a run from the experiment text in the form (posted by htmx), then open its page; a
     bad experiment comes back as the form again, in place, with the text and the preset picked
@@ -80,7 +82,7 @@ async def start_form(
     try:
         if not experiment.strip():
             raise ExperimentError(EMPTY_EXPERIMENT)
-        run = await submit(request.app.state.workbench, experiment, source=FORM_SOURCE)
+        run = await submit(request.app.state.workbench, experiment, FORM_SOURCE, force)
     except ExperimentError as exc:
         # the error names its source for a file ("x.toml: budget..."); the form is no file
         error = str(exc).removeprefix(f"{FORM_SOURCE}: ")

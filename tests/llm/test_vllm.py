@@ -80,6 +80,30 @@ def test_the_command_line_comes_from_the_settings(tmp_path):
     assert not cpu_only & set(gpu)
 
 
+def test_a_launched_server_parses_tool_calls_for_its_model(tmp_path):
+    """The paper's h0 harnesses send `tools` with tool_choice "auto", which vLLM refuses (400)
+    unless started with a tool-call parser: Qwen3 models get theirs, others hermes."""
+    from app.llm.vllm import chat_parsers
+
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3_5"}')
+    assert chat_parsers(tmp_path, []) == [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "qwen3_coder",
+        "--reasoning-parser",
+        "qwen3",
+    ]
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    assert chat_parsers(tmp_path, []) == [
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]
+    given = ["--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
+    assert chat_parsers(tmp_path, given) == []  # WHALE_VLLM_ARGS wins
+    assert "--tool-call-parser" in VLLMServer("python", tmp_path, tmp_path / "log").command()
+
+
 def test_a_launched_server_holds_the_context_the_run_asks_for(tmp_path):
     """The release's vLLM ran at --max-model-len 32768: a run asking for it launches with it,
     and WHALE_VLLM_ARGS saying otherwise is refused rather than silently preferred."""
