@@ -73,6 +73,13 @@ class Settings(BaseSettings):
     train_accelerate_args: str | None = Field(
         default=None, description="more `accelerate launch` arguments (shell words)"
     )
+    # Each run also logged to these experiment trackers, comma-separated: mlflow, wandb
+    # (app/trackers.py); where they log is their own settings (MLFLOW_TRACKING_URI, WANDB_MODE)
+    trackers: str | None = Field(
+        default=None, description='send runs to "mlflow", "wandb" or "mlflow,wandb"'
+    )
+    # how long a run's end waits for its trackers to log what is left
+    tracker_timeout: float = Field(default=30.0, gt=0)
 
     @property
     def db_path(self) -> Path:

@@ -25,6 +25,17 @@ def describe(exc: ValidationError) -> str:
     )
 
 
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested settings (an experiment as stored) as dotted keys, as `describe` names them:
+    `rft.lr`; a list is one value."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, inner in value.items():
+        flat.update(flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -48,6 +48,7 @@ from app.rollout.usage import (
 )
 from app.search.harness_phase import harness_phase
 from app.search.proposers import make_proposer
+from app.trackers import open_sink
 from app.training.weight_phase import steps_done, weight_phase
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class Loop:
         self.command = run.command
         self._full_pause: asyncio.Future | None = None  # the pause a full disk asked for
         self._paused_logged: bool | None = None  # the log's newest hold event is "paused"
+        self.trackers = None  # MLflow / W&B (app/trackers.py): poked after each write it logs
 
     # -- control -----------------------------------------------------------------------------
 
@@ -181,6 +183,8 @@ class Loop:
     async def run(self) -> Run:
         watcher = asyncio.create_task(self._watch())
         self.wb.gates[self.run_id] = self  # its gate() and holds(): app/rollout/evaluate.py
+        self.trackers = open_sink(self.wb, self.run_id)
+        status = "interrupted"
         try:
             if self.start["checkpoint_id"] is None:  # submitted over HTTP: it begins here
                 run = await self.wb.writer.run(
@@ -195,8 +199,10 @@ class Loop:
                 await self._test_point()
             await self._status("running", only_from=("resuming",))
             reason = await self._phases_until_the_end()
+            status = "done"
             return await self._finish("done", reason)
         except RunStopped:
+            status = "stopped"
             return await self._finish("stopped", "stopped by request")
         except asyncio.CancelledError as exc:
             # the process is stopping (SIGTERM, Ctrl-C, a server shutting down; the message of
@@ -207,10 +213,13 @@ class Loop:
             raise
         except Exception as exc:
             log.exception("run %s failed", self.run_id)
+            status = "failed"
             return await self._finish("failed", f"{type(exc).__name__}: {exc}")
         finally:
             watcher.cancel()
             self.wb.gates.pop(self.run_id, None)
+            if self.trackers:  # what is left is logged off the event loop, for a bounded time
+                await asyncio.to_thread(self.trackers.close, status)
 
     async def _log_resume(self) -> None:
         """A run started again says so in its log: how its last process ended (the reason it
@@ -257,6 +266,7 @@ class Loop:
             else:
                 phase = await self._harness_phase(phase)
             await self._take_command("skip", phase_id=phase.id)
+            self._poke()
             if self.exp.test.after_phase:
                 await self._test_point()
             if phase.ended_reason == "budget" and not self._final_weight_phase_due(phase):
@@ -369,6 +379,7 @@ class Loop:
             return reason
 
         async def after_step(trained: Checkpoint) -> None:
+            self._poke()
             every = self.exp.test.every_weight_steps
             if every and steps_done(self.wb, self.run_id) % every == 0:
                 await self._test_point(harness.id, trained.id)
@@ -494,6 +505,12 @@ class Loop:
             lambda s: plot_test_point(s, self.run_id, evaluation, rollouts, steps, wall_s)
         )
         self.say("test", {"evaluation": evaluation, "rollouts": rollouts})
+        self._poke()
+
+    def _poke(self) -> None:
+        """New rows for the run's trackers to log (they read them in a thread of their own)."""
+        if self.trackers:
+            self.trackers.poke()
 
     async def _complete_test_points(self) -> None:
         """Test evaluations a crash interrupted: finish them and plot them."""

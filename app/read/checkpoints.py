@@ -8,6 +8,7 @@ from sqlmodel import Session, select
 from app.db.schema import Checkpoint, Evaluation, TrainingJob
 from app.read.common import NotFound, as_dict, step_numbers
 from app.read.evaluations import evaluation_rows
+from app.read.weights_download import download_of
 from app.training.job import OPTIMIZER_FILE
 
 
@@ -88,4 +89,6 @@ def get_checkpoint(s: Session, checkpoint_id: int) -> dict[str, Any]:
             if optimizer and optimizer.is_file()
             else None,
         },
+        # its folder as a tar (GET the url), or why it cannot be had
+        "download": download_of(checkpoint),
     }

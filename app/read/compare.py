@@ -11,6 +11,7 @@ from fastapi import HTTPException, Query
 from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Metric, Run
+from app.read.config_diff import config_diff
 from app.read.curves import (
     X_LABELS,
     intervals,
@@ -345,6 +346,7 @@ def get_comparison(
         "groups": groups(s, rows, baseline),
         "notes": mixed_scales(rows),
         "curves": curves,
+        "config_diff": config_diff(runs),
         "seed_bands": seed_bands(
             runs, [[(p["x"], p["y"]) for p in curves[label(run)]] for run in runs]
         ),

@@ -216,6 +216,11 @@ class ComparePage(Open):
         description="why the runs' mean@k are not one scale, if they are not: a note per "
         "difference in domain, k or scoring mode, naming each run's value"
     )
+    config_diff: Row = Field(
+        default={},
+        description="the runs' experiment settings as dotted keys: run_ids, differs ([{key, "
+        "values in run_ids' order, absent: the runs lacking the key}]), same ({key: value})",
+    )
 
 
 class Budget(Open):
@@ -380,6 +385,10 @@ class CheckpointPage(Open):
     evaluations: list[Row]
     weights: Row = Field(
         default={}, description="whether its weights are on disk or retention dropped them"
+    )
+    download: Row = Field(
+        default={},
+        description="its weights folder as a tar: {url, name, files, bytes}, or {refused: why}",
     )
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 
 from app import ROOT
-from app.db.schema import Run
+from app.db.schema import Checkpoint, Run
 from app.read import models
 from app.read.checkpoints import get_checkpoint
 from app.read.common import NotFound, RowId, SessionDep
@@ -45,6 +45,7 @@ from app.read.rollouts import StepsQuery, get_rollout, list_rollouts
 from app.read.runs import get_run, list_runs
 from app.read.trace_compare import CompareQuery, compare_candidates, compare_rollouts
 from app.read.training_jobs import get_training_job
+from app.read.weights_download import download_of, weights_tar
 from app.web.lineage_svg import legend_svg, lineage_svg
 from app.web.templating import render
 from app.web.trace import trace_segments
@@ -261,6 +262,23 @@ def training_job_live(job_id: RowId, s: SessionDep) -> Data:
 def checkpoint(checkpoint_id: RowId, s: SessionDep) -> Data:
     """A checkpoint with the job that made it, its lineage, children and evaluations."""
     return get_checkpoint(s, checkpoint_id)
+
+
+@api.get("/checkpoints/{checkpoint_id}/weights.tar")
+def checkpoint_weights(checkpoint_id: RowId, s: SessionDep) -> StreamingResponse:
+    """The checkpoint's weights folder (a LoRA adapter, or full weights) as a tar, streamed;
+    410 with the reason when retention dropped them or the folder is not here."""
+    checkpoint = s.get(Checkpoint, checkpoint_id)
+    if checkpoint is None:
+        raise NotFound("checkpoint", checkpoint_id)
+    offer = download_of(checkpoint)
+    if "refused" in offer:
+        raise HTTPException(410, f"checkpoint {checkpoint_id}: {offer['refused']}")
+    return StreamingResponse(
+        weights_tar(checkpoint_id, Path(checkpoint.path)),
+        media_type="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="{offer["name"]}"'},
+    )
 
 
 # -- rollouts and traces ----------------------------------------------------------------------
