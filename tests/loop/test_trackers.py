@@ -51,7 +51,11 @@ def tracker_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    return tmp_path
+    yield tmp_path
+    # W&B keeps its settings (WANDB_MODE among them) in a process-wide singleton once set up:
+    # a later test in the same process must start from the environment it sets, not this one's
+    if "wandb" in sys.modules and sys.modules["wandb"] is not None:
+        sys.modules["wandb"].teardown()
 
 
 def store_rows(db, sql: str, *args) -> list:
