@@ -23,7 +23,7 @@ import queue
 import secrets
 import threading
 from collections import OrderedDict, deque
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,8 +213,7 @@ class Engine:
                         self._step()
                 except Exception as exc:  # noqa: BLE001 - reported to each running request
                     for row in self.rows:
-                        if not row.job.future.done():
-                            row.job.future.set_exception(exc)
+                        _settle(row.job.future, error=exc)
                     self.rows: list[_Row] = []
 
     def _admit(self, waiting: deque[Job]) -> None:
@@ -228,14 +227,16 @@ class Engine:
             and len(self.rows) + len(joining) < MAX_BATCH
             and waiting[0].request.model == self.model_name
         ):
-            joining.append(waiting.popleft())
+            job = waiting.popleft()
+            if not job.future.cancelled():  # its caller went away while it waited
+                joining.append(job)
         if not joining:
             return
         try:
             model, tokenizer, eos = self._load(self.model_name)
         except Exception as exc:  # noqa: BLE001 - reported to each request that asked for it
             for job in joining:
-                job.future.set_exception(exc)
+                _settle(job.future, error=exc)
             return
         rows, prefills = [], []
         for job in joining:
@@ -243,7 +244,7 @@ class Engine:
                 ids = _prompt_ids(tokenizer, job.request)
                 prefills.append(self._prefill(model, ids))
             except Exception as exc:  # noqa: BLE001 - this request's own failure
-                job.future.set_exception(exc)
+                _settle(job.future, error=exc)
                 continue
             rows.append(_new_row(job, ids))
         if not rows:
@@ -277,7 +278,10 @@ class Engine:
 
     def _step(self) -> None:
         """Feed each running request its pending token; sample the next; answer who ended."""
-        rows = self.rows
+        # a request whose caller went away (its future cancelled) leaves without an answer
+        rows = self.rows = [r for r in self.rows if not r.job.future.cancelled()]
+        if not rows:
+            return
         model, tokenizer, eos = self.models[self.model_name]
         fed = rows * 2 if len(rows) == 1 else rows  # see _RowsCache: a lone row runs twice
         output = model(
@@ -349,7 +353,8 @@ def _answer(row: _Row, tokenizer) -> None:
     text = tokenizer.decode(row.out, skip_special_tokens=True)
     for s in row.stops:
         text = text.split(s)[0]
-    row.job.future.set_result(
+    _settle(
+        row.job.future,
         {
             "content": text,
             "finish_reason": row.finish,
@@ -358,8 +363,19 @@ def _answer(row: _Row, tokenizer) -> None:
             "prompt_token_ids": row.prompt_ids,
             # what was sampled, the end-of-sequence token included where it ended on one
             "token_ids": row.out + ([row.eos] if row.eos is not None else []),
-        }
+        },
     )
+
+
+def _settle(future: Future, result=None, error: Exception | None = None) -> None:
+    """Answer a request, unless its caller cancelled it meanwhile (then nobody is listening)."""
+    try:
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 def sample(
