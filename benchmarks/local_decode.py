@@ -165,6 +165,7 @@ def main() -> None:
                 server.start()
                 try:
                     results[label, dtype] = asyncio.run(measure(server, args))
+                    print(label, dtype, results[label, dtype][:2], flush=True)  # as it goes
                 finally:
                     server.stop()
     rows = [
