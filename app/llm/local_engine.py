@@ -4,15 +4,13 @@ One thread owns the models and decodes. Each decoding step feeds the running req
 each, through the model together; a request that arrives joins at the next step, and one that
 ends leaves at once and is answered then, not when its batch-mates end.
 
-- The KV cache is kept per request, in a buffer that grows by doubling, so a step writes one
-  column per request in place and a request joins or leaves without copying anyone's cache.
-  Attention runs request by request over its own cache (`rows_attention`), the rest of the model
-  (projections, MLP, the head) over the batch at once. The price: at 16 requests at once (one
-  thread, prompts of about 40 tokens) the per-request attention took a quarter of a step's
-  time, the matrix products under half (cProfile). No padding: a request's
-  attention is the same arithmetic alone or in any batch, and the matrix products give each row
-  the same bits whatever the other rows (checked for bfloat16 and float32 on this CPU), so a
-  seeded request samples the same completion whatever joins it (tests/llm/test_batching.py).
+- The running requests' KV caches share one buffer per layer (requests x heads x columns x
+  dim), each request right-padded from column 0, grown by doubling; a request that leaves is
+  replaced by the last one (one request's cache copied). A step writes one column per request
+  in place and attends with one masked SDPA call per layer and width (`_StepCache`), the rest of
+  the model (projections, MLP, the head) over the batch at once. A request's width depends on
+  its own length only, so a seeded request samples the same completion whatever joins it
+  (tests/llm/test_batching.py): see `_StepCache` for why.
 - A prompt is prefilled alone: no padding, so its cache does not depend on what else arrived.
   Its cache and last logits are kept in a small store keyed by its token ids, so the k samples
   of one prompt prefill it once (`PREFIX_TOKENS`).
@@ -43,6 +41,7 @@ MAX_MODELS = 3
 # Prompt caches kept for reuse, in tokens over all prompts: at 23 kB a token (SmolLM2 in
 # bfloat16), about 100 MB.
 PREFIX_TOKENS = 4096
+WIDTH_STEP = 64  # a decoding step attends each request at a multiple of this many columns
 
 
 @dataclass
@@ -68,87 +67,155 @@ class _Row:
     prompt_ids: list[int]
     generator: torch.Generator
     stops: list[str]
-    kv: "_KV | None" = None
     pending: int = 0  # the token it feeds at the next step
     out: list[int] = field(default_factory=list)
     eos: int | None = None  # the end-of-sequence token it ended on, if it did
     finish: str = "length"
 
 
-class _KV:
-    """One request's KV cache: per layer, a buffer (1 x heads x capacity x dim) of which the
-    first `length` columns are filled."""
+class _BatchKV:
+    """The running requests' KV caches in one buffer per layer (slots x heads x columns x dim):
+    request i fills slot i from column 0 on (right padding), its first `lengths[i]` columns.
+    Both sizes grow by doubling; a request that leaves is replaced by the last one (one slot
+    copied), so the running requests are always the first `len(lengths)` slots and a step's
+    attention is one masked SDPA call per layer over views of the buffer."""
 
-    def __init__(self, prefill: _Prefill):
-        self.length = prefill.keys[0].shape[-2]
-        self.keys = [self._buffer(k, self.length + 64) for k in prefill.keys]
-        self.values = [self._buffer(v, self.length + 64) for v in prefill.values]
+    def __init__(self):
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.lengths: list[int] = []
 
-    @staticmethod
-    def _buffer(filled: torch.Tensor, capacity: int) -> torch.Tensor:
-        buffer = filled.new_zeros((*filled.shape[:2], capacity, filled.shape[3]))
-        buffer[:, :, : filled.shape[2]] = filled
-        return buffer
+    def __len__(self) -> int:
+        return len(self.lengths)
 
-    def append(self, layer: int, key: torch.Tensor, value: torch.Tensor):
-        """Write this step's column for `layer`; the filled views, with it."""
-        end = self.length + 1
-        if end > self.keys[layer].shape[2]:
-            grown = 2 * self.keys[layer].shape[2]
-            self.keys[layer] = self._buffer(self.keys[layer][:, :, : self.length], grown)
-            self.values[layer] = self._buffer(self.values[layer][:, :, : self.length], grown)
-        self.keys[layer][:, :, self.length] = key[:, :, 0]
-        self.values[layer][:, :, self.length] = value[:, :, 0]
-        if layer == len(self.keys) - 1:
-            self.length = end
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+    def add(self, prefill: _Prefill) -> None:
+        """A joining request's prompt cache, into the next slot."""
+        slot, length = len(self.lengths), prefill.keys[0].shape[-2]
+        self._reserve(slot + 1, length + 1)
+        for buffers, filled in ((self.keys, prefill.keys), (self.values, prefill.values)):
+            for buffer, layer in zip(buffers, filled):
+                buffer[slot, :, :length] = layer[0]
+        self.lengths.append(length)
+
+    def remove(self, slot: int) -> None:
+        """Drop a request's cache: the last slot moves into its place, as in `list` order after
+        `rows[slot] = rows.pop()`."""
+        last = len(self.lengths) - 1
+        if slot != last:
+            width = self.lengths[last]
+            for buffer in self.keys + self.values:
+                buffer[slot, :, :width] = buffer[last, :, :width]
+            self.lengths[slot] = self.lengths[last]
+        self.lengths.pop()
+
+    def _reserve(self, slots: int, columns: int) -> None:
+        if not self.keys:  # no prefill seen yet: allocated by the first `add`'s caller
+            return
+        have_slots, have_columns = self.keys[0].shape[0], self.keys[0].shape[2]
+        if slots <= have_slots and columns <= have_columns:
+            return
+        slots, columns = _doubled(have_slots, slots), _doubled(have_columns, columns)
+        used, width = len(self.lengths), max(self.lengths, default=0)
+        for buffers in (self.keys, self.values):
+            for i, old in enumerate(buffers):
+                grown = old.new_zeros((slots, old.shape[1], columns, old.shape[3]))
+                grown[:used, :, :width] = old[:used, :, :width]
+                buffers[i] = grown
+
+    def allocate_like(self, prefill: _Prefill) -> None:
+        """The first buffers, shaped after a prompt's cache (a few slots, 256 columns)."""
+        if not self.keys:
+            self.keys = [_empty(k) for k in prefill.keys]
+            self.values = [_empty(v) for v in prefill.values]
 
 
-class _PerRequest(list):
-    """Per-request tensors where the model expects a batched one (keys or values)."""
+def _doubled(have: int, need: int) -> int:
+    while have < need:
+        have *= 2
+    return have
 
 
-class _RowsCache:
-    """The running requests' own caches, as one decoding step's forward sees a cache: each
-    request's new column goes to its own, and attention gets them one by one. A lone request
-    runs as two rows, itself and an echo that writes nothing: a matrix product over one row
-    takes another kernel (a matrix-vector one) whose bfloat16 sums differ from the batched
-    kernel's in the last bit, which is enough to change a sampled completion; from two rows on,
-    each row gets the same bits whatever the others."""
+def _empty(layer: torch.Tensor) -> torch.Tensor:
+    return layer.new_zeros((4, layer.shape[1], 256, layer.shape[3]))
 
-    def __init__(self, caches: list[_KV]):
-        self.caches = caches
-        self.echo = len(caches) == 1
+
+@dataclass
+class _Padded:
+    """A step's keys, right-padded, in groups of requests attended at one width: per group,
+    its slots (None: all), keys (group x heads x width x dim) and filled columns' mask."""
+
+    groups: list[tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, torch.Tensor]]
+    requests: int
+
+
+class _StepCache:
+    """The batch's cache as one decoding step's forward sees a cache: each request's new column
+    goes to its slot, and attention gets the padded keys with their masks.
+
+    Bits: masked SDPA over a wider buffer does not give the same bits as over the filled columns
+    only (its sums run in another order), but at one width it gives a row the same bits whatever
+    the other rows and their masks (checked for bfloat16 and float32 on this CPU, one thread).
+    So a request is attended at a width set by its own length alone (the next multiple of
+    `WIDTH_STEP`), one SDPA call per width present. A lone request runs as two rows, itself and
+    an echo that writes nothing: a matrix product over one row takes another kernel (a
+    matrix-vector one) whose bfloat16 sums differ from the batched kernel's in the last bit,
+    which is enough to change a sampled completion; from two rows on, each row gets the same
+    bits whatever the others."""
+
+    def __init__(self, kv: _BatchKV):
+        self.kv = kv
+        n = len(kv)
+        self.slots = torch.arange(n)
+        self.columns = torch.tensor(kv.lengths)  # where this step's column goes
+        widths = [-(-(length + 1) // WIDTH_STEP) * WIDTH_STEP for length in kv.lengths]
+        kv._reserve(n, max(widths))
+        self.groups = []
+        for width in sorted(set(widths)):
+            slots = [i for i, w in enumerate(widths) if w == width]
+            index = None if len(slots) == n else torch.tensor(slots)
+            filled = self.columns if index is None else self.columns[index]
+            mask = (torch.arange(width) <= filled[:, None])[:, None, None, :]
+            self.groups.append((index, width, mask))
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # positions are passed explicitly, per request
 
     def update(self, keys: torch.Tensor, values: torch.Tensor, layer_idx: int, *args, **kwargs):
-        filled = [
-            c.append(layer_idx, keys[i : i + 1], values[i : i + 1])
-            for i, c in enumerate(self.caches)
-        ]
-        filled += filled if self.echo else []
-        return _PerRequest(k for k, _ in filled), _PerRequest(v for _, v in filled)
+        n, kv = len(self.slots), self.kv
+        kv.keys[layer_idx][self.slots, :, self.columns] = keys[:n, :, 0]
+        kv.values[layer_idx][self.slots, :, self.columns] = values[:n, :, 0]
+        if layer_idx == len(kv.keys) - 1:
+            kv.lengths = [length + 1 for length in kv.lengths]
+        groups = []
+        for index, width, mask in self.groups:
+            k, v = kv.keys[layer_idx][:n, :, :width], kv.values[layer_idx][:n, :, :width]
+            if index is not None:
+                k, v = k.index_select(0, index), v.index_select(0, index)
+            groups.append((index, k, v, mask))
+        return _Padded(groups, n), None
 
 
-def rows_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Attention for a decoding step over per-request caches (one query each); a prompt's
-    prefill (one request, no padding) is plain causal SDPA."""
-    if not isinstance(key, _PerRequest):
+def batch_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+    """Attention for a decoding step: one masked SDPA call per width over the padded batch
+    cache (one query per request); a prompt's prefill (one request, no padding) is plain
+    causal SDPA."""
+    if not isinstance(key, _Padded):
         return sdpa_attention_forward(
-            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kw
         )
-    out = torch.cat(
-        [
-            F.scaled_dot_product_attention(query[i : i + 1], k, v, scale=scaling, enable_gqa=True)
-            for i, (k, v) in enumerate(zip(key, value))
-        ]
-    )
+    out = torch.empty_like(query)
+    for index, k, v, mask in key.groups:
+        q = query[: k.shape[0]] if index is None else query.index_select(0, index)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=True)
+        if index is None:
+            out[: k.shape[0]] = o
+        else:
+            out[index] = o
+    out[key.requests :] = out[:1]  # the lone row's echo, if any
     return out.transpose(1, 2).contiguous(), None
 
 
-AttentionInterface.register("whale_rows", rows_attention)
+AttentionInterface.register("whale_batch", batch_attention)
 
 
 class Engine:
@@ -161,6 +228,7 @@ class Engine:
         self.prefixes: OrderedDict[tuple, _Prefill] = OrderedDict()
         self.jobs: queue.Queue[Job] = queue.Queue()
         self.rows: list[_Row] = []
+        self.kv = _BatchKV()  # the running rows' caches, row i in slot i
         self.model_name: str | None = None
         self.submitted = self.answered = 0  # for /metrics
         threading.Thread(target=self._loop, daemon=True, name="decode").start()
@@ -188,7 +256,7 @@ class Engine:
         if path not in self.models:
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = self.load_weights(path, self.dtype).eval()
-            model.set_attn_implementation("whale_rows")
+            model.set_attn_implementation("whale_batch")
             eos = {tokenizer.eos_token_id, *_ids(model.generation_config.eos_token_id)}
             self.models[path] = (model, tokenizer, eos - {None})
             while len(self.models) > MAX_MODELS:
@@ -217,6 +285,7 @@ class Engine:
                     for row in self.rows:
                         _settle(row.job.future, error=exc)
                     self.rows: list[_Row] = []
+                    self.kv = _BatchKV()
 
     def _admit(self, waiting: deque[Job]) -> None:
         """Prefill the waiting requests that fit the batch, in order of arrival, while they ask
@@ -256,7 +325,11 @@ class Engine:
             if _record(row, token, tokenizer, eos):
                 _answer(row, tokenizer)  # ended on its first token
             else:
-                row.kv, row.pending = _KV(prefill), token
+                if not self.rows:  # a new batch, maybe of another model: new buffers
+                    self.kv = _BatchKV()
+                self.kv.allocate_like(prefill)
+                self.kv.add(prefill)
+                row.pending = token
                 self.rows.append(row)
 
     def _prefill(self, model, ids: list[int]) -> _Prefill:
@@ -281,25 +354,36 @@ class Engine:
     def _step(self) -> None:
         """Feed each running request its pending token; sample the next; answer who ended."""
         # a request whose caller went away (its future cancelled) leaves without an answer
-        rows = self.rows = [r for r in self.rows if not r.job.future.cancelled()]
+        self._leave([i for i, r in enumerate(self.rows) if r.job.future.cancelled()])
+        rows = self.rows
         if not rows:
             return
         model, tokenizer, eos = self.models[self.model_name]
-        fed = rows * 2 if len(rows) == 1 else rows  # see _RowsCache: a lone row runs twice
+        fed = rows * 2 if len(rows) == 1 else rows  # see _StepCache: a lone row runs twice
+        positions = self.kv.lengths * 2 if len(rows) == 1 else self.kv.lengths
         output = model(
             input_ids=torch.tensor([[r.pending] for r in fed]),
-            position_ids=torch.tensor([[r.kv.length] for r in fed]),
-            cache=_RowsCache([r.kv for r in rows]),
+            position_ids=torch.tensor(positions)[:, None],
+            cache=_StepCache(self.kv),
             use_cache=True,
         )
         chosen = _sample_rows(output.logits[: len(rows), -1, :].float(), rows)
-        self.rows = []
-        for row, token in zip(rows, chosen):
+        ended = []
+        for i, (row, token) in enumerate(zip(rows, chosen)):
             if _record(row, token, tokenizer, eos):
                 _answer(row, tokenizer)
+                ended.append(i)
             else:
                 row.pending = token
-                self.rows.append(row)
+        self._leave(ended)
+
+    def _leave(self, slots: list[int]) -> None:
+        """Drop these rows and their caches (highest slot first, so each move is still valid)."""
+        for slot in sorted(slots, reverse=True):
+            self.kv.remove(slot)
+            last = self.rows.pop()
+            if slot < len(self.rows):
+                self.rows[slot] = last
 
 
 def _ids(value) -> list[int]:
