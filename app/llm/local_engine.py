@@ -7,7 +7,7 @@ ends leaves at once and is answered then, not when its batch-mates end.
 - The running requests' KV caches share one buffer per layer (requests x heads x columns x
   dim), each request right-padded from column 0, grown by doubling; a request that leaves is
   replaced by the last one (one request's cache copied). A step writes one column per request
-  in place and attends with one masked SDPA call per layer and width (`_StepCache`), the rest of
+  in place and attends with one set of masked batched matrix products per layer and width (`_StepCache`), the rest of
   the model (projections, MLP, the head) over the batch at once. A request's width depends on
   its own length only, so a seeded request samples the same completion whatever joins it
   (tests/llm/test_batching.py): see `_StepCache` for why.
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import AttentionInterface, AutoTokenizer
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -152,11 +151,11 @@ class _StepCache:
     """The batch's cache as one decoding step's forward sees a cache: each request's new column
     goes to its slot, and attention gets the padded keys with their masks.
 
-    Bits: masked SDPA over a wider buffer does not give the same bits as over the filled columns
-    only (its sums run in another order), but at one width it gives a row the same bits whatever
-    the other rows and their masks (checked for bfloat16 and float32 on this CPU, one thread).
-    So a request is attended at a width set by its own length alone (the next multiple of
-    `WIDTH_STEP`), one SDPA call per width present. A lone request runs as two rows, itself and
+    Bits: masked attention over a wider buffer does not give the same bits as over the filled
+    columns only (its sums run in another order: checked with SDPA, bfloat16 and float32), but
+    at one width it gives a row the same bits whatever the other rows and their masks. So a
+    request is attended at a width set by its own length alone (the next multiple of
+    `WIDTH_STEP`), one attention call per width present. A lone request runs as two rows, itself and
     an echo that writes nothing: a matrix product over one row takes another kernel (a
     matrix-vector one) whose bfloat16 sums differ from the batched kernel's in the last bit,
     which is enough to change a sampled completion; from two rows on, each row gets the same
@@ -196,7 +195,7 @@ class _StepCache:
 
 
 def batch_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
-    """Attention for a decoding step: one masked SDPA call per width over the padded batch
+    """Attention for a decoding step: one masked attention call per width over the padded batch
     cache (one query per request); a prompt's prefill (one request, no padding) is plain
     causal SDPA."""
     if not isinstance(key, _Padded):
@@ -206,13 +205,27 @@ def batch_attention(module, query, key, value, attention_mask, scaling=None, dro
     out = torch.empty_like(query)
     for index, k, v, mask in key.groups:
         q = query[: k.shape[0]] if index is None else query.index_select(0, index)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling, enable_gqa=True)
+        o = _masked_attention(q, k, v, mask, scaling)
         if index is None:
             out[: k.shape[0]] = o
         else:
             out[index] = o
     out[key.requests :] = out[:1]  # the lone row's echo, if any
     return out.transpose(1, 2).contiguous(), None
+
+
+def _masked_attention(query, keys, values, mask, scale):
+    """One query per request over its padded keys: batched matrix products per key head (its
+    query heads stacked), softmax in float32; plain ops are quicker here than SDPA's CPU
+    kernel, which took a millisecond a layer at 16 requests."""
+    b, heads, _, dim = query.shape
+    kv_heads = keys.shape[1]
+    q = query.reshape(b, kv_heads, heads // kv_heads, dim)
+    # in float32 throughout, as SDPA's CPU kernel accumulates: bfloat16 scores changed greedy
+    # completions against transformers' generate
+    scores = torch.matmul(q.float(), keys.float().transpose(-1, -2)) * scale
+    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return torch.matmul(weights, values.float()).to(query.dtype).reshape(b, heads, 1, dim)
 
 
 AttentionInterface.register("whale_batch", batch_attention)
