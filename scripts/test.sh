@@ -36,7 +36,10 @@ export WHALE_REQUIRE_COMPONENTS=1
 # model server the controller serves for both (tests/conftest.py); groups that share a module's
 # server stay on one worker (xdist_group marks). A third worker was faster (the model server
 # decodes on one core and batches more requests) but loaded two cores past what the load-bound
-# tests allow (docs/tests.md). One thread per torch process: two workers' training jobs and the
-# model server each spinning two threads on two cores thrash.
+# tests allow (docs/tests.md). One thread per torch process: two workers' training jobs each
+# spinning two threads on two cores thrash. The model server takes its own count: most of the
+# suite waits on it, and `auto` (app/llm/cpu_share.py) decodes on both cores only while the rest
+# of the machine leaves them idle, on one as soon as it does not.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export WHALE_LOCAL_THREADS=${WHALE_LOCAL_THREADS:-auto}
 .venv/bin/python -m pytest tests -n "${WHALE_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -2,7 +2,7 @@
 
 import torch
 
-from app.llm.local_server import _sample
+from app.llm.local_engine import sample as _sample
 
 PROBS = torch.tensor([0.5, 0.3, 0.2, 0.0])
 LOGITS = PROBS.clamp(min=1e-30).log()  # softmax(LOGITS) == PROBS
