@@ -91,7 +91,9 @@ def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
     declared = {"sampling": {"fixed": True, "temperature": 1.0, "top_p": 1.0, "top_k": 20}}
     for split in ("train", "harness", "test"):
         got = generation_for(declared, split, "vllm", {})
-        assert got.forced == {"temperature": 1.0, "top_p": 1.0, "top_k": 20}, split
+        # and the chat template's own thinking default: no harness switches it
+        fixed = {"temperature": 1.0, "top_p": 1.0, "top_k": 20, "chat_template_kwargs": None}
+        assert got.forced == fixed, split
         assert got.record()["forced"] == got.forced  # stored with each evaluation
     test = generation_for(declared, "test", "vllm", {})
     _, received, steps = call(store, test, {"messages": HELLO, "temperature": 0.0, "top_k": 1})
@@ -105,6 +107,27 @@ def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
     loose = generation_for({"sampling": {"temperature": 1.0}}, "test", "vllm", {})
     _, received, steps = call(store, loose, {"messages": HELLO, "temperature": 0.0})
     assert received[0]["temperature"] == 0.0 and "harness_asked" not in steps[-1]
+
+
+def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
+    """The paper samples with thinking on: under fixed decoding a harness that switches it off
+    (or leaves it unset) still gets the experiment's chat_template_kwargs, and the step records
+    what it asked for; with none declared, the harness's own are dropped."""
+    declared = {"sampling": {"fixed": True, "temperature": 1.0, "chat_template_kwargs": THINKING}}
+    test = generation_for(declared, "test", "vllm", {})
+    off = {"enable_thinking": False}
+    bodies = [{"messages": HELLO, "chat_template_kwargs": off}, {"messages": HELLO}]
+    _, received, steps = call(store, test, *bodies)
+    assert [r["chat_template_kwargs"] for r in received] == [THINKING, THINKING]
+    assert steps[0]["harness_asked"] == {"chat_template_kwargs": off}
+    assert "harness_asked" not in steps[1]
+    none_declared = {"sampling": {"fixed": True, "temperature": 1.0}}
+    test = generation_for(none_declared, "test", "vllm", {})
+    _, received, steps = call(store, test, bodies[0])
+    assert "chat_template_kwargs" not in received[0]  # the template's default
+    # the store holds both tests' steps: the first harness's and this one's were overridden
+    overridden = [st for st in steps if st.get("harness_asked") == {"chat_template_kwargs": off}]
+    assert len(overridden) == 2 and "chat_template_kwargs" not in overridden[1]
 
 
 def test_fixed_decoding_needs_a_value_and_agrees_with_rft_temperature():
@@ -173,6 +196,6 @@ def test_the_local_backend_is_listed_with_exactly_the_fields_its_server_implemen
     from app.llm.generation import BACKEND_FIELDS
     from app.llm.local_server import ChatRequest
 
-    # return_token_ids: what the workbench asks for itself, not a field a harness's call sets
-    own = {"model", "messages", "return_token_ids"}
-    assert set(ChatRequest.model_fields) - own == BACKEND_FIELDS["local"]
+    # return_token_ids is the gateway's own field (it records the ids), never a harness's
+    fields = set(ChatRequest.model_fields) - {"model", "messages", "return_token_ids"}
+    assert fields == BACKEND_FIELDS["local"]
