@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -142,6 +143,14 @@ async def measure(server, args) -> tuple[dict, tuple, list[str]]:
     return speeds, load, greedy
 
 
+def baseline_name(checkout: Path) -> str:
+    """The baseline checkout as its commit, read from git (its folder name says nothing)."""
+    found = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return f"commit {found.stdout.strip()}" if found.returncode == 0 else str(checkout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="batches sent per batch size")
@@ -153,7 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     model = prepare_model(Settings().models_dir)
     servers = [("this commit", None)] + (
-        [(str(args.baseline), args.baseline)] * bool(args.baseline)
+        [(baseline_name(args.baseline), args.baseline)] * bool(args.baseline)
     )
     dtypes = args.dtypes.split(",")
     results = {}
