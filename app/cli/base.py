@@ -9,6 +9,7 @@ import threading
 import typer
 
 from app.config import Settings
+from app.interrupts import interrupt
 from app.progress import err
 
 BAD_INPUT = 2  # the exit code of a usage error, as typer gives for a bad option
@@ -40,7 +41,7 @@ def end_on_sigterm(task: asyncio.Task, what: str, why: str = "SIGTERM") -> None:
 
     def on_term():
         err.print(f"[yellow]SIGTERM: stopping; {what}[/yellow]")
-        task.cancel(why)  # the runs' logs say so (run_interrupted)
+        interrupt(task, why)  # the runs' logs say so (run_interrupted)
         timer = threading.Timer(GRACE_S, lambda: os._exit(TERMINATED))
         timer.daemon = True
         timer.start()

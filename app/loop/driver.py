@@ -33,6 +33,7 @@ from app.db.schema import (
 )
 from app.domains import get_domain
 from app.experiment_schema import Experiment
+from app.interrupts import why_interrupted
 from app.loop.experiment import stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import close_open_work, plot_test_point
@@ -207,7 +208,7 @@ class Loop:
         except asyncio.CancelledError as exc:
             # the process is stopping (SIGTERM, Ctrl-C, a server shutting down; the message of
             # the cancel says which): the run resumes when one starts again
-            why = exc.args[0] if exc.args else "the process driving the run stopped"
+            why = why_interrupted(exc)
             detail = {"why": why, "pid": os.getpid()}
             self.wb.writer.add(Event(run_id=self.run_id, kind="run_interrupted", detail=detail))
             raise

@@ -23,6 +23,7 @@ import time
 from app.children import die_with_parent
 from app.db.schema import Event, Run
 from app.experiment_schema import Experiment
+from app.interrupts import interrupt
 from app.loop.driver import Loop, new_run, unfinished_runs
 from app.loop.experiment import (
     ExperimentError,
@@ -133,7 +134,7 @@ class LoopWorker:
     async def stop(self) -> None:
         """Loops are cancelled where they are (their runs resume on the next start)."""
         for task in list(self.tasks.values()):
-            task.cancel("the server shut down")
+            interrupt(task, "the server shut down")
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
 
