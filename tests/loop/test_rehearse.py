@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,9 @@ def test_a_whale_file_rehearses_end_to_end_on_a_shared_vllm(tmp_path, model_cach
         "WHALE_VLLM_URLS": server.base_url,
         "WHALE_MODEL_CACHE": str(model_cache),
         "WHALE_SANDBOX": "process",
-        "TMPDIR": str(tmp_path),
+        # short: the agent's proxy socket lives under it, and a Unix socket's path must fit in
+        # 107 bytes, which tmp_path under pytest-xdist (.../popen-gw1/test_...) does not
+        "TMPDIR": tempfile.mkdtemp(prefix="whale-reh-"),
     }
     try:
         rows = []
