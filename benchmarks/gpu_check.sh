@@ -144,7 +144,7 @@ step model 240 .venv/bin/python -c \
 model_wall=$wall
 
 if [[ $local_only == 1 ]]; then
-    # 5. the local server on the GPU serving a random Llama of the paper's size class (1.2B
+    # 4b. the local server on the GPU serving a random Llama of the paper's size class (1.2B
     # parameters), one short evaluation through it
     step random_model 300 .venv/bin/python -c \
         'import sys; from pathlib import Path; from benchmarks.trainer_overhead import random_model; print(random_model(Path(sys.argv[1]), "2048:24", Path(sys.argv[2])))' \
@@ -163,28 +163,24 @@ if [[ $local_only == 1 ]]; then
         --domain arith --limit 16 -k 2 --json
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv >&2  # the server on the GPU
 
-    # 6. one WHALE round on the local backend (the demo model), training on the GPU
-    step eval 240 .venv/bin/whale eval harness_archive/seeds/arith/seed.py --domain arith "${eval_args[@]}" --json
-    eval_wall=$wall
-    step run 600 .venv/bin/whale run "$experiment" --json
-    run_wall=$wall
-
-    # 7. a full fine-tune's RFT step with the kept trainer on the GPU (random 1.2B Llama)
-    step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args[@]}" \
-        --model "$(tail -n 1 "$home/model.out")" --report
+    run_limit=600  # the local server decodes slower than vLLM
 else
-# 5. evaluate the arith seed harness (vLLM starts, serves the evaluation, stops)
+    run_limit=420
+fi
+
+# 5. evaluate the arith seed harness (the model server starts, serves the evaluation, stops)
 step eval 240 .venv/bin/whale eval harness_archive/seeds/arith/seed.py --domain arith "${eval_args[@]}" --json
 eval_wall=$wall
 
-# 6. one WHALE round: a weight phase, then a harness phase (vLLM starts again)
-step run 420 .venv/bin/whale run "$experiment" --json
+# 6. one WHALE round: a weight phase, then a harness phase (training on the GPU)
+step run "$run_limit" .venv/bin/whale run "$experiment" --json
 run_wall=$wall
 
 # 7. a full fine-tune's RFT step: a training process per step against one kept for the phase
 step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args[@]}" \
     --model "$(tail -n 1 "$home/model.out")" --report
 
+if [[ $local_only != 1 ]]; then
 # 8. sampling throughput against the cap on rollouts in flight (its own vLLM, through sandboxes)
 step in_flight 300 .venv/bin/python -m benchmarks.in_flight --caps "$caps"
 
