@@ -51,6 +51,20 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = f"{reason} (required: WHALE_REQUIRE_COMPONENTS=1)"
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """WHALE_TEST_TIMELINE=FILE: a JSON line per test (worker, test, start, end), for
+    `python -m benchmarks.suite_timeline FILE`: where the suite's time goes, worker by worker."""
+    start = time.time()
+    yield
+    path = os.environ.get("WHALE_TEST_TIMELINE")
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        line = {"worker": worker, "test": item.nodeid, "start": start, "end": time.time()}
+        with open(path, "a") as out:  # one short write per line: the workers' lines stay whole
+            out.write(json.dumps(line) + "\n")
+
+
 @pytest.fixture
 def store(tmp_path):
     """A fresh SQLite store: (engine for reading, the single writer)."""
