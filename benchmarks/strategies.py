@@ -48,16 +48,39 @@ DEFAULT = [
     "stories-stagewise",
     "stories-fast-slow",
 ]
-# Rates of the demo model on the local backend, 2 cores (docs/stories.md): an estimate, not a
-# promise; the report says the wall time each run really took.
-ROLLOUTS_PER_S = 3.0
+# The trainer's and a run's fixed costs with the demo model on 2 cores (docs/stories.md): an
+# estimate, not a promise; the report says the wall time each run really took. The rollout rate
+# is measured (`measured_rate`) unless --rate gives one.
 SECONDS_PER_RFT_STEP = 15.0
 SECONDS_PER_RUN = 40.0  # model server, trainer start, records
+RATE_SIZES = (8, 32)  # tasks of the two timed evaluations, k = 2 each
 
 
-def estimate_seconds(path: Path, seeds: int) -> float:
+def measured_rate(domain: str, env: dict, whale: str | None = None) -> float:
+    """Rollouts per second of the domain's seed harness on this machine now, from two
+    evaluations of different sizes: the difference leaves the model server's start out.
+    `whale` may be another checkout's command, to compare engines."""
+    from app.domains import get_domain
+
+    whale = whale or str(Path(sys.executable).with_name("whale"))
+    seed = str(get_domain(domain).seed_harness)
+    walls = []
+    for tasks in RATE_SIZES:
+        start = time.monotonic()
+        subprocess.run(
+            [whale, "eval", seed, "--domain", domain, "--split", "train"]
+            + ["--limit", str(tasks), "-k", "2", "--json"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            check=True,
+        )
+        walls.append(time.monotonic() - start)
+    return 2 * (RATE_SIZES[1] - RATE_SIZES[0]) / max(walls[1] - walls[0], 1e-3)
+
+
+def estimate_seconds(path: Path, seeds: int, rate: float) -> float:
     """Roughly how long `seeds` runs of the experiment take: its budget and test rollouts at
-    ROLLOUTS_PER_S, its RFT steps, and a fixed start. Test points are guessed as one per phase."""
+    `rate` rollouts/s, its RFT steps, and a fixed start. Test points are guessed as one per phase."""
     from app.loop.experiment import load
 
     experiment, _ = load(path)
@@ -75,7 +98,7 @@ def estimate_seconds(path: Path, seeds: int) -> float:
     )
     test_rollouts = (int(test.at_start) + phases * int(test.after_phase)) * test.tasks * test.k
     rft_steps = share * budget / step
-    one = (budget + test_rollouts) / ROLLOUTS_PER_S + rft_steps * SECONDS_PER_RFT_STEP
+    one = (budget + test_rollouts) / rate + rft_steps * SECONDS_PER_RFT_STEP
     return seeds * (one + SECONDS_PER_RUN)
 
 
@@ -95,6 +118,12 @@ def main() -> None:
         "--budgets", default=None, help="rollout budgets to sweep, e.g. 256,512,1024"
     )
     parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
+    parser.add_argument(
+        "--rate", type=float, help="rollouts/s for the estimate (default: measured here)"
+    )
+    parser.add_argument(
+        "--whale", help="the `whale` command that measures the rate (another checkout's engine)"
+    )
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
     tag = args.harness.stem if args.harness else args.domain or ""
@@ -111,10 +140,14 @@ def main() -> None:
     env = {**os.environ, "WHALE_HOME": str(home)}
     n_seeds = len(args.seeds.split(","))
     files = [p for paths in sweep.values() for p in paths]
-    guess = sum(estimate_seconds(p, n_seeds) for p in files)
+    domain = args.domain or _domain_of(args.experiments[0])
+    if args.rate is None:
+        print(f"measuring the rollout rate of {domain}'s seed harness here...", flush=True)
+    rate = args.rate or measured_rate(domain, env, args.whale)
+    guess = sum(estimate_seconds(p, n_seeds, rate) for p in files)
     print(
-        f"estimate: {len(files) * n_seeds} runs, about {guess / 60:.0f} minutes on a "
-        f"2-core machine ({ROLLOUTS_PER_S} rollouts/s, {SECONDS_PER_RFT_STEP:.0f} s per RFT step)",
+        f"estimate: {len(files) * n_seeds} runs, about {guess / 60:.0f} minutes here "
+        f"({rate:.2f} rollouts/s, {SECONDS_PER_RFT_STEP:.0f} s per RFT step)",
         flush=True,
     )
     if args.estimate:
@@ -123,7 +156,6 @@ def main() -> None:
     run_ids = {b: run_all(paths, args.seeds, env, home) for b, paths in sweep.items()}
     wall = f"wall time {(time.monotonic() - started) / 60:.0f} minutes (estimated {guess / 60:.0f})"
 
-    domain = args.domain or _domain_of(args.experiments[0])
     where = f"{domain} from the {tag} seed harness" if args.harness else domain
     if not args.budgets:
         ids = run_ids[None]
