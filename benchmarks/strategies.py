@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, report, table
+from benchmarks.common import REPO, parse, report, table
 
 DEFAULT = [
     "stories-whale",
@@ -95,7 +95,7 @@ def main() -> None:
         "--budgets", default=None, help="rollout budgets to sweep, e.g. 256,512,1024"
     )
     parser.add_argument("--estimate", action="store_true", help="print the estimate and stop")
-    args = parser.parse_args()
+    args = parse(parser, stamps=lambda a: not a.estimate)
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
     tag = args.harness.stem if args.harness else args.domain or ""
     if args.harness or args.domain:
