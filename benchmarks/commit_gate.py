@@ -66,13 +66,13 @@ def kind_of(shift: float) -> str:
 
 
 def main() -> None:
-    from benchmarks.common import report, table
+    from benchmarks.common import parse, report, table
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--tasks", type=int, default=64)
     parser.add_argument("--level", type=float, default=0.05)
-    args = parser.parse_args()
+    args = parse(parser)
     results = simulate(args.repeats, args.tasks, args.level)
     body = table(
         [

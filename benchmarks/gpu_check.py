@@ -15,7 +15,7 @@ from sqlmodel import func, select
 
 from app.db import open_engine, read_session
 from app.db.schema import Evaluation, Phase, Rollout, Run, SearchIteration, TrainingJob
-from benchmarks.common import report, table
+from benchmarks.common import parse, report, table
 
 
 def seconds(row) -> float:
@@ -140,7 +140,7 @@ def main() -> None:
         help="seconds each step took",
     )
     parser.add_argument("--total", type=float, required=True, help="seconds the whole check took")
-    args = parser.parse_args()
+    args = parse(parser)
 
     eval_out = json.loads((args.home / "eval.out").read_text())
     run_out = json.loads((args.home / "run.out").read_text())

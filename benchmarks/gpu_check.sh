@@ -18,6 +18,10 @@ set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
 
+# A GPU host runs a copy of the checkout, often without its git history: the sections it writes
+# say "not a git checkout" or "uncommitted tree" rather than be refused after the run
+# (benchmarks/common.py); WHALE_COMMIT names the commit of a copy.
+stamp=(--allow-dirty)
 cpu=${WHALE_GPU_CHECK_CPU:-0}
 local_only=${WHALE_GPU_CHECK_LOCAL:-0}  # no vLLM on this host: the local backend instead
 if [[ $cpu == 1 ]]; then
@@ -177,12 +181,12 @@ step run "$run_limit" .venv/bin/whale run "$experiment" --json
 run_wall=$wall
 
 # 7. a full fine-tune's RFT step: a training process per step against one kept for the phase
-step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args[@]}" \
+step trainer 300 .venv/bin/python -m benchmarks.trainer_overhead "${trainer_args[@]}" "${stamp[@]}" \
     --model "$(tail -n 1 "$home/model.out")" --report
 
 if [[ $local_only != 1 ]]; then
 # 8. sampling throughput against the cap on rollouts in flight (its own vLLM, through sandboxes)
-step in_flight 300 .venv/bin/python -m benchmarks.in_flight --caps "$caps"
+step in_flight 300 .venv/bin/python -m benchmarks.in_flight --caps "$caps" "${stamp[@]}"
 
 # 8b. colocation: the WHALE round again with vLLM asleep during each training step, on the
 # same GPUs as the trainer (docs/gpu-hosts.md, Colocation: unverified until this step passes)
@@ -195,7 +199,7 @@ fi
 
 # 9. the figures
 timeout 60 .venv/bin/python -m benchmarks.gpu_check --home "$home" --gpu "$gpu" \
-    --vllm "$vllm_version ($vllm_build)" --experiment "$experiment" --cpu "$cpu" \
+    --vllm "$vllm_version ($vllm_build)" --experiment "$experiment" --cpu "$cpu" "${stamp[@]}" \
     --walls "$model_wall" "$eval_wall" "$run_wall" --total "$SECONDS" ||
     fail "reading the figures from $home/whale.db"
 say "done in ${SECONDS}s; store kept in $home"

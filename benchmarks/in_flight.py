@@ -24,7 +24,7 @@ from app.config import Settings
 from app.llm.local import prepare_model
 from app.llm.vllm import VLLMBackend, is_cpu_build
 from app.workbench import Workbench
-from benchmarks.common import report, table
+from benchmarks.common import parse, report, table
 
 CALLS, TOKENS = 2, 8
 HARNESS = f"""
@@ -117,5 +117,5 @@ async def main(caps: list[int]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--caps", default="8,32,128,256")
-    caps = [int(c) for c in parser.parse_args().caps.split(",")]
+    caps = [int(c) for c in parse(parser).caps.split(",")]
     asyncio.run(main(caps))

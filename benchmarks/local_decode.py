@@ -31,7 +31,7 @@ import httpx
 
 from app.config import Settings
 from app.llm.local import LocalModelServer, prepare_model
-from benchmarks.common import percentile, report, table
+from benchmarks.common import parse, percentile, report, table
 
 QUESTIONS = [
     f"What is {a} + {b}? Reply with the number only."
@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--dtypes", default="bfloat16,float32")
     parser.add_argument("--baseline", type=Path, help="a checkout whose server runs too")
     parser.add_argument("--print-only", action="store_true", help="leave docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parse(parser, stamps=lambda a: not a.print_only)
     model = prepare_model(Settings().models_dir)
     servers = [("this commit", None)] + (
         [(baseline_name(args.baseline), args.baseline)] * bool(args.baseline)

@@ -35,7 +35,7 @@ from app.llm.client import ChatEndpoint
 from app.llm.local import free_port
 from app.rollout.admission import Admission
 from app.rollout.evaluate import Evaluator
-from benchmarks.common import percentile, report, start_zero_llm, table
+from benchmarks.common import parse, percentile, report, start_zero_llm, table
 from sandbox import docker as docker_backend
 from sandbox import image
 from sandbox.pool import SandboxPool
@@ -292,5 +292,5 @@ if __name__ == "__main__":
     parser.add_argument("--rollouts", type=int, default=400, help="rollouts per measurement")
     parser.add_argument("--modes", default="process,docker", help="sandbox backends to measure")
     parser.add_argument("--sandbox-only", action="store_true", help="the sandbox alone")
-    args = parser.parse_args()
+    args = parse(parser)
     asyncio.run(main(args.rollouts, args.modes.split(","), args.sandbox_only))

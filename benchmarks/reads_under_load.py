@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from app.llm.local import free_port
-from benchmarks.common import percentile, report, start_zero_llm, table
+from benchmarks.common import parse, percentile, report, start_zero_llm, table
 
 WHALE = str(Path(sys.executable).with_name("whale"))
 # Evaluations of 2048 rollouts and a budget the window never reaches: the loop writes without
@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60, help="timed under load")
     parser.add_argument("--idle-seconds", type=float, default=15, help="timed once stopped")
     parser.add_argument("--sandbox", default="process", choices=("process", "docker"))
-    args = parser.parse_args()
+    args = parse(parser)
 
     home = Path(tempfile.mkdtemp(prefix="whale-reads-")) / "home"
     db = home / "whale.db"

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, report, table
+from benchmarks.common import REPO, parse, report, table
 
 PAPER = REPO / "experiments" / "paper"
 PER_FILE_S = 1800  # a rehearsal that takes longer is counted as failed
@@ -68,7 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", nargs="*", help="stems of experiments/paper/*.toml")
     parser.add_argument("--report", action="store_true", help="write docs/benchmarks.md")
-    args = parser.parse_args()
+    args = parse(parser, stamps=lambda a: a.report)
     paths = sorted(PAPER.glob("*.toml"))
     if args.files:
         paths = [PAPER / f"{stem}.toml" for stem in args.files]

@@ -30,7 +30,7 @@ from app.experiment_schema import RFTConfig
 from app.llm.local import prepare_model
 from app.training.examples import encode
 from app.training.job import run_trainer
-from benchmarks.common import report, table
+from benchmarks.common import parse, report, table
 
 SYSTEM = (
     "You are a careful assistant. Solve the arithmetic problem, show one line of working, "
@@ -198,4 +198,4 @@ def main(n: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=256)
-    main(parser.parse_args().examples)
+    main(parse(parser).examples)

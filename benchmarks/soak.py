@@ -59,7 +59,7 @@ from pathlib import Path
 from app.cli.base import GRACE_S
 from app.search.knobs import with_knob
 from app.training.retention import disk_bytes
-from benchmarks.common import REPO, report, table
+from benchmarks.common import REPO, parse, report, table
 from sandbox import docker as docker_backend
 
 WHALE = str(Path(sys.executable).with_name("whale"))
@@ -598,7 +598,7 @@ def main() -> None:
     parser.add_argument("--home", type=Path, help="the store (default: a new temporary one)")
     parser.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
     parser.add_argument("--keep-last", type=int, help="[rft] keep_last: the retention policy")
-    args = parser.parse_args()
+    args = parse(parser)
     if args.sandbox == "docker" and (why := docker_backend.engine_available()):
         sys.exit(f"soak: {why}")
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-soak-")) / "home"

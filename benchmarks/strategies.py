@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, report, table
+from benchmarks.common import REPO, parse, report, table
 
 DEFAULT = [
     "stories-whale",
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument(
         "--whale", help="the `whale` command that measures the rate (another checkout's engine)"
     )
-    args = parser.parse_args()
+    args = parse(parser, stamps=lambda a: not a.estimate)
     home = args.home or Path(tempfile.mkdtemp(prefix="whale-strategies-"))
     tag = args.harness.stem if args.harness else args.domain or ""
     if args.harness or args.domain:

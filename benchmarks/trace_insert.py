@@ -21,7 +21,7 @@ from app.db import Writer, open_engine
 from app.db.schema import now
 from app.gateway import Gateway, Grant
 from app.rollout.evaluate import _record_result
-from benchmarks.common import make_rollouts, report, table
+from benchmarks.common import make_rollouts, parse, report, table
 
 WORDS = "the of a to in is that for it as was with be by on not he this are or his from at".split()
 
@@ -146,5 +146,5 @@ if __name__ == "__main__":
     parser.add_argument(
         "--turns", default="1,4,16", help="model calls per rollout, comma-separated"
     )
-    args = parser.parse_args()
+    args = parse(parser)
     main(args.rollouts, [int(t) for t in args.turns.split(",")])

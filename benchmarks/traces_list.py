@@ -22,7 +22,7 @@ from app.config import Settings
 from app.read.rollouts import SEARCH_ROWS
 from app.server import create_app
 from app.workbench import Workbench
-from benchmarks.common import percentile, report, table
+from benchmarks.common import parse, percentile, report, table
 from benchmarks.traces_store import build
 
 TITLE = "Trace browser at 10k, 100k and 1M rollouts"
@@ -141,7 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeat", type=int, default=30, help="timed requests per URL")
-    args = parser.parse_args()
+    args = parse(parser)
     by_size = {}
     stores = []
     for n in args.sizes:

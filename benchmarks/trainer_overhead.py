@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from app.training.job import Trainer, run_trainer, trainer_command
+from benchmarks.common import parse, report, stamp_commit, table
 
 EXAMPLES = [
     {
@@ -133,18 +134,6 @@ def measured_on() -> str:
     return f"{stamp}; {platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
-def commit() -> str:
-    """The code's commit: WHALE_COMMIT where the checkout is a copy without its history. (Not
-    benchmarks.common's: this script runs on GPU hosts without the workbench's store code.)"""
-    import os
-    import subprocess
-
-    if os.environ.get("WHALE_COMMIT"):
-        return os.environ["WHALE_COMMIT"]
-    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return found.stdout.strip() or "unknown"
-
-
 def summarize(times: list) -> dict:
     """Step 1 (a kept trainer starts then) and the later steps' mean, overhead = wall - train.
     `wait` is the time a step waited for the last step's optimizer state to be written: in a
@@ -172,7 +161,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--from-json", type=Path, help="write the report of an earlier --json")
-    args = parser.parse_args()
+    args = parse(parser, stamps=lambda a: not a.from_json)
     if args.from_json:
         write_report(json.loads(args.from_json.read_text()))
         return
@@ -196,7 +185,7 @@ def main() -> None:
                 print(name, results[name], file=sys.stderr)
     figures = {
         "command": "python -m benchmarks.trainer_overhead " + shlex.join(sys.argv[1:]),
-        "commit": commit(),
+        "commit": stamp_commit(args.allow_dirty),
         "measured": measured_on(),
         "steps": args.steps,
         "model": args.random_model or args.model.name,
@@ -221,8 +210,8 @@ def describe(model: str) -> str:
 
 
 def write_report(figures: dict) -> None:
-    from benchmarks.common import report, table
-
+    if not figures["commit"].startswith("commit "):  # older JSON: its commit was not checked
+        raise SystemExit(f"no stamp in these figures ({figures['commit']}): measure them again")
     rows, results = [], figures["results"]
     for mode in ("lora", "full"):
         apart, kept = results.get(f"{mode} per step"), results.get(f"{mode} kept")
@@ -279,11 +268,11 @@ def write_report(figures: dict) -> None:
         " A kept trainer writes AdamW's state after handing back the weights, and the next step"
         " waits for that write: in a weight phase the write overlaps the next step's sampling"
         " (2,048 rollouts), here the steps follow each other at once, so the wait is counted"
-        f" and shown apart. Commit {figures['commit']}. {figures.get('note', '')}"
+        f" and shown apart. {figures.get('note', '')}"
     )
     title = "Per-step training overhead: a process per step against one kept for the phase"
     title += " (GPU)" if "no GPU" not in figures["measured"] else " (CPU)"
-    report(title, body, notes, replace=True, where=figures["measured"])
+    report(title, body, notes, replace=True, where=f"{figures['measured']}; {figures['commit']}")
 
 
 if __name__ == "__main__":

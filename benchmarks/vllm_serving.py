@@ -32,7 +32,7 @@ from app.llm.client import ChatEndpoint
 from app.llm.generation import Generation
 from app.llm.local import prepare_model
 from app.llm.vllm import VLLMBackend, is_cpu_build
-from benchmarks.common import make_rollouts, report, table
+from benchmarks.common import make_rollouts, parse, report, table
 
 MESSAGES = [{"role": "user", "content": "Count from 1 to 200, separated by commas."}]
 SAMPLING = {"max_tokens": 64, "temperature": 1.0}
@@ -224,5 +224,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=48, help="requests per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="alternating runs per side")
-    args = parser.parse_args()
+    args = parse(parser)
     asyncio.run(main(args.requests, args.repeats))

@@ -22,7 +22,7 @@ from app.config import Settings
 from app.llm.client import ChatEndpoint
 from app.llm.local import prepare_model
 from app.llm.vllm import VLLMBackend, is_cpu_build
-from benchmarks.common import report, table
+from benchmarks.common import parse, report, table
 
 MESSAGES = [{"role": "user", "content": "Say one word."}]
 
@@ -106,4 +106,4 @@ async def main(rounds: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    asyncio.run(main(parser.parse_args().rounds))
+    asyncio.run(main(parse(parser).rounds))

@@ -101,8 +101,9 @@ def is_infrastructure(exc: Exception) -> bool:
     return exc.status is None or exc.status == 429 or exc.status >= 500
 
 
-def _refuse(status: int, reason: str, detail: str) -> JSONResponse:
-    return JSONResponse({"detail": detail, "reason": reason}, status_code=status)
+def _refuse(status: int, reason: str, detail: str, close: bool = False) -> JSONResponse:
+    headers = {"Connection": "close"} if close else None
+    return JSONResponse({"detail": detail, "reason": reason}, status_code=status, headers=headers)
 
 
 MAX_BODY_BYTES = 16 << 20
@@ -111,8 +112,10 @@ MAX_OPEN_CALLS = 8
 
 async def _json_body(request: Request, limit: int) -> dict | JSONResponse:
     """The request's JSON object, read only while it stays within `limit` bytes: a larger one is
-    refused by its Content-Length, or (chunked) as soon as what arrived passes the limit."""
-    too_large = _refuse(413, "too_large", f"the request body is over {limit} bytes")
+    refused by its Content-Length, or (chunked) as soon as what arrived passes the limit. The
+    refusal closes the connection: kept alive, uvicorn would read the rest of the body (to drop
+    it) before the connection could serve another call."""
+    too_large = _refuse(413, "too_large", f"the request body is over {limit} bytes", close=True)
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         return too_large

@@ -32,7 +32,7 @@ from app.domains.searchqa import (
 )
 from app.llm.local import prepare_model
 from app.read.benchmarks import benchmark_breakdown, benchmarks_line
-from tests.conftest import REPO, whale_eval_json
+from tests.conftest import MISSING, REPO, whale_eval_json
 from tests.openai_stub import openai_stub
 
 
@@ -390,7 +390,7 @@ def search_r1_row(source, index, question, answers):
 
 
 def write_parquet(path, rows):
-    pa = pytest.importorskip("pyarrow")
+    pa = pytest.importorskip("pyarrow", reason=MISSING + "pyarrow (pip install -e '.[parquet]')")
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(rows), path)
