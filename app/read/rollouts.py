@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run, Step
 from app.db.steps import expand_requests, expand_steps
+from app.read.annotations import rollout_annotations
 from app.read.common import (
     FAILED_STATUSES,
     ROLLOUT_STATUSES,
@@ -240,6 +241,9 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
     more = len(rows) > PAGE_SIZE  # more matches beyond this page, in the walking direction
     rows = rows[:PAGE_SIZE][:: -1 if backward else 1]
     items = with_pairs(s, [list_item(row) for row in rows])
+    annotations = rollout_annotations(s, [item["id"] for item in items])
+    for item in items:
+        item.update(annotations[item["id"]])
     cut = edge is not None and not more  # the page is short because the search stopped
     if f.q is not None:
         search = {
@@ -269,11 +273,11 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
 
     counts = None
     scoped = (f.run, f.evaluation, f.phase, f.harness, f.checkpoint)
-    if any(v is not None for v in scoped) and f.task is None and f.q is None:
+    if any(v is not None for v in scoped) and all(v is None for v in (f.task, f.q, f.label)):
         # Counted from an index of what is named (the run's (run_id, status), an evaluation's,
         # a harness's or checkpoint's (id, task, status)), reading the rollouts named and no
-        # others. Over the whole table a count reads every rollout, and a task or a text
-        # search has no such index (~60 ms for 125k rollouts): no counts then.
+        # others. Over the whole table a count reads every rollout, and a task, a label or a
+        # text search has no such index (~60 ms for 125k rollouts): no counts then.
         counts = status_counts(
             s,
             run_id=f.run,
@@ -364,6 +368,7 @@ def get_rollout(
         ],
         "steps": _whole(s, rollout_id, [as_dict(step) for step in loaded], all_steps=shown is None),
         "account": harness_account(s, rollout),
+        "annotations": rollout_annotations(s, [rollout_id])[rollout_id],
     }
 
 
