@@ -215,6 +215,16 @@ def test_the_export_carries_tags_notes_and_labels(store, client, workbench, tmp_
     assert rollouts[passed.id]["labels"] == [] and rollouts[passed.id]["note"] is None
 
 
+def with_intervals(store, phase, intervals: dict) -> None:
+    """Give the phase's evaluations a 95% interval each (harness id -> (low, high))."""
+
+    def write(s):
+        for e in s.exec(select(Evaluation).where(Evaluation.phase_id == phase.id)):
+            e.ci_low, e.ci_high = intervals[e.harness_id]
+
+    store.writer.submit(write).result()
+
+
 def frontier(*entries):
     return [{"harness_id": h.id, "success": s, "turns": 1.5} for h, s in entries]
 
@@ -223,12 +233,7 @@ def test_a_harness_phase_draws_one_line_per_candidate_the_accepted_marked(store,
     lineage = search_run(store)
     phase, seed, a, c, d = lineage.phase1, lineage.seed, lineage.a, lineage.c, lineage.d
     with_ci = {seed.id: (0.02, 0.3), a.id: (0.2, 0.62), c.id: (0.35, 0.81), d.id: (0.12, 0.55)}
-
-    def set_intervals(s):
-        for e in s.exec(select(Evaluation).where(Evaluation.phase_id == phase.id)):
-            e.ci_low, e.ci_high = with_ci[e.harness_id]
-
-    store.writer.submit(set_intervals).result()
+    with_intervals(store, phase, with_ci)
     # after iteration 1 the program (a) tops the frontier; after 2 the examples (c), with a
     # still on it (pretend it takes fewer turns)
     for iteration, front in ((0, [(seed, 0.1)]), (1, [(a, 0.4)]), (2, [(c, 0.6), (a, 0.4)])):
