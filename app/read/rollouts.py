@@ -131,6 +131,14 @@ def with_pairs(s: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
+def with_annotations(s: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items with the labels and note people gave each (`labels`, `note`)."""
+    annotations = rollout_annotations(s, [item["id"] for item in items])
+    for item in items:
+        item.update(annotations[item["id"]])
+    return items
+
+
 def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     """List items of the rollouts `ids` (what a table row of them shows), by id."""
     if not ids:
@@ -240,10 +248,7 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
     rows = _walk(s, LIST_COLUMNS, page_terms, f.after, f.before, PAGE_SIZE + 1)
     more = len(rows) > PAGE_SIZE  # more matches beyond this page, in the walking direction
     rows = rows[:PAGE_SIZE][:: -1 if backward else 1]
-    items = with_pairs(s, [list_item(row) for row in rows])
-    annotations = rollout_annotations(s, [item["id"] for item in items])
-    for item in items:
-        item.update(annotations[item["id"]])
+    items = with_annotations(s, with_pairs(s, [list_item(row) for row in rows]))
     cut = edge is not None and not more  # the page is short because the search stopped
     if f.q is not None:
         search = {

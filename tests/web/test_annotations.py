@@ -3,6 +3,8 @@ phase: written through the JSON API and the pages' htmx forms, read back from a 
 the real app (the runs list's tag filter, the rollout filter, the text search, the harness
 page's counts, the export)."""
 
+import csv
+import io
 import json
 
 from sqlmodel import select
@@ -268,3 +270,17 @@ def test_a_harness_phase_draws_one_line_per_candidate_the_accepted_marked(store,
     # without search iterations recorded (phase 2 here), each scored candidate is one point
     [second] = [hp for hp in data["harness_phases"] if hp["phase"]["id"] == lineage.phase2.id]
     assert all(len(line["points"]) == 1 for line in second["candidate_lines"])
+
+
+def test_the_list_downloads_carry_the_labels_and_filter_by_them(store, client):
+    run, _, (missed, passed, *_) = labelled_run(store)
+    put(client, f"/rollouts/{missed.id}", {"labels": ["retrieval miss", "slow"], "note": "n"})
+    jsonl = client.get("/api/rollouts.jsonl", params={"run": run.id, "label": "slow"}).text
+    [line] = [json.loads(row) for row in jsonl.splitlines()]
+    assert line["id"] == missed.id and line["labels"] == ["retrieval miss", "slow"]
+    table = client.get("/api/rollouts.csv", params={"run": run.id, "calls": "false"}).text
+    rows = {int(r["id"]): r for r in csv.DictReader(io.StringIO(table))}
+    assert (
+        rows[missed.id]["labels"] == '["retrieval miss", "slow"]' and rows[missed.id]["note"] == "n"
+    )
+    assert rows[passed.id]["labels"] == "[]" and rows[passed.id]["note"] == ""
