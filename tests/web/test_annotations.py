@@ -284,3 +284,10 @@ def test_the_list_downloads_carry_the_labels_and_filter_by_them(store, client):
         rows[missed.id]["labels"] == '["retrieval miss", "slow"]' and rows[missed.id]["note"] == "n"
     )
     assert rows[passed.id]["labels"] == "[]" and rows[passed.id]["note"] == ""
+
+
+def test_a_pending_rollout_offers_no_label_form(store, client):
+    *_, (_, _, _, pending) = labelled_run(store)
+    page = client.get(f"/rollouts/{pending.id}").text
+    assert "labelled once it has finished" in page
+    assert f'hx-post="/rollouts/{pending.id}/annotations"' not in page
