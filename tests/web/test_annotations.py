@@ -169,6 +169,12 @@ def test_a_label_filters_the_rollouts_is_counted_per_harness_and_found_by_the_se
         items = client.get("/api/rollouts", params={"run": run.id, "q": q}).json()["items"]
         assert [i["id"] for i in items] == found, q
 
+    # another harness's labelled rollout counts on its own page, not on this one's
+    other = store.harness(run, name="other.py", code="def run(task, llm, tools):\n    return 1\n")
+    [elsewhere] = store.rollouts(store.evaluation(run, other, store.checkpoint(), 1), ["fail"])
+    put(client, f"/rollouts/{elsewhere.id}", {"labels": ["retrieval miss"]})
+    elsewhere_counts = client.get(f"/api/harnesses/{other.id}").json()["labels"]
+    assert elsewhere_counts == [{"label": "retrieval miss", "rollouts": 1}]
     counts = client.get(f"/api/harnesses/{harness.id}").json()["labels"]
     assert counts == [
         {"label": "format error", "rollouts": 1},
