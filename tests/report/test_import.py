@@ -202,3 +202,27 @@ def test_a_run_exported_before_it_ended_comes_in_stopped(store, workbench, tmp_p
         assert counts["pass"] == 1 and counts["queued"] == counts["running"] == 0
     with workbench.session() as s:  # the original run is untouched
         assert s.get(Run, live.id).status == "running"
+
+
+def test_every_strategy_run_round_trips(filled, workbench, tmp_path):
+    """The synthetic runs of every strategy (training jobs, metrics, events, checkpoints made
+    by jobs) export, import and export again to the same files, ids aside."""
+    home = workbench.settings.home
+    for name, run in filled.runs.items():
+        first, again = tmp_path / f"{name}-first", tmp_path / f"{name}-again"
+        assert cli(home, "export", run.id, "--out", first).exit_code == 0
+        imported = cli(home, "import", first)
+        assert imported.exit_code == 0, imported.output
+        new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+        assert cli(home, "export", new_id, "--out", again).exit_code == 0
+        if run.status in ("done", "failed", "stopped"):
+            assert files(again) == files(first), name
+        job_ids = {j["id"] for j in _rows(again / "training_jobs.jsonl")}
+        linked = [c for c in _rows(again / "checkpoints.jsonl") if c["training_job_id"]]
+        assert all(c["training_job_id"] in job_ids for c in linked), name  # the new job's id
+        assert linked or name != "whale"  # the whale run's LoRA names the job that made it
+    assert [r.status for r in filled.runs.values()].count("done") >= 3  # compared whole
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
