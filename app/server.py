@@ -10,7 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from app import ROOT
-from app.web import actions, pages, security
+from app.web import actions, annotate, pages, security
 from app.web.templating import from_htmx, refusal, render
 from app.workbench import Workbench
 
@@ -66,8 +66,10 @@ def create_app(workbench: Workbench, *, token: str | None, host: str = "127.0.0.
 
     app.include_router(pages.api, prefix="/api")
     app.include_router(actions.api, prefix="/api")
+    app.include_router(annotate.api, prefix="/api")
     app.include_router(security.router, prefix="/api")
     app.include_router(actions.forms)
+    app.include_router(annotate.forms)
     app.include_router(pages.html)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
 

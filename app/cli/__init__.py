@@ -1,4 +1,5 @@
-"""The `whale` command line: serve, demo, eval, train, search, run and its controls, compare, export.
+"""The `whale` command line: serve, demo, eval, train, search, run and its controls, compare, export,
+import.
 
 A module per command group; each lists its commands in COMMANDS, registered here."""
 

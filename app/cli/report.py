@@ -1,4 +1,5 @@
-"""`whale compare` and `whale export`: the report functions as commands over $WHALE_HOME."""
+"""`whale compare`, `whale export` and `whale import`: the report functions as commands over
+$WHALE_HOME."""
 
 import json
 from contextlib import contextmanager
@@ -228,4 +229,28 @@ def check(
         raise typer.Exit(1)
 
 
-COMMANDS = [(compare, "compare"), (export, "export"), (check, "check")]
+def import_(
+    folder: Annotated[Path, typer.Argument(help="a folder `whale export` wrote")],
+):
+    """A run exported by `whale export` read back into this store as a new run (new ids; tags,
+    notes and labels kept)."""
+    import asyncio
+
+    from app.db import Writer, open_engine
+    from app.report.import_run import NotAnExport, import_run
+
+    path = Settings().db_path
+    engine = open_engine(path)
+    writer = Writer(engine)
+    try:
+        run_id = asyncio.run(import_run(writer, folder))
+    except NotAnExport as exc:
+        err.print(f"[red]{escape(str(exc))}[/red]; nothing was imported")
+        raise typer.Exit(BAD_INPUT) from None
+    finally:
+        writer.close()
+        engine.dispose()
+    print(f"{folder} imported as run {run_id} into {path}")
+
+
+COMMANDS = [(compare, "compare"), (export, "export"), (import_, "import"), (check, "check")]

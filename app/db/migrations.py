@@ -243,6 +243,28 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE training_job ADD COLUMN n_drift_checked INTEGER;
         """,
     ),
+    (
+        "015_annotations",
+        """
+        -- issue 49, tags, notes and labels: what people write on runs and rollouts. Their own
+        -- tables, never the loop's rows, so a user's edit and the loop's writes never meet.
+        -- The tag and label indexes serve the filters (runs by tag, rollouts by label)
+        CREATE TABLE run_tag (
+            run_id INTEGER NOT NULL REFERENCES run(id), tag TEXT NOT NULL,
+            created_at DATETIME NOT NULL, PRIMARY KEY (run_id, tag));
+        CREATE INDEX ix_run_tag_tag ON run_tag(tag, run_id);
+        CREATE TABLE run_note (
+            run_id INTEGER PRIMARY KEY REFERENCES run(id), text TEXT NOT NULL,
+            updated_at DATETIME NOT NULL);
+        CREATE TABLE rollout_label (
+            rollout_id INTEGER NOT NULL REFERENCES rollout(id), label TEXT NOT NULL,
+            created_at DATETIME NOT NULL, PRIMARY KEY (rollout_id, label));
+        CREATE INDEX ix_rollout_label_label ON rollout_label(label, rollout_id);
+        CREATE TABLE rollout_note (
+            rollout_id INTEGER PRIMARY KEY REFERENCES rollout(id), text TEXT NOT NULL,
+            updated_at DATETIME NOT NULL);
+        """,
+    ),
 ]
 
 

@@ -287,3 +287,34 @@ class Event(SQLModel, table=True):
     kind: str
     detail: dict | None = zjson()
     created_at: datetime = Field(default_factory=now)
+
+
+# What people write on runs and rollouts (app/annotations.py writes them; the loop never does).
+
+
+class RunTag(SQLModel, table=True):
+    __tablename__ = "run_tag"
+    run_id: int = Field(foreign_key="run.id", primary_key=True)
+    tag: str = Field(primary_key=True)
+    created_at: datetime = Field(default_factory=now)
+
+
+class RunNote(SQLModel, table=True):
+    __tablename__ = "run_note"
+    run_id: int = Field(foreign_key="run.id", primary_key=True)
+    text: str
+    updated_at: datetime = Field(default_factory=now)
+
+
+class RolloutLabel(SQLModel, table=True):
+    __tablename__ = "rollout_label"
+    rollout_id: int = Field(foreign_key="rollout.id", primary_key=True)
+    label: str = Field(primary_key=True)
+    created_at: datetime = Field(default_factory=now)
+
+
+class RolloutNote(SQLModel, table=True):
+    __tablename__ = "rollout_note"
+    rollout_id: int = Field(foreign_key="rollout.id", primary_key=True)
+    text: str
+    updated_at: datetime = Field(default_factory=now)

@@ -70,6 +70,8 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
         return {
             **{k: getattr(h, k) for k in CANDIDATE_FIELDS},
             "success": score.mean_at_k if score else None,
+            "ci_low": score.ci_low if score else None,  # its 95% interval (app/stats.py)
+            "ci_high": score.ci_high if score else None,
             "mean_turns": score.mean_turns if score else None,
             "evaluation_id": score.id if score else None,
             "n_tasks": score.n_tasks if score else None,  # fewer when a sequential gate stopped
@@ -79,12 +81,14 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
 
     rows = [row(h) for h in candidates]
     incoming_row = row(incoming) if incoming else None
+    chosen = _chosen(phase, iterations)
     return {
         "phase": as_dict(phase),
         "incoming": incoming_row,
         "iterations": [as_dict(i) for i in iterations],
         "candidates": rows,
         "pareto": pareto(phase, iterations, [incoming_row, *rows] if incoming_row else rows),
+        "candidate_lines": candidate_lines(phase, iterations, incoming_row, rows, chosen),
         "best_success": [
             {"x": i.iteration, "y": i.best_success}
             for i in iterations
@@ -103,8 +107,7 @@ def pareto(phase: Phase, iterations: list[SearchIteration], rows: list[dict]) ->
     scored = [r for r in rows if r["success"] is not None and r["mean_turns"] is not None]
     front = frontier([Score(r["id"], r["success"], r["mean_turns"]) for r in scored])
     on_front = {f.harness_id for f in front}
-    accepted = [i.accepted_harness_id for i in iterations if i.accepted_harness_id]
-    chosen = phase.harness_out_id or (accepted[-1] if accepted else None)
+    chosen = _chosen(phase, iterations)
     return {
         "points": [
             {
@@ -124,3 +127,41 @@ def pareto(phase: Phase, iterations: list[SearchIteration], rows: list[dict]) ->
         "final": phase.harness_out_id is not None,  # False: the phase may still change its pick
         "unscored": len(rows) - len(scored),  # invalid or not yet evaluated: not drawn
     }
+
+
+def _chosen(phase: Phase, iterations: list[SearchIteration]) -> int | None:
+    """The harness the phase handed on, or while it runs the one accepted so far."""
+    accepted = [i.accepted_harness_id for i in iterations if i.accepted_harness_id]
+    return phase.harness_out_id or (accepted[-1] if accepted else None)
+
+
+def candidate_lines(
+    phase: Phase,
+    iterations: list[SearchIteration],
+    incoming: dict | None,
+    rows: list[dict],
+    chosen: int | None,
+) -> list[dict[str, Any]]:
+    """Each scored candidate's success over the phase's iterations, one line each: from the
+    iteration that proposed it (the incoming harness: 0) through every later iteration after
+    which it was still on the frontier the phase selects from. A candidate's score is measured
+    once, so its line is flat; how long it runs says how long it stayed in the race. Each point
+    carries the score's 95% interval; `accepted` marks the harness the phase chose."""
+    front_after = {i.iteration: {p["harness_id"] for p in i.frontier or []} for i in iterations}
+    lines = []
+    for r in [incoming, *rows] if incoming else rows:
+        if r["success"] is None:
+            continue  # invalid, or not evaluated yet
+        start = 0 if incoming is not None and r["id"] == incoming["id"] else (r["iteration"] or 0)
+        xs = [start] + [i for i in sorted(front_after) if i > start and r["id"] in front_after[i]]
+        point = {"y": r["success"], "low": r["ci_low"], "high": r["ci_high"]}
+        lines.append(
+            {
+                "harness_id": r["id"],
+                "name": r["name"],
+                "incoming": r["id"] == phase.harness_in_id,
+                "accepted": r["id"] == chosen,
+                "points": [{"x": x, **point} for x in xs],
+            }
+        )
+    return lines

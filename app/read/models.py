@@ -86,6 +86,8 @@ class RunSummary(Open):
     rollouts_used: int = Field(description="rollouts its budget counts (test ones are not)")
     rollouts_left: int | None = Field(description="what its rollout budget leaves; None: no limit")
     live: bool = Field(default=False, description="it can still change (the list keeps polling)")
+    tags: list[str] = Field(default=[], description="the tags people gave it")
+    note_line: str | None = Field(default=None, description="its note's first line, if any")
 
 
 class RunsList(Open):
@@ -93,10 +95,18 @@ class RunsList(Open):
 
     runs: list[RunSummary]
     ids: list[int] = Field(description="the runs ticked for comparing, kept ticked")
+    tag: str | None = Field(default=None, description="the tag the list is filtered by")
+
+
+class TagCount(Open):
+    tag: str
+    runs: int
 
 
 class RunsPage(Open):
     runs: list[RunSummary]
+    tag: str | None = Field(default=None, description="the tag the list is filtered by")
+    tags: list[TagCount] = Field(default=[], description="every tag in use, with its runs")
     presets: dict[str, str] = Field(description="experiment files offered for a new run")
     preset: str | None = Field(
         default=None, description="the preset the start form shows picked; None: its own text"
@@ -289,6 +299,12 @@ class HarnessPhase(Open):
     candidates: list[Row] = Field(description="each with success, mean_turns, gate, accepted")
     pareto: Pareto
     best_success: list[Point] = Field(description="best frontier success per iteration")
+    candidate_lines: list[Row] = Field(
+        default=[],
+        description="per scored candidate: {harness_id, name, incoming, accepted, points: [{x: "
+        "iteration, y: success, low, high}]} from the iteration that proposed it through those "
+        "after which it stayed on the frontier",
+    )
     proposer_tokens: int
     proposer_cost_usd: float
 
@@ -319,6 +335,7 @@ class RunLive(Open):
     choices: list[Row] = Field(description="runs offered as a baseline")
     view: Row = Field(description="the x axis and baseline shown")
     message: str | None = Field(description="what a control button just did")
+    annotations: Row = Field(default={}, description="its `tags` and `note`, as people wrote them")
 
 
 class RunChecks(Open):
@@ -351,6 +368,9 @@ class HarnessPage(Open):
     turns: Row = Field(
         description="`declared`: its MAX_TURNS (None: none); `clamp`: its run's [rollout] "
         "max_calls (None: the process default); its rollouts get the smaller"
+    )
+    labels: list[Row] = Field(
+        default=[], description="its rollouts labelled, per label: {label, rollouts}, most first"
     )
 
 
@@ -409,7 +429,9 @@ class RolloutsPage(Open):
     of_run: Row | None = Field(
         default=None, description="the run every listed rollout belongs to, if the filters name one"
     )
-    choices: dict[str, list[Row]] = Field(description="harnesses, checkpoints, phases offered")
+    choices: dict[str, list[Row]] = Field(
+        description="harnesses, checkpoints, phases and labels (with their rollouts) offered"
+    )
     max_id: int
 
 
@@ -443,6 +465,9 @@ class Trace(Open):
         description="how the harness got its answer: the lines it printed (`printed`, the last "
         "ones of `n_printed`; none: it gave no account), its model calls and those whose "
         "completion holds the answer as written (`answer_in_steps`)",
+    )
+    annotations: Row = Field(
+        default={}, description="its `labels` and `note`, as people wrote them on its trace page"
     )
 
 

@@ -1,6 +1,6 @@
 """The rollout list as a file: every rollout its filters match (not one page), in id order, as
 JSON lines or CSV, with the columns of the list's JSON items (the names of the harness and
-checkpoint, the split) and, unless asked not to, each rollout's model and tool calls as the
+checkpoint, the split, the labels and note people gave it) and, unless asked not to, each rollout's model and tool calls as the
 run export writes them (`steps`, each request whole). Times are written as the export writes
 them, in UTC ending in Z. Rows are read a batch at a time, each batch in a session of its own,
 so a download of a million rollouts holds one batch in memory and no read open throughout.
@@ -19,11 +19,11 @@ from app.db.schema import Rollout
 from app.db.steps import load_steps
 from app.read.common import as_dict
 from app.read.rollout_filters import RolloutFilters, conditions, text_condition
-from app.read.rollouts import LIST_COLUMNS, list_item, with_pairs
+from app.read.rollouts import LIST_COLUMNS, list_item, with_annotations, with_pairs
 
 BATCH = 1000
 BATCH_WITH_CALLS = 100  # rollouts with their steps: a long trace is many rows
-# A CSV row: the list's columns, then what list_item and with_pairs add.
+# A CSV row: the list's columns, then what list_item, with_pairs and with_annotations add.
 CSV_COLUMNS = [c.key for c in LIST_COLUMNS] + [
     "state",
     "question",
@@ -31,6 +31,8 @@ CSV_COLUMNS = [c.key for c in LIST_COLUMNS] + [
     "harness_name",
     "checkpoint_name",
     "split",
+    "labels",
+    "note",
 ]
 CALLS_COLUMN = "steps"  # the calls in a CSV cell: their JSON
 
@@ -54,7 +56,7 @@ def matching_rollouts(
                 .order_by(Rollout.id)
                 .limit(batch)
             ).all()
-            items = with_pairs(s, [list_item(row) for row in rows])
+            items = with_annotations(s, with_pairs(s, [list_item(row) for row in rows]))
             if calls:
                 steps = load_steps(s, [item["id"] for item in items])
                 for item in items:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run
+from app.read.annotations import annotated_with, label_counts, labelled
 from app.read.common import FAILED_STATUSES, NotFound, phase_ref
 
 MAX_ID = 2**63 - 1  # SQLite ids are signed 64-bit: a larger number is malformed, not unknown
@@ -76,13 +77,17 @@ class RolloutFilters(FormParams):
         description='a status, "failed" for fail, error and timeout together, or "running" '
         'and "queued" for the pending rollouts in a sandbox and those waiting for one',
     )
+    label: Annotated[
+        str | None, Field(max_length=200, description="only rollouts labelled so (exactly)")
+    ] = None
     q: Annotated[
         str | None,
         Field(
             max_length=200,
             description=(
-                "text in the answer, error or failure reason (case-insensitive); searches a bounded "
-                "number of rows per page, see `search` in the answer"
+                "text in the answer, error or failure reason, or in a label or note people gave "
+                "it (case-insensitive); searches a bounded number of rows per page, see `search` "
+                "in the answer"
             ),
         ),
     ] = None
@@ -141,6 +146,8 @@ def conditions(f: RolloutFilters) -> list:
     if f.phase is not None:  # rollouts belong to a phase through their evaluation
         in_phase = select(Evaluation.id).where(Evaluation.phase_id == f.phase)
         terms.append(col(Rollout.evaluation_id).in_(in_phase))
+    if f.label is not None:  # labels are few: the database reads their index, then the ids
+        terms.append(labelled(f.label))
     statuses = statuses_of(f.status)
     if statuses:
         terms.append(col(Rollout.status).in_(statuses))
@@ -152,10 +159,11 @@ def conditions(f: RolloutFilters) -> list:
 
 
 def text_condition(q: str):
-    """`q` anywhere in the answer, error or reason; LIKE is case-insensitive for ASCII."""
+    """`q` anywhere in the answer, error or reason, or in a label or note people gave the
+    rollout; LIKE is case-insensitive for ASCII."""
     fields = (Rollout.answer, Rollout.error, Rollout.reason)
     terms = [col(c).contains(q, autoescape=True) for c in fields]
-    return terms[0] | terms[1] | terms[2]
+    return terms[0] | terms[1] | terms[2] | annotated_with(q)
 
 
 def scope(s: Session, f: RolloutFilters) -> dict[str, Any]:
@@ -267,7 +275,7 @@ def _one(field: str, name: str, ids: list[int], where: str) -> int:
 def filter_choices(
     s: Session, run: int | None, limit: int = 300
 ) -> dict[str, list[dict[str, Any]]]:
-    """Harnesses, checkpoints and phases the filter form offers by name: the run's (those it
+    """Harnesses, checkpoints, phases and labels the filter form offers by name: the run's (those it
     made or evaluated under) when the list is scoped to one, otherwise the newest. Read from
     the small tables, never from rollouts."""
 
@@ -294,4 +302,5 @@ def filter_choices(
             {"id": i, "label": f"{kind} phase {rnd}{of_run(r)}"}
             for i, kind, rnd, r in newest(Phase, Phase.id, Phase.kind, Phase.round, Phase.run_id)
         ],
+        "labels": label_counts(s, run_id=run)[:limit],  # people's labels, most used first
     }

@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Rollout, Run, Step
 from app.db.steps import expand_requests, expand_steps
+from app.read.annotations import rollout_annotations
 from app.read.common import (
     FAILED_STATUSES,
     ROLLOUT_STATUSES,
@@ -130,6 +131,14 @@ def with_pairs(s: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return items
 
 
+def with_annotations(s: Session, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The items with the labels and note people gave each (`labels`, `note`)."""
+    annotations = rollout_annotations(s, [item["id"] for item in items])
+    for item in items:
+        item.update(annotations[item["id"]])
+    return items
+
+
 def items_by_id(s: Session, ids: list[int]) -> dict[int, dict[str, Any]]:
     """List items of the rollouts `ids` (what a table row of them shows), by id."""
     if not ids:
@@ -239,7 +248,7 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
     rows = _walk(s, LIST_COLUMNS, page_terms, f.after, f.before, PAGE_SIZE + 1)
     more = len(rows) > PAGE_SIZE  # more matches beyond this page, in the walking direction
     rows = rows[:PAGE_SIZE][:: -1 if backward else 1]
-    items = with_pairs(s, [list_item(row) for row in rows])
+    items = with_annotations(s, with_pairs(s, [list_item(row) for row in rows]))
     cut = edge is not None and not more  # the page is short because the search stopped
     if f.q is not None:
         search = {
@@ -269,11 +278,11 @@ def list_rollouts(s: Session, **filters: Any) -> dict[str, Any]:
 
     counts = None
     scoped = (f.run, f.evaluation, f.phase, f.harness, f.checkpoint)
-    if any(v is not None for v in scoped) and f.task is None and f.q is None:
+    if any(v is not None for v in scoped) and all(v is None for v in (f.task, f.q, f.label)):
         # Counted from an index of what is named (the run's (run_id, status), an evaluation's,
         # a harness's or checkpoint's (id, task, status)), reading the rollouts named and no
-        # others. Over the whole table a count reads every rollout, and a task or a text
-        # search has no such index (~60 ms for 125k rollouts): no counts then.
+        # others. Over the whole table a count reads every rollout, and a task, a label or a
+        # text search has no such index (~60 ms for 125k rollouts): no counts then.
         counts = status_counts(
             s,
             run_id=f.run,
@@ -364,6 +373,7 @@ def get_rollout(
         ],
         "steps": _whole(s, rollout_id, [as_dict(step) for step in loaded], all_steps=shown is None),
         "account": harness_account(s, rollout),
+        "annotations": rollout_annotations(s, [rollout_id])[rollout_id],
     }
 
 

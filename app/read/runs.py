@@ -7,6 +7,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.db.schema import Evaluation, Phase, Run
+from app.read.annotations import note_line, run_annotations, runs_tagged
 from app.read.common import NotFound, as_dict
 from app.read.dashboard import LIVE_STATUSES, budgets, shown_status
 from app.read.evaluations import evaluation_rows
@@ -32,8 +33,9 @@ def get_runs(session: Session, run_ids: list[int]) -> list[Run]:
     return [found[i] for i in run_ids]
 
 
-def list_runs(s: Session) -> list[dict[str, Any]]:
-    """Every run, newest first, summarised from its evaluations.
+def list_runs(s: Session, tag: str | None = None) -> list[dict[str, Any]]:
+    """Every run (`tag`: those tagged so), newest first, summarised from its evaluations, with
+    its tags and its note's first line.
 
     The evaluation rows already carry what the list needs (tasks x k, progress), so the list
     never touches the rollout table, however many rollouts there are.
@@ -53,6 +55,10 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
         .outerjoin(summary, summary.c.run_id == Run.id)
         .order_by(col(Run.id).desc())
     )
+    if tag is not None:
+        query = query.where(col(Run.id).in_(runs_tagged(tag)))
+    rows = s.exec(query).all()
+    annotations = run_annotations(s, [run.id for run, *_ in rows])
     return [
         {
             **as_dict(run),
@@ -60,8 +66,10 @@ def list_runs(s: Session) -> list[dict[str, Any]]:
             "n_rollouts": n_rollouts or 0,
             "n_done": n_done or 0,
             **_progress(s, run),
+            "tags": annotations[run.id]["tags"],
+            "note_line": note_line(annotations[run.id]["note"]),
         }
-        for run, n_evaluations, n_rollouts, n_done in s.exec(query)
+        for run, n_evaluations, n_rollouts, n_done in rows
     ]
 
 
@@ -162,4 +170,5 @@ def get_run(s: Session, run_id: int) -> dict[str, Any]:
         "weight_phases": get_weight_phases(s, run_id),  # empty for a run without training
         "harness_phases": get_harness_phases(s, run_id),
         "final": final_pair(s, run_id),  # None before a phase has ended
+        "annotations": run_annotations(s, [run_id])[run_id],  # its tags and note
     }

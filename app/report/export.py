@@ -1,5 +1,6 @@
 """A run as plain files: one JSON object per line per table, and each harness as its .py file,
-to archive, diff or analyse without the workbench.
+to archive, diff or analyse without the workbench. What people wrote goes with what it is about:
+the run's tags and note in run.json, each rollout's labels and note on its line.
 
 Harnesses and checkpoints come with their whole lineage: a run may start from rows outside it
 (the shared base checkpoint, a harness of an earlier run).
@@ -26,6 +27,7 @@ from app.db.schema import (
     TrainingJob,
 )
 from app.db.steps import load_steps
+from app.read.annotations import rollout_annotations, run_annotations
 from app.read.runs import get_runs
 
 ROLLOUT_BATCH = 500  # rollouts (with their steps) held in memory at once
@@ -80,9 +82,11 @@ def rollouts_with_steps(
         if not rollouts:
             return
         steps = load_steps(session, [r.id for r in rollouts])
+        annotations = rollout_annotations(session, [r.id for r in rollouts])
         for rollout in rollouts:
             yield {
                 **row_dict(rollout),
+                **annotations[rollout.id],  # labels and note people gave it
                 "steps": [
                     {**row_dict(step), "request": request} for step, request in steps[rollout.id]
                 ],
@@ -95,7 +99,8 @@ def export_run(session: Session, run_id: int, out_dir: Path) -> dict[str, int]:
     Raises UnknownRuns when the store has no such run."""
     [run] = get_runs(session, [run_id])
     (out_dir / "harnesses").mkdir(parents=True, exist_ok=True)
-    run_json = json.dumps(row_dict(run), indent=2, ensure_ascii=False)
+    annotations = run_annotations(session, [run_id])[run_id]  # tags and note people gave it
+    run_json = json.dumps({**row_dict(run), **annotations}, indent=2, ensure_ascii=False)
     (out_dir / "run.json").write_text(run_json, encoding="utf-8")
 
     def of_run(model):

@@ -56,6 +56,32 @@ def best_success_chart(points: Points) -> Markup:
     )
 
 
+def candidate_chart(lines: Points, final: bool) -> Markup:
+    """A harness phase: each candidate's success (with its 95% interval) over the iterations it
+    stayed on the frontier, one line each; the accepted one first, so it is drawn thick and
+    solid and named so (`final`: the phase has ended, else "so far"). Each point opens its
+    harness."""
+    accepted = "accepted" if final else "accepted so far"
+    series: dict[str, list[tuple]] = {}
+    links: dict[str, list[tuple]] = {}
+    for line in sorted(lines, key=lambda line: not line["accepted"]):
+        name = f"#{line['harness_id']} {line['name']}"
+        name += f" ({accepted})" if line["accepted"] else " (incoming)" if line["incoming"] else ""
+        series[name] = [(p["x"], p["y"], p["low"], p["high"]) for p in line["points"]]
+        href = f"/harnesses/{line['harness_id']}"
+        links[name] = [(href, "on the frontier after this iteration")] * len(line["points"])
+    return line_chart(
+        series,
+        "harness split: each candidate's success",
+        "iteration (a line lasts while its candidate is on the frontier)",
+        "success",
+        x_extent=(0, None),
+        y_extent=(0, 1),
+        integer_x=True,
+        links=links,
+    )
+
+
 def point_link(p: dict[str, Any]) -> tuple[str | None, str]:
     """Where a test point leads (its evaluation's rollouts) and what its tooltip adds: the
     harness, checkpoint, k and split it measured, and its rollouts that scored nothing."""

@@ -23,6 +23,7 @@ from starlette.background import BackgroundTask
 from app import ROOT
 from app.db.schema import Checkpoint, Run
 from app.read import models
+from app.read.annotations import label_counts, tags_in_use
 from app.read.checkpoints import get_checkpoint
 from app.read.common import NotFound, RowId, SessionDep
 from app.read.compare import PairedBaseline, RunIds, get_comparison
@@ -50,6 +51,7 @@ from app.web.lineage_svg import legend_svg, lineage_svg
 from app.web.templating import render
 from app.web.trace import trace_segments
 
+TagQuery = Annotated[str | None, Query(max_length=200, description="only runs tagged so")]
 html = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 api = APIRouter()
 Data = dict[str, Any]
@@ -115,10 +117,15 @@ def experiment_presets() -> dict[str, str]:
 
 
 def runs_data(
-    s, error: str | None = None, experiment: str | None = None, preset: str | None = None
+    s,
+    error: str | None = None,
+    experiment: str | None = None,
+    preset: str | None = None,
+    tag: str | None = None,
 ) -> Data:
-    """The runs list and the start form: a fresh form shows the default preset; a refused one
-    the text sent and the preset picked for it (edited or not), else one whose text it is."""
+    """The runs list (`tag`: the runs tagged so) and the start form: a fresh form shows the
+    default preset; a refused one the text sent and the preset picked for it (edited or not),
+    else one whose text it is."""
     presets = experiment_presets()
     if experiment is None:
         preset = "arith-quick.toml" if "arith-quick.toml" in presets else next(iter(presets), None)
@@ -126,7 +133,9 @@ def runs_data(
     elif preset not in presets:
         preset = next((name for name, text in presets.items() if text == experiment), None)
     return {
-        "runs": list_runs(s),
+        "runs": list_runs(s, tag),
+        "tag": tag,
+        "tags": tags_in_use(s),
         "presets": presets,
         "preset": preset,
         "error": error,
@@ -135,17 +144,19 @@ def runs_data(
 
 
 @page("/runs", "runs.html", models.RunsPage, also=("/",))
-def runs(s: SessionDep) -> Data:
-    """Every run, newest first, with its progress and best test mean@k, and the experiment
-    files offered for starting a new one."""
-    return runs_data(s)
+def runs(s: SessionDep, tag: TagQuery = None) -> Data:
+    """Every run (`tag`: those tagged so), newest first, with its progress, best test mean@k,
+    tags and note's first line; the tags in use; the experiment files offered for starting a
+    new one."""
+    return runs_data(s, tag=tag.strip() or None if tag else None)
 
 
 @page("/runs/live", "_runs_list.html", models.RunsList)
-def runs_live(s: SessionDep, ids: RunIds = ()) -> Data:
+def runs_live(s: SessionDep, ids: RunIds = (), tag: TagQuery = None) -> Data:
     """The runs list's table, which the /runs page polls (`ids`: the runs ticked for comparing,
-    shown ticked again)."""
-    return {"runs": list_runs(s), "ids": list(ids)}
+    shown ticked again; `tag`: the runs tagged so)."""
+    tag = tag.strip() or None if tag else None  # the form's blank choice: every run
+    return {"runs": list_runs(s, tag), "ids": list(ids), "tag": tag}
 
 
 @page("/runs/compare", "compare.html", models.ComparePage)
@@ -241,9 +252,15 @@ def harness(
     harness_id: RowId, s: SessionDep, against: AgainstQuery = None, full: FullQuery = False
 ) -> Data:
     """A harness with its code, parent, children, evaluations, scores per checkpoint and split,
-    its code diffed against its parent (or `against`), and what it can be compared against."""
+    its code diffed against its parent (or `against`), what it can be compared against, and
+    its rollouts' labels counted."""
     data = get_harness(s, harness_id, against=against, full=full)
-    return {**data, "pickable": pickable(s, data["harness"]["run_id"]), "full": full}
+    return {
+        **data,
+        "pickable": pickable(s, data["harness"]["run_id"]),
+        "full": full,
+        "labels": label_counts(s, harness_id=harness_id),
+    }
 
 
 @page("/training/{job_id}", "training_job.html", models.TrainingJobPage)

@@ -19,6 +19,7 @@ from app.llm.reasoning import reasoning_field, split_thinking
 from app.stats import FEW_TASKS
 from app.web.charts import (
     best_success_chart,
+    candidate_chart,
     harness_success_chart,
     loss_chart,
     pareto_chart,
@@ -202,6 +203,7 @@ templates.env.globals.update(
 # the training and search charts, drawn as inline SVG
 templates.env.globals.update(
     best_success_chart=best_success_chart,
+    candidate_chart=candidate_chart,
     loss_chart=loss_chart,
     step_curves_chart=step_curves_chart,
     runs_test_chart=runs_test_chart,

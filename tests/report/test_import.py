@@ -1,0 +1,228 @@
+"""`whale import`: a run that `whale export` wrote, read back into another store as a new run,
+ids mapped; exported again it gives the same files, ids aside. Tags, notes and labels come back
+and filter there as they did; a folder that is no export is refused and nothing is written."""
+
+import asyncio
+import json
+
+import pytest
+import typer
+from sqlmodel import select
+from typer.testing import CliRunner
+
+from app.cli.report import export, import_
+from app.db.schema import Run, SearchIteration, Step
+from app.read.invariants import run_checks
+from app.read.rollouts import list_rollouts
+from app.read.runs import list_runs
+from tests.api.synthetic_lineage import search_run
+
+app = typer.Typer()
+app.command("export")(export)
+app.command("import")(import_)
+
+ID_KEYS = {"id", "run_id", "rollout_id", "file"}  # and every *_id, *_ids: the store's numbering
+
+
+def cli(home, *args):
+    env = {"WHALE_HOME": str(home), "COLUMNS": "200"}
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+def without_ids(value):
+    """The value with every id left out (what a new store numbers afresh)."""
+    if isinstance(value, dict):
+        return {
+            k: without_ids(v)
+            for k, v in value.items()
+            if k not in ID_KEYS and not k.endswith(("_id", "_ids")) and k != "gate"
+        }
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    return value
+
+
+def files(folder) -> dict:
+    out = {"run.json": without_ids(json.loads((folder / "run.json").read_text()))}
+    for path in sorted(folder.glob("*.jsonl")):
+        out[path.name] = [without_ids(json.loads(line)) for line in path.read_text().splitlines()]
+    out["code"] = sorted(p.read_text() for p in (folder / "harnesses").iterdir())
+    return out
+
+
+def references(folder) -> dict:
+    """What the rows' ids point at, by name: each harness's parents and phase, each phase's
+    pairs, each iteration's frontier, accepted harness and gate, each rollout's pair."""
+
+    def read(name):
+        return [json.loads(line) for line in (folder / name).read_text().splitlines()]
+
+    harness = {h["id"]: h["name"] for h in read("harnesses.jsonl")}
+    checkpoint = {c["id"]: c["name"] for c in read("checkpoints.jsonl")}
+    phases = read("phases.jsonl")
+    phase = {p["id"]: f"{p['kind']} {p['round']}" for p in phases}
+    return {
+        "harnesses": [
+            (
+                h["name"],
+                harness.get(h["parent_id"]),
+                [harness[i] for i in h["parent_ids"] or []],
+                phase.get(h["phase_id"]),
+            )
+            for h in read("harnesses.jsonl")
+        ],
+        "phases": [
+            (
+                phase[p["id"]],
+                harness.get(p["harness_in_id"]),
+                harness.get(p["harness_out_id"]),
+                checkpoint.get(p["checkpoint_in_id"]),
+                checkpoint.get(p["checkpoint_out_id"]),
+            )
+            for p in phases
+        ],
+        "iterations": [
+            (
+                phase[i["phase_id"]],
+                harness[i["accepted_harness_id"]],
+                [harness[f["harness_id"]] for f in i["frontier"]],
+                {harness[int(k)]: g for k, g in i["gate"].items()},
+            )
+            for i in read("search_iterations.jsonl")
+        ],
+        "rollouts": [
+            (r["task_id"], harness[r["harness_id"]], checkpoint[r["checkpoint_id"]], r["labels"])
+            for r in read("rollouts.jsonl")
+        ],
+    }
+
+
+@pytest.fixture
+def annotated(store, workbench):
+    """A search run with two harness phases and a frontier, a test evaluation whose failing
+    rollout made two model calls, tags and a note on the run, labels and a note on a rollout."""
+    from app.annotations import annotate_rollout, annotate_run
+
+    lineage = search_run(store)
+    store.write(
+        SearchIteration(
+            run_id=lineage.run.id,
+            phase_id=lineage.phase1.id,
+            iteration=1,
+            proposer="llm",
+            status="done",
+            best_harness_id=lineage.a.id,
+            accepted_harness_id=lineage.a.id,
+            frontier=[{"harness_id": lineage.a.id, "success": 0.4, "turns": 1.5}],
+            gate={str(lineage.a.id): {"rule": "greedy", "commit": True}},
+        )
+    )
+    evaluation = store.evaluation(lineage.run, lineage.e, lineage.c2, n_tasks=2)
+    failed, _ = store.rollouts(evaluation, ["fail", "pass"])
+    first = [{"role": "user", "content": "What is 0 + 1?"}]
+    store.model_step(failed, 0, first, "2")
+    store.model_step(failed, 1, [*first, {"role": "assistant", "content": "2"}], "nope")
+    writer = workbench.writer
+    asyncio.run(annotate_run(writer, lineage.run.id, ["baseline", "ablation"], "why\nmore"))
+    asyncio.run(annotate_rollout(writer, failed.id, ["format error"], "answered twice"))
+    return lineage, failed
+
+
+def test_an_exported_run_imports_back_whole_under_new_ids(annotated, workbench, tmp_path):
+    lineage, failed = annotated
+    home = workbench.settings.home
+    assert cli(home, "export", lineage.run.id, "--out", tmp_path / "first").exit_code == 0
+    with workbench.session() as s:  # the synthetic run is not a real loop's: some checks break
+        broken_before = [c.name for c in run_checks(s, lineage.run.id) if c.broken]
+
+    # into the same store: every row gets a new id, so a reference left unmapped shows
+    imported = cli(home, "import", tmp_path / "first")
+    assert imported.exit_code == 0, imported.output
+    new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+    assert new_id != lineage.run.id
+    assert cli(home, "export", new_id, "--out", tmp_path / "again").exit_code == 0
+    assert files(tmp_path / "again") == files(tmp_path / "first")
+    assert references(tmp_path / "again") == references(tmp_path / "first")
+    assert references(tmp_path / "first")["iterations"] == [
+        ("harness 1", "program", ["program"], {"program": {"rule": "greedy", "commit": True}})
+    ]
+
+    with workbench.session() as s:
+        runs = {r["id"]: r for r in list_runs(s)}
+        assert (
+            runs[new_id]["tags"] == ["baseline", "ablation"] and runs[new_id]["note_line"] == "why"
+        )
+        items = list_rollouts(s, run=new_id, label="format error")["items"]
+        assert [(i["task_id"], i["note"]) for i in items] == [(failed.task_id, "answered twice")]
+        assert items[0]["id"] != failed.id
+        assert [c.name for c in run_checks(s, new_id) if c.broken] == broken_before
+        # a model call is stored as what it adds to the one before, as the gateway stores it
+        second = s.exec(select(Step).where(Step.rollout_id == items[0]["id"], Step.idx == 1)).one()
+        assert second.request["messages_from"] == 1
+        assert second.request["messages"] == [{"role": "assistant", "content": "2"}]
+
+
+def test_a_folder_that_is_no_export_is_refused_and_nothing_is_written(
+    annotated, workbench, tmp_path
+):
+    lineage, _ = annotated
+    home = workbench.settings.home
+    cli(home, "export", lineage.run.id, "--out", tmp_path / "broken")
+    rollouts = tmp_path / "broken" / "rollouts.jsonl"
+    rollouts.write_text(rollouts.read_text() + "{not json\n")
+    with workbench.session() as s:
+        before = len(s.exec(select(Run)).all())
+    for folder, why in ((tmp_path / "broken", "not JSON"), (tmp_path, "no run.json")):
+        refused = cli(home, "import", folder)
+        assert (
+            refused.exit_code != 0
+            and why in refused.output
+            and "nothing was imported" in refused.output
+        )
+    with workbench.session() as s:
+        assert len(s.exec(select(Run)).all()) == before
+
+
+def test_a_run_exported_before_it_ended_comes_in_stopped(store, workbench, tmp_path):
+    from tests.web.test_dashboard_pages import loop_run
+
+    live = loop_run(store, "still running")
+    evaluation = store.evaluation(live, store.harness(live), store.checkpoint(), n_tasks=2)
+    store.rollouts(evaluation, ["pass", "pending"])
+    home = workbench.settings.home
+    cli(home, "export", live.id, "--out", tmp_path / "live")
+    imported = cli(home, "import", tmp_path / "live")
+    new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+    with workbench.session() as s:
+        run = s.get(Run, new_id)
+        assert (run.status, run.desired) == ("stopped", "stopped")
+        [listed] = [r for r in list_runs(s) if r["id"] == new_id]
+        assert listed["live"] is False  # the runs list no longer polls for it
+        counts = list_rollouts(s, run=new_id)["status_counts"]
+        assert counts["pass"] == 1 and counts["queued"] == counts["running"] == 0
+    with workbench.session() as s:  # the original run is untouched
+        assert s.get(Run, live.id).status == "running"
+
+
+def test_every_strategy_run_round_trips(filled, workbench, tmp_path):
+    """The synthetic runs of every strategy (training jobs, metrics, events, checkpoints made
+    by jobs) export, import and export again to the same files, ids aside."""
+    home = workbench.settings.home
+    for name, run in filled.runs.items():
+        first, again = tmp_path / f"{name}-first", tmp_path / f"{name}-again"
+        assert cli(home, "export", run.id, "--out", first).exit_code == 0
+        imported = cli(home, "import", first)
+        assert imported.exit_code == 0, imported.output
+        new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+        assert cli(home, "export", new_id, "--out", again).exit_code == 0
+        if run.status in ("done", "failed", "stopped"):
+            assert files(again) == files(first), name
+        job_ids = {j["id"] for j in _rows(again / "training_jobs.jsonl")}
+        linked = [c for c in _rows(again / "checkpoints.jsonl") if c["training_job_id"]]
+        assert all(c["training_job_id"] in job_ids for c in linked), name  # the new job's id
+        assert linked or name != "whale"  # the whale run's LoRA names the job that made it
+    assert [r.status for r in filled.runs.values()].count("done") >= 3  # compared whole
+
+
+def _rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
