@@ -164,7 +164,15 @@ def main() -> None:
         server.terminate()
         server.wait(60)
         zero.terminate()
+    _report(loaded, idle, (rollouts_s, steps_s, size), load, args)
 
+
+def _report(
+    loaded: dict, idle: dict, written_rate: tuple, load: float, args: argparse.Namespace
+) -> None:
+    """Print each page's latencies and write the section of docs/benchmarks.md: `written_rate`
+    is the rollouts and steps written per second while timed and the store's size at the end."""
+    rollouts_s, steps_s, size = written_rate
     rows, worst = [], (0.0, "")
     for (name, view), times in loaded.items():
         p95 = percentile(times, 95)

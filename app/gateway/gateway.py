@@ -147,6 +147,50 @@ def _take_token_ids(response: dict) -> tuple[list[int], list[int]] | None:
     return None if prompt is None or completion is None else (prompt, completion)
 
 
+def _allowance(grant: Grant, body: dict) -> int | JSONResponse:
+    """The completion tokens a model call may still use: what the budgets leave once the calls
+    in flight get all they may still use; or the refusal (a field the backend refuses, a call or
+    token budget used up)."""
+    gen = grant.generation
+    refused = refused_fields(body, gen.backend)
+    if refused:
+        return _refuse(400, "bad_request", refused)
+    if grant.calls >= gen.max_calls:
+        return _refuse(429, "budget", f"model-call budget of {gen.max_calls} calls used up")
+    spent = grant.prompt_tokens + grant.completion_tokens + grant.reserved_tokens
+    if spent >= gen.max_tokens:
+        return _used_up(grant, f"token budget of {gen.max_tokens} tokens used up")
+    completion_left = gen.max_tokens - spent
+    if gen.max_completion_tokens is not None:
+        completion_spent = grant.completion_tokens + grant.reserved_tokens
+        if completion_spent >= gen.max_completion_tokens:
+            detail = f"completion budget of {gen.max_completion_tokens} tokens used up"
+            return _used_up(grant, detail)
+        completion_left = min(completion_left, gen.max_completion_tokens - completion_spent)
+    return completion_left
+
+
+def _used_up(grant: Grant, detail: str) -> JSONResponse:
+    """A token budget's refusal, naming what the calls in flight reserved of it."""
+    if grant.reserved_tokens:
+        detail += f" ({grant.reserved_tokens} reserved by calls in flight)"
+    return _refuse(429, "budget", detail)
+
+
+def _outgoing(gen: Generation, body: dict, completion_left: int) -> dict:
+    """The body sent to the backend: the run's decoding applied within `completion_left`
+    tokens, a seed, and the ask for token ids where the backend gives them."""
+    body = gen.apply(body, completion_left)
+    # Some servers sample identically for identical unseeded requests (transformers serve
+    # does), which would make k samples one sample k times. A fresh seed per call keeps
+    # draws independent, and the recorded seed makes each call reproducible.
+    if body.get("seed") is None:
+        body["seed"] = secrets.randbelow(2**31)
+    if gen.backend in TOKEN_ID_BACKENDS:
+        body["return_token_ids"] = True
+    return body
+
+
 STOP_GRACE_S = 2.0
 
 
@@ -222,181 +266,178 @@ class Gateway:
 
     def _build_app(self) -> FastAPI:
         app = FastAPI(title="whale gateway", docs_url=None, redoc_url=None)
+        app.add_api_route("/v1/chat/completions", self._chat, methods=["POST"])
+        app.add_api_route("/tools/{name}", self._tool, methods=["POST"])
+        app.add_api_route("/tools/{name}/record", self._sandbox_tool, methods=["POST"])
+        return app
 
-        @app.post("/v1/chat/completions")
-        async def chat(request: Request):
-            opened = await self._open(request)
-            if isinstance(opened, JSONResponse):
-                return opened
-            grant, body = opened
-            messages = body.pop("messages", None)
-            if not isinstance(messages, list):
-                return _refuse(400, "bad_request", "messages must be a list")
-            gen = grant.generation
-            body.pop("model", None)  # the grant names the model: the rollout's checkpoint
-            refused = refused_fields(body, gen.backend)
-            if refused:
-                return _refuse(400, "bad_request", refused)
-            if grant.calls >= gen.max_calls:
-                return _refuse(429, "budget", f"model-call budget of {gen.max_calls} calls used up")
-            # What the budgets leave once the calls in flight get all they may still use.
-            spent = grant.prompt_tokens + grant.completion_tokens + grant.reserved_tokens
-            if spent >= gen.max_tokens:
-                detail = f"token budget of {gen.max_tokens} tokens used up"
-                if grant.reserved_tokens:
-                    detail += f" ({grant.reserved_tokens} reserved by calls in flight)"
-                return _refuse(429, "budget", detail)
-            completion_left = gen.max_tokens - spent
-            if gen.max_completion_tokens is not None:
-                completion_spent = grant.completion_tokens + grant.reserved_tokens
-                if completion_spent >= gen.max_completion_tokens:
-                    detail = f"completion budget of {gen.max_completion_tokens} tokens used up"
-                    if grant.reserved_tokens:
-                        detail += f" ({grant.reserved_tokens} reserved by calls in flight)"
-                    return _refuse(429, "budget", detail)
-                completion_left = min(completion_left, gen.max_completion_tokens - completion_spent)
-            asked = gen.overridden(body)  # the harness's own decoding, fixed by the run
-            body = gen.apply(body, completion_left)
-            # Some servers sample identically for identical unseeded requests (transformers serve
-            # does), which would make k samples one sample k times. A fresh seed per call keeps
-            # draws independent, and the recorded seed makes each call reproducible.
-            if body.get("seed") is None:
-                body["seed"] = secrets.randbelow(2**31)
-            if gen.backend in TOKEN_ID_BACKENDS:
-                body["return_token_ids"] = True
-            grant.calls += 1
-            call = grant.calls
-            start = time.perf_counter()
-            # exactly what reaches the server (the client adds only the model name)
-            request_record = {"model": grant.model, "messages": messages, **body}
-            if asked:  # not sent: kept so the trace shows what the harness wanted
-                request_record["harness_asked"] = asked
-            grant.open_calls[call] = (request_record, start)
-            self._in_flight.add(asyncio.current_task())
-            reserved = max(0, body["max_tokens"])  # settled below, however the call ends
-            grant.reserved_tokens += reserved
-            try:
-                with grant.waiting():
-                    response = await self.backend.chat(grant.model, messages, **body)
-            except asyncio.CancelledError:
-                # Only stop() cancels a call (the workbench stops): recorded unanswered, and
-                # answered so, which ends the request cleanly where raising would have uvicorn
-                # log a traceback per call in flight.
-                self._unanswered(grant, call, "no response: the call was cancelled in flight")
-                return _refuse(503, "backend", "the workbench is stopping")
-            except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
-                if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
-                    return _refuse(502, "backend", f"model backend error: {exc}")
-                latency = (time.perf_counter() - start) * 1000
-                if is_infrastructure(exc):
-                    grant.infra_errors.append(str(exc))
-                    if self.outage:
-                        self.outage.failed(f"model backend error: {exc}")
-                self._record(
-                    grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
-                )
-                return _refuse(502, "backend", f"model backend error: {exc}")
-            finally:
-                self._in_flight.discard(asyncio.current_task())
-                grant.reserved_tokens -= reserved
-            if self.outage:
-                self.outage.back()
-            ids = _take_token_ids(response)  # before anything returns it to the harness
-            if grant.open_calls.pop(call, None) is None:  # recorded when its rollout ended
-                return response
-            latency = (time.perf_counter() - start) * 1000
-            usage = response.get("usage") or {}
-            prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-            grant.prompt_tokens += prompt
-            grant.completion_tokens += completion
-            choice = response["choices"][0]
-            self._record(
-                grant,
-                kind="model",
-                request=request_record,
-                response={
-                    "message": choice.get("message"),
-                    "finish_reason": choice.get("finish_reason"),
-                },
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                latency_ms=latency,
-                ids=ids,
-            )
+    async def _chat(self, request: Request):
+        """A model call: checked against the grant's budgets, sent under its checkpoint with the
+        run's decoding, and recorded as a step of its rollout."""
+        opened = await self._open(request)
+        if isinstance(opened, JSONResponse):
+            return opened
+        grant, body = opened
+        messages = body.pop("messages", None)
+        if not isinstance(messages, list):
+            return _refuse(400, "bad_request", "messages must be a list")
+        body.pop("model", None)  # the grant names the model: the rollout's checkpoint
+        completion_left = _allowance(grant, body)
+        if isinstance(completion_left, JSONResponse):
+            return completion_left
+        asked = grant.generation.overridden(body)  # the harness's own decoding, fixed by the run
+        body = _outgoing(grant.generation, body, completion_left)
+        grant.calls += 1
+        call = grant.calls
+        # exactly what reaches the server (the client adds only the model name)
+        request_record = {"model": grant.model, "messages": messages, **body}
+        if asked:  # not sent: kept so the trace shows what the harness wanted
+            request_record["harness_asked"] = asked
+        grant.open_calls[call] = (request_record, time.perf_counter())
+        response = await self._send(grant, call, messages, body)
+        if isinstance(response, JSONResponse):
             return response
+        ids = _take_token_ids(response)  # before anything returns it to the harness
+        opened_call = grant.open_calls.pop(call, None)
+        if opened_call is not None:  # else recorded when its rollout ended
+            self._record_answer(grant, *opened_call, response, ids)
+        return response
 
-        @app.post("/tools/{name}")
-        async def tool(name: str, request: Request):
-            opened = await self._open(request)
-            if isinstance(opened, JSONResponse):
-                return opened
-            grant, body = opened
-            args, kwargs = body.get("args", []), body.get("kwargs", {})
-            fn = grant.tools.get(name)
-            request_record = {"args": args, "kwargs": kwargs}
-            if fn is None:
-                known = ", ".join(sorted(grant.tools)) or "none"
-                detail = f"unknown tool {name!r} (this domain's tools: {known})"
-                self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
-                return _refuse(404, "unknown_tool", detail)
-            start = time.perf_counter()
-            try:
-                with grant.waiting():
-                    if inspect.iscoroutinefunction(fn):
-                        result = await fn(*args, **kwargs)
-                    else:  # a blocking tool (e.g. a retriever) must not stall other rollouts
-                        result = await asyncio.to_thread(fn, *args, **kwargs)
-            except Exception as exc:  # noqa: BLE001 - reported to the harness as a failed call
-                detail = f"tool {name} failed: {type(exc).__name__}: {exc}"
-                self._record(
-                    grant,
-                    kind="tool",
-                    tool=name,
-                    request=request_record,
-                    error=detail,
-                    latency_ms=(time.perf_counter() - start) * 1000,
-                )
-                return _refuse(400, "tool_error", detail)
+    async def _send(self, grant: Grant, call: int, messages: list, body: dict):
+        """Send the open model `call` to the backend, its max_tokens reserved from the budgets
+        while it is in flight: the backend's answer, or the refusal that reports its failure
+        (recorded as the call's step unless its rollout ended first)."""
+        self._in_flight.add(asyncio.current_task())
+        reserved = max(0, body["max_tokens"])  # settled below, however the call ends
+        grant.reserved_tokens += reserved
+        try:
+            with grant.waiting():
+                response = await self.backend.chat(grant.model, messages, **body)
+        except asyncio.CancelledError:
+            # Only stop() cancels a call (the workbench stops): recorded unanswered, and
+            # answered so, which ends the request cleanly where raising would have uvicorn
+            # log a traceback per call in flight.
+            self._unanswered(grant, call, "no response: the call was cancelled in flight")
+            return _refuse(503, "backend", "the workbench is stopping")
+        except Exception as exc:  # noqa: BLE001 - a backend failure fails this call only
+            opened = grant.open_calls.pop(call, None)
+            if opened is None:  # recorded when its rollout ended
+                return _refuse(502, "backend", f"model backend error: {exc}")
+            request_record, start = opened
+            latency = (time.perf_counter() - start) * 1000
+            if is_infrastructure(exc):
+                grant.infra_errors.append(str(exc))
+                if self.outage:
+                    self.outage.failed(f"model backend error: {exc}")
+            self._record(
+                grant, kind="model", request=request_record, error=str(exc), latency_ms=latency
+            )
+            return _refuse(502, "backend", f"model backend error: {exc}")
+        finally:
+            self._in_flight.discard(asyncio.current_task())
+            grant.reserved_tokens -= reserved
+        if self.outage:
+            self.outage.back()
+        return response
+
+    def _record_answer(
+        self,
+        grant: Grant,
+        request_record: dict,
+        start: float,
+        response: dict,
+        ids: tuple[list, list] | None,
+    ) -> None:
+        """An answered model call: its usage counted against the grant, and its step recorded."""
+        latency = (time.perf_counter() - start) * 1000
+        usage = response.get("usage") or {}
+        prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        grant.prompt_tokens += prompt
+        grant.completion_tokens += completion
+        choice = response["choices"][0]
+        self._record(
+            grant,
+            kind="model",
+            request=request_record,
+            response={
+                "message": choice.get("message"),
+                "finish_reason": choice.get("finish_reason"),
+            },
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            latency_ms=latency,
+            ids=ids,
+        )
+
+    async def _tool(self, name: str, request: Request):
+        """A call to one of the domain's host-side tools: run, and recorded."""
+        opened = await self._open(request)
+        if isinstance(opened, JSONResponse):
+            return opened
+        grant, body = opened
+        args, kwargs = body.get("args", []), body.get("kwargs", {})
+        fn = grant.tools.get(name)
+        request_record = {"args": args, "kwargs": kwargs}
+        if fn is None:
+            known = ", ".join(sorted(grant.tools)) or "none"
+            detail = f"unknown tool {name!r} (this domain's tools: {known})"
+            self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
+            return _refuse(404, "unknown_tool", detail)
+        start = time.perf_counter()
+        try:
+            with grant.waiting():
+                if inspect.iscoroutinefunction(fn):
+                    result = await fn(*args, **kwargs)
+                else:  # a blocking tool (e.g. a retriever) must not stall other rollouts
+                    result = await asyncio.to_thread(fn, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported to the harness as a failed call
+            detail = f"tool {name} failed: {type(exc).__name__}: {exc}"
             self._record(
                 grant,
                 kind="tool",
                 tool=name,
                 request=request_record,
-                response={"result": result},
+                error=detail,
                 latency_ms=(time.perf_counter() - start) * 1000,
             )
-            return {"result": result}
+            return _refuse(400, "tool_error", detail)
+        self._record(
+            grant,
+            kind="tool",
+            tool=name,
+            request=request_record,
+            response={"result": result},
+            latency_ms=(time.perf_counter() - start) * 1000,
+        )
+        return {"result": result}
 
-        @app.post("/tools/{name}/record")
-        async def record(name: str, request: Request):
-            """A call the runner made to a sandbox-side tool: counted and recorded, not run."""
-            opened = await self._open(request)
-            if isinstance(opened, JSONResponse):
-                return opened
-            grant, body = opened
-            request_record = {"args": body.get("args", []), "kwargs": body.get("kwargs", {})}
-            if name not in grant.sandbox_tools:
-                known = ", ".join(sorted(grant.sandbox_tools)) or "none"
-                detail = f"unknown sandbox tool {name!r} (this domain's: {known})"
-                self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
-                return _refuse(404, "unknown_tool", detail)
-            if grant.sandbox_tool_calls >= grant.max_sandbox_tool_calls:
-                detail = f"tool-call budget of {grant.max_sandbox_tool_calls} {name} calls used up"
-                self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
-                return _refuse(429, "budget", detail)
-            grant.sandbox_tool_calls += 1
-            latency = body.get("latency_ms")
-            self._record(
-                grant,
-                kind="tool",
-                tool=name,
-                request=request_record,
-                response={"result": body.get("result")},
-                latency_ms=float(latency) if isinstance(latency, (int, float)) else 0.0,
-            )
-            return {"recorded": True}
-
-        return app
+    async def _sandbox_tool(self, name: str, request: Request):
+        """A call the runner made to a sandbox-side tool: counted and recorded, not run."""
+        opened = await self._open(request)
+        if isinstance(opened, JSONResponse):
+            return opened
+        grant, body = opened
+        request_record = {"args": body.get("args", []), "kwargs": body.get("kwargs", {})}
+        if name not in grant.sandbox_tools:
+            known = ", ".join(sorted(grant.sandbox_tools)) or "none"
+            detail = f"unknown sandbox tool {name!r} (this domain's: {known})"
+            self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
+            return _refuse(404, "unknown_tool", detail)
+        if grant.sandbox_tool_calls >= grant.max_sandbox_tool_calls:
+            detail = f"tool-call budget of {grant.max_sandbox_tool_calls} {name} calls used up"
+            self._record(grant, kind="tool", tool=name, request=request_record, error=detail)
+            return _refuse(429, "budget", detail)
+        grant.sandbox_tool_calls += 1
+        latency = body.get("latency_ms")
+        self._record(
+            grant,
+            kind="tool",
+            tool=name,
+            request=request_record,
+            response={"result": body.get("result")},
+            latency_ms=float(latency) if isinstance(latency, (int, float)) else 0.0,
+        )
+        return {"recorded": True}
 
     async def _open(self, request: Request) -> tuple[Grant, dict] | JSONResponse:
         """The grant of the call's rollout token and the call's JSON body, or the refusal."""

@@ -109,8 +109,92 @@ async def rft_step(
     Given an unfinished `job` (a run resumed after a crash), it goes on from where the job was:
     the sampling's recorded rollouts are kept and only the missing ones run; an interrupted
     training starts again from the accepted rollouts."""
-    writer = workbench.writer
     say = progress or (lambda kind, data: None)
+    job = await _open_job(workbench, run_id, harness, checkpoint, cfg, step, phase_id, job)
+    laps = StepLaps(job.timings)
+
+    # 1. sample and 2. accept (a resumed job past them keeps what they recorded)
+    if job.status == "sampling":
+        job = await _sample_and_accept(workbench, job, harness, checkpoint, domain, cfg, say, laps)
+    with workbench.session() as s:
+        examples = _accepted_examples(s, job.evaluation_id, cfg.threshold)
+        rollouts_used = usage(s, run_id).rollouts
+    laps.lap("scoring_s")
+    job = await workbench.writer.run(lambda s: _update(s, job.id, timings=dict(laps.timings)))
+    say(
+        "accepted", {"accepted": job.n_accepted, "total": job.n_rollouts, "examples": len(examples)}
+    )
+    if job.status != "training":  # skipped: nothing accepted
+        return job, checkpoint
+    _stop_if_asked(workbench, run_id)  # a stop asked while it sampled: no training starts now
+
+    # 3. train
+    job_dir, out, spec, carried = _prepare_training(
+        workbench, run_id, harness, checkpoint, job, cfg, examples
+    )
+    on_batch = _loss_recorder(workbench.writer, job, step, rollouts_used, say)
+    laps.restart()
+    result = await _train(workbench, job, spec, job_dir, out, on_batch, trainer)
+    laps.lap("training_s")
+    laps.split_training(result)
+
+    # 4. register and serve
+    laps.restart()
+    name = await workbench.serve_checkpoint(out)
+    laps.lap("sync_s")
+    new_checkpoint = await workbench.writer.run(
+        lambda s: _register(s, job, checkpoint, cfg, name, out, result, laps.timings)
+    )
+    if carried:  # the phase's optimizer now lives in the new checkpoint; a full fine-tune's
+        carried.unlink(missing_ok=True)  # is twice the weights, so one copy is kept
+    job = await workbench.writer.run(lambda s: s.get(TrainingJob, job.id))
+    say(
+        "trained",
+        {"loss": result["loss"], "tokens": result["tokens"], "checkpoint": new_checkpoint},
+    )
+    return job, new_checkpoint
+
+
+class StepLaps:
+    """Where the step's time goes, shown on its page: a resumed job adds to what it recorded.
+    Scoring is the accept pass; each rollout's verifier runs within its sampling."""
+
+    def __init__(self, recorded: dict | None):
+        self.timings = dict(recorded or {})
+        self.restart()
+
+    def restart(self) -> None:
+        self.clock = time.monotonic()
+
+    def lap(self, part: str) -> None:
+        """Add the time since the last lap (or restart) to `part`."""
+        self.timings[part] = round(self.timings.get(part, 0.0) + time.monotonic() - self.clock, 3)
+        self.restart()
+
+    def split_training(self, result: dict) -> None:
+        """The trainer's own clock splits its step into training and writing the checkpoint;
+        the rest of the try that succeeded is starting the process and loading the model (none
+        when the phase's kept trainer already held it). Failed tries count as training."""
+        saving_s, train_s = result["save_seconds"], result["train_seconds"]
+        startup_s = max(0.0, result["wall_seconds"] - train_s - saving_s)
+        timings = self.timings
+        timings["training_s"] = round(timings["training_s"] - saving_s - startup_s, 3)
+        timings["saving_s"] = round(timings.get("saving_s", 0.0) + saving_s, 3)
+        timings["startup_s"] = round(timings.get("startup_s", 0.0) + startup_s, 3)
+
+
+async def _open_job(
+    workbench,
+    run_id: int,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    cfg: RFTConfig,
+    step: int,
+    phase_id: int | None,
+    job: TrainingJob | None,
+) -> TrainingJob:
+    """The step's job: a new one, or the unfinished one given, trained again if it failed."""
+    writer = workbench.writer
     if job is None:
         job = await writer.insert(
             TrainingJob(
@@ -122,44 +206,49 @@ async def rft_step(
                 phase_id=phase_id,
             )
         )
-
     if job.status == "failed":  # its run was paused on it and is resumed (after a restart)
         job = await writer.run(lambda s: _retrain(s, job.id))
+    return job
 
-    # Where the step's time goes, shown on its page: a resumed job adds to what it recorded.
-    # Scoring is the accept pass; each rollout's verifier runs within its sampling.
-    timings = dict(job.timings or {})
-    clock = time.monotonic()
 
-    def lap(part: str) -> None:
-        nonlocal clock
-        timings[part] = round(timings.get(part, 0.0) + time.monotonic() - clock, 3)
-        clock = time.monotonic()
-
-    # 1. sample (the evaluation is named on the job before any rollout runs)
-    if job.status == "sampling":
-        evaluator = workbench.evaluator()
-        evaluation = await _sampling(workbench, evaluator, job, harness, checkpoint, domain, cfg)
-        evaluation = await evaluator.complete(
-            evaluation, harness, checkpoint, domain, lambda r: say("rollout", {"rollout": r})
-        )
-        lap("sampling_s")
-        job = await _accept(workbench, job, evaluation.id, cfg, step)
-    with workbench.session() as s:
-        examples = _accepted_examples(s, job.evaluation_id, cfg.threshold)
-        rollouts_used = usage(s, run_id).rollouts
-    lap("scoring_s")
-    job = await writer.run(lambda s: _update(s, job.id, timings=dict(timings)))
-    say(
-        "accepted", {"accepted": job.n_accepted, "total": job.n_rollouts, "examples": len(examples)}
+async def _sample_and_accept(
+    workbench,
+    job: TrainingJob,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    domain: Domain,
+    cfg: RFTConfig,
+    say: Callable[[str, dict], None],
+    laps: StepLaps,
+) -> TrainingJob:
+    """1. sample (the evaluation is named on the job before any rollout runs), then 2. accept."""
+    evaluator = workbench.evaluator()
+    evaluation = await _sampling(workbench, evaluator, job, harness, checkpoint, domain, cfg)
+    evaluation = await evaluator.complete(
+        evaluation, harness, checkpoint, domain, lambda r: say("rollout", {"rollout": r})
     )
-    if job.status != "training":  # skipped: nothing accepted
-        return job, checkpoint
-    with workbench.session() as s:  # a stop asked while it sampled: no training starts now
+    laps.lap("sampling_s")
+    return await _accept(workbench, job, evaluation.id, cfg, job.step)
+
+
+def _stop_if_asked(workbench, run_id: int) -> None:
+    """RunStopped when a stop of the run was asked."""
+    with workbench.session() as s:
         if s.get(Run, run_id).desired == "stopped":
             raise RunStopped()
 
-    # 3. train
+
+def _prepare_training(
+    workbench,
+    run_id: int,
+    harness: Harness,
+    checkpoint: Checkpoint,
+    job: TrainingJob,
+    cfg: RFTConfig,
+    examples: list[dict],
+) -> tuple[Path, Path, dict, Path | None]:
+    """The training's folder with its examples written, the checkpoint's folder, the trainer's
+    spec, and the optimizer state it carries on from (None: a fresh one)."""
     job_dir = workbench.settings.home / "training" / f"job-{job.id}"
     job_dir.mkdir(parents=True, exist_ok=True)
     with open(job_dir / "examples.jsonl", "w") as f:
@@ -172,24 +261,18 @@ async def rft_step(
         carried = _carried_optimizer(s, checkpoint, job, cfg.optimizer_state)
     spec = _spec(workbench.base_model, checkpoint, cfg, job_dir / "examples.jsonl", out, max_len)
     spec["optimizer_in"] = str(carried) if carried else None
+    return job_dir, out, spec, carried
 
-    async def clean_slate() -> None:
-        """A training interrupted (a crash here, a killed process there) is retried cleanly:
-        whatever it wrote goes first, its temporary folder too (app/training/train.py)."""
-        shutil.rmtree(out, ignore_errors=True)
-        shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)
-        await writer.run(
-            lambda s: s.exec(
-                delete(Metric).where(
-                    Metric.training_job_id == job.id, Metric.series == "train/loss"
-                )
-            )
-        )
+
+def _loss_recorder(
+    writer, job: TrainingJob, step: int, rollouts_used: int, say: Callable[[str, dict], None]
+) -> Callable[[dict], None]:
+    """What the trainer calls after each batch: its loss becomes a point of train/loss."""
 
     def on_batch(event: dict) -> None:
         writer.add(
             Metric(
-                run_id=run_id,
+                run_id=job.run_id,
                 training_job_id=job.id,
                 series="train/loss",
                 x=step + event["batch"] / event["of"],
@@ -199,117 +282,124 @@ async def rft_step(
         )
         say("batch", event)
 
+    return on_batch
+
+
+async def _clean_slate(writer, job_id: int, out: Path) -> None:
+    """A training interrupted (a crash here, a killed process there) is retried cleanly:
+    whatever it wrote goes first, its temporary folder too (app/training/train.py)."""
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(out.with_name(out.name + ".tmp"), ignore_errors=True)
+    await writer.run(
+        lambda s: s.exec(
+            delete(Metric).where(Metric.training_job_id == job_id, Metric.series == "train/loss")
+        )
+    )
+
+
+async def _train(
+    workbench,
+    job: TrainingJob,
+    spec: dict,
+    job_dir: Path,
+    out: Path,
+    on_batch: Callable[[dict], None],
+    trainer: Trainer | None,
+) -> dict:
+    """3. train, in the phase's kept `trainer` or (None) a process of the step's own, until a
+    try succeeds: its result, with the try's `wall_seconds`. The policy on a failed try is
+    `_after_failed_try`'s."""
     own_trainer = trainer is None
-    trainer = trainer or phase_trainer(workbench, run_id, phase_id)
-    # The policy on a failed training process (killed, out of memory, crashed): try once more,
-    # logged; a second failure marks the job failed with its log tail and pauses the run, naming
-    # the job; `resume` trains it again (TRAINING_TRIES more tries) from the same accepted
-    # rollouts. A full disk is no failed try: the run pauses naming the path. Nothing to pause
-    # (a single `whale train`): the failure ends the step. docs/faults.md
+    trainer = trainer or phase_trainer(workbench, job.run_id, job.phase_id)
     try:
-        attempt = 0
-        clock = time.monotonic()
+        failed = 0
         async with workbench.training_turn(trainer):  # colocated: vLLM sleeps meanwhile
             while True:
-                await clean_slate()
+                await _clean_slate(workbench.writer, job.id, out)
                 try:
                     wall = time.monotonic()
                     result = await trainer.step(spec, job_dir, on_batch)
                     result["wall_seconds"] = time.monotonic() - wall
-                    break
+                    return result
                 except TrainingError as exc:
-                    error = str(exc)[-4000:]
-                    if NO_SPACE in error:
-                        await (
-                            clean_slate()
-                        )  # the half-written checkpoint goes, and its room with it
-                        reason = f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
-                        if await pause_until_resumed(workbench, run_id, reason):
-                            continue
-                    attempt += 1
-                    if attempt < TRAINING_TRIES:
-                        log.warning(
-                            "training job %s failed, trying again: %s", job.id, error[-300:]
-                        )
-                        detail = {
-                            "job_id": job.id,
-                            "step": step,
-                            "attempt": attempt,
-                            "error": error,
-                        }
-                        await writer.insert(
-                            Event(run_id=run_id, kind="training_retry", detail=detail)
-                        )
-                        continue
-                    await writer.run(
-                        lambda s, error=error: _update(
-                            s, job.id, status="failed", error=error, finished_at=now()
-                        )
-                    )
-                    reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
-                    if not await pause_until_resumed(workbench, run_id, reason):
-                        raise
-                    await writer.run(lambda s: _retrain(s, job.id))
-                    attempt = 0
+                    failed = await _after_failed_try(workbench, job, out, exc, failed)
     finally:
         if own_trainer:
             await trainer.close()
-    # The trainer's own clock splits its step into training and writing the checkpoint; the
-    # rest of the try that succeeded is starting the process and loading the model (none when
-    # the phase's kept trainer already held it). Failed tries count as training.
-    lap("training_s")
-    saving_s, train_s = result["save_seconds"], result["train_seconds"]
-    startup_s = max(0.0, result["wall_seconds"] - train_s - saving_s)
-    timings["training_s"] = round(timings["training_s"] - saving_s - startup_s, 3)
-    timings["saving_s"] = round(timings.get("saving_s", 0.0) + saving_s, 3)
-    timings["startup_s"] = round(timings.get("startup_s", 0.0) + startup_s, 3)
 
-    # 4. register and serve
-    clock = time.monotonic()
-    name = await workbench.serve_checkpoint(out)
-    lap("sync_s")
 
-    def register(s):
-        new = Checkpoint(
-            run_id=run_id,
-            parent_id=checkpoint.id,
-            kind="lora" if cfg.lora else "full",
-            name=name,
-            path=str(out),
-            training_job_id=job.id,
-            size_bytes=result["size_bytes"],
-        )
-        s.add(new)
-        s.flush()
-        _update(
-            s,
-            job.id,
-            status="done",
-            checkpoint_out_id=new.id,
-            loss=result["loss"],
-            tokens_trained=result["tokens"],
-            n_truncated=result["truncated"],
-            n_dropped=result["dropped"],
-            n_from_ids=result["from_ids"],
-            n_rendered=result["rendered"],
-            n_drift=result["drift"],
-            n_drift_checked=result["drift_checked"],
-            max_seq_len=result["max_seq_len"],
-            optimizer_carried=result["optimizer_continued"],
-            timings=timings,
-            finished_at=now(),
-        )
-        return new
+async def _after_failed_try(
+    workbench, job: TrainingJob, out: Path, exc: TrainingError, failed: int
+) -> int:
+    """The policy on a failed training process (killed, out of memory, crashed): try once more,
+    logged; a second failure marks the job failed with its log tail and pauses the run, naming
+    the job; `resume` trains it again (TRAINING_TRIES more tries) from the same accepted
+    rollouts. A full disk is no failed try: the run pauses naming the path. Nothing to pause
+    (a single `whale train`): the failure ends the step (`exc` is raised). docs/faults.md
+    Returns the count of failed tries to go on with."""
+    writer, run_id = workbench.writer, job.run_id
+    error = str(exc)[-4000:]
+    if NO_SPACE in error:
+        await _clean_slate(writer, job.id, out)  # the half-written checkpoint goes, and its room
+        reason = f"the disk is full: training job {job.id} could not write {out} ({NO_SPACE})"
+        if await pause_until_resumed(workbench, run_id, reason):
+            return failed
+    failed += 1
+    if failed < TRAINING_TRIES:
+        log.warning("training job %s failed, trying again: %s", job.id, error[-300:])
+        detail = {"job_id": job.id, "step": job.step, "attempt": failed, "error": error}
+        await writer.insert(Event(run_id=run_id, kind="training_retry", detail=detail))
+        return failed
+    await writer.run(lambda s: _update(s, job.id, status="failed", error=error, finished_at=now()))
+    reason = f"training job {job.id} failed {TRAINING_TRIES} times: {_gist(error)}"
+    if not await pause_until_resumed(workbench, run_id, reason):
+        raise exc
+    await writer.run(lambda s: _retrain(s, job.id))
+    return 0
 
-    new_checkpoint = await writer.run(register)
-    if carried:  # the phase's optimizer now lives in the new checkpoint; a full fine-tune's
-        carried.unlink(missing_ok=True)  # is twice the weights, so one copy is kept
-    job = await writer.run(lambda s: s.get(TrainingJob, job.id))
-    say(
-        "trained",
-        {"loss": result["loss"], "tokens": result["tokens"], "checkpoint": new_checkpoint},
+
+def _register(
+    s,
+    job: TrainingJob,
+    checkpoint: Checkpoint,
+    cfg: RFTConfig,
+    name: str,
+    out: Path,
+    result: dict,
+    timings: dict,
+) -> Checkpoint:
+    """4. register: the new checkpoint, child of the one the step started from, and the job
+    done with what its training reported."""
+    new = Checkpoint(
+        run_id=job.run_id,
+        parent_id=checkpoint.id,
+        kind="lora" if cfg.lora else "full",
+        name=name,
+        path=str(out),
+        training_job_id=job.id,
+        size_bytes=result["size_bytes"],
     )
-    return job, new_checkpoint
+    s.add(new)
+    s.flush()
+    _update(
+        s,
+        job.id,
+        status="done",
+        checkpoint_out_id=new.id,
+        loss=result["loss"],
+        tokens_trained=result["tokens"],
+        n_truncated=result["truncated"],
+        n_dropped=result["dropped"],
+        n_from_ids=result["from_ids"],
+        n_rendered=result["rendered"],
+        n_drift=result["drift"],
+        n_drift_checked=result["drift_checked"],
+        max_seq_len=result["max_seq_len"],
+        optimizer_carried=result["optimizer_continued"],
+        timings=timings,
+        finished_at=now(),
+    )
+    return new
 
 
 async def _sampling(

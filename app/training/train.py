@@ -195,73 +195,14 @@ class TrainerState:
         carried = carry_optimizer(accelerator, spec)
         wanted = carried and spec.get("optimizer_in")  # continue where the last step left it
         reused = self._reusable(spec)
-        if not reused:
-            self._load(spec)
-            # a process killed while writing the last step's state left none: a fresh AdamW,
-            # and the job says so (optimizer "fresh")
-            continued = bool(wanted) and Path(spec["optimizer_in"]).is_file()
-            if continued:
-                self.optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
-        else:  # the optimizer in memory is the saved one: kept, or emptied for a fresh start
-            continued = bool(wanted)
-            inner = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper
-            if not continued:  # emptied in place: a new object would stay the accelerator's too
-                inner.state.clear()
-            for group in inner.param_groups:  # only the settings may differ
-                group["lr"], group["weight_decay"] = spec["lr"], spec.get("weight_decay", 0.0)
+        continued = self._begin(spec, bool(wanted), reused)
         model, optimizer, tokenizer = self.model, self.optimizer, self.tokenizer
         load_seconds = time.monotonic() - started
         examples = [json.loads(line) for line in open(spec["examples"])]
         encoded, cut = encode_all(tokenizer, examples, spec["max_seq_len"])
-        processes, rank = accelerator.num_processes, accelerator.process_index
-        # batch_size counts the examples (or rollouts) of one optimizer step over all processes,
-        # or of each process's share under batch_scope "rank" (verl's per-rank mini-batch)
-        per_step = spec["batch_size"] * (processes if spec.get("batch_scope") == "rank" else 1)
-        steps = mini_batches(encoded, per_step, spec.get("batch_unit", "call"), spec["seed"])
-        pad = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        )
-        micro = spec.get("micro_batch_size")
-        if micro and accelerator.distributed_type == DistributedType.DEEPSPEED:
-            # accelerate steps a DeepSpeed engine at every backward: no accumulation here
-            raise ValueError("micro_batch_size is not supported under DeepSpeed")
-        total_batches = spec["epochs"] * len(steps)
-        losses, tokens, done, start = [], 0, 0, time.monotonic()
-        for _ in range(spec["epochs"]):
-            for step in steps:
-                # this process's share of the step: as many rows as every other process
-                share = math.ceil(len(step) / processes)
-                mine = with_fillers(step, share * processes, pad)[rank * share : (rank + 1) * share]
-                all_n = labelled(step)  # every process knows the whole step: no exchange needed
-                nll = torch.zeros((), device=accelerator.device)
-                for i in range(0, share, micro or share):
-                    ids, mask, labels = (
-                        t.to(accelerator.device)
-                        for t in collate(mine[i : i + (micro or share)], pad)
-                    )
-                    logits = model(input_ids=ids, attention_mask=mask).logits
-                    loss, _ = nll_sum(logits, labels)
-                    # Gradients are averaged over the processes and summed over the forward
-                    # passes; scaled like this, the step follows the token mean over the whole
-                    # mini-batch.
-                    accelerator.backward(loss * processes / max(all_n, 1))
-                    nll += loss.detach().float()
-                total = accelerator.reduce(nll, reduction="sum")
-                accelerator.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                done += 1
-                tokens += all_n
-                losses.append(total.item() / max(all_n, 1))
-                if accelerator.is_main_process:
-                    emit(
-                        event="batch",
-                        batch=done,
-                        of=total_batches,
-                        loss=losses[-1],
-                        tokens=all_n,
-                        tokens_per_s=tokens / (time.monotonic() - start),
-                    )
+        steps = self._mini_batches(spec, encoded)
+        start = time.monotonic()
+        losses, tokens, done = self._train_pass(spec, steps, start)
         train_seconds = time.monotonic() - start
         save(accelerator, model, tokenizer, spec)
         self.holds = trained_weights(spec)
@@ -288,7 +229,7 @@ class TrainerState:
             "optimizer_carried": carried,  # saved for the next step
             "optimizer_continued": continued,  # this step went on with the last one's
             "size_bytes": size,
-            "processes": processes,
+            "processes": accelerator.num_processes,
             "kept_loaded": reused,  # trained on what the process held, nothing read from disk
             "optimizer_wait_seconds": started - asked,  # the last step's state still writing
             "load_seconds": load_seconds,
@@ -296,6 +237,93 @@ class TrainerState:
             "save_seconds": time.monotonic() - start - train_seconds,
             "seconds": time.monotonic() - asked,
         }
+
+    def _begin(self, spec: dict, wanted: bool, reused: bool) -> bool:
+        """The step's model and optimizer: the ones held (`reused`) or loaded from disk, and the
+        optimizer's state the last step's when `wanted`; returns whether it continues it."""
+        if not reused:
+            self._load(spec)
+            # a process killed while writing the last step's state left none: a fresh AdamW,
+            # and the job says so (optimizer "fresh")
+            continued = wanted and Path(spec["optimizer_in"]).is_file()
+            if continued:
+                self.optimizer.load_state_dict(torch.load(spec["optimizer_in"], weights_only=True))
+            return continued
+        # the optimizer in memory is the saved one: kept, or emptied for a fresh start
+        inner = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper
+        if not wanted:  # emptied in place: a new object would stay the accelerator's too
+            inner.state.clear()
+        for group in inner.param_groups:  # only the settings may differ
+            group["lr"], group["weight_decay"] = spec["lr"], spec.get("weight_decay", 0.0)
+        return wanted
+
+    def _mini_batches(self, spec: dict, encoded: list) -> list[list]:
+        """The optimizer steps of one epoch, each a mini-batch of encoded rows."""
+        processes = self.accelerator.num_processes
+        # batch_size counts the examples (or rollouts) of one optimizer step over all processes,
+        # or of each process's share under batch_scope "rank" (verl's per-rank mini-batch)
+        per_step = spec["batch_size"] * (processes if spec.get("batch_scope") == "rank" else 1)
+        steps = mini_batches(encoded, per_step, spec.get("batch_unit", "call"), spec["seed"])
+        micro = spec.get("micro_batch_size")
+        if micro and self.accelerator.distributed_type == DistributedType.DEEPSPEED:
+            # accelerate steps a DeepSpeed engine at every backward: no accumulation here
+            raise ValueError("micro_batch_size is not supported under DeepSpeed")
+        return steps
+
+    def _train_pass(self, spec: dict, steps: list[list], start: float) -> tuple[list, int, int]:
+        """Every epoch over the mini-batches, one optimizer step each, each reported as a
+        "batch" event; returns the steps' losses, the tokens trained and the steps taken."""
+        accelerator, model, optimizer = self.accelerator, self.model, self.optimizer
+        pad = pad_id(self.tokenizer)
+        total_batches = spec["epochs"] * len(steps)
+        losses, tokens, done = [], 0, 0
+        for _ in range(spec["epochs"]):
+            for step in steps:
+                all_n = labelled(step)  # every process knows the whole step: no exchange needed
+                total = self._backward(step, all_n, spec.get("micro_batch_size"), pad)
+                accelerator.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                done += 1
+                tokens += all_n
+                losses.append(total.item() / max(all_n, 1))
+                if accelerator.is_main_process:
+                    emit(
+                        event="batch",
+                        batch=done,
+                        of=total_batches,
+                        loss=losses[-1],
+                        tokens=all_n,
+                        tokens_per_s=tokens / (time.monotonic() - start),
+                    )
+        return losses, tokens, done
+
+    def _backward(self, step: list, all_n: int, micro: int | None, pad: int) -> torch.Tensor:
+        """This process's share of one mini-batch, forward and backward in micro-batches (of
+        `micro` rows; None: all at once); returns the mini-batch's summed NLL over every
+        process."""
+        accelerator = self.accelerator
+        processes, rank = accelerator.num_processes, accelerator.process_index
+        # this process's share of the step: as many rows as every other process
+        share = math.ceil(len(step) / processes)
+        mine = with_fillers(step, share * processes, pad)[rank * share : (rank + 1) * share]
+        nll = torch.zeros((), device=accelerator.device)
+        for i in range(0, share, micro or share):
+            ids, mask, labels = (
+                t.to(accelerator.device) for t in collate(mine[i : i + (micro or share)], pad)
+            )
+            logits = self.model(input_ids=ids, attention_mask=mask).logits
+            loss, _ = nll_sum(logits, labels)
+            # Gradients are averaged over the processes and summed over the forward passes;
+            # scaled like this, the step follows the token mean over the whole mini-batch.
+            accelerator.backward(loss * processes / max(all_n, 1))
+            nll += loss.detach().float()
+        return accelerator.reduce(nll, reduction="sum")
+
+
+def pad_id(tokenizer) -> int:
+    """The id that pads a batch's rows: the tokenizer's pad token, else its end of sequence."""
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def starting_weights(spec: dict) -> str:
