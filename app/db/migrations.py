@@ -243,6 +243,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE training_job ADD COLUMN n_drift_checked INTEGER;
         """,
     ),
+    (
+        # issue 49, forking a run from a phase boundary (app/loop/fork.py)
+        "015_run_fork",
+        """
+        -- a run forked from another: its parent and the phase after which it branched
+        -- (0: the parent's start); the fork point's harness, checkpoint and spending are in
+        -- the run's config ("fork")
+        ALTER TABLE run ADD COLUMN parent_run_id INTEGER REFERENCES run(id);
+        ALTER TABLE run ADD COLUMN fork_phase INTEGER;
+        """,
+    ),
 ]
 
 
