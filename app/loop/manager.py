@@ -47,7 +47,7 @@ async def submit(
     from app.loop.fork import fork_point, parse_point
 
     point = parse_point(fork_from) if fork_from.strip() else None
-    experiment = parse(toml_text, source, web=True)
+    experiment = parse(toml_text, source, web=True, fork=point is not None)
     if experiment.seeds:  # one run per seed, one after the other, is the command line's job
         raise ExperimentError(
             f"{source}: seeds: a seed group runs from the command line (whale run FILE); "
