@@ -5,7 +5,7 @@ that place in the fork's config). A fork of a fork carries its grandparent's poi
 from sqlmodel import Session
 
 from app.db.schema import Run
-from app.read.curves import measured, test_points
+from app.read.curves import measured, test_points, x_value
 
 
 def lineage_curve(s: Session, run: Run, x: str) -> list[dict]:
@@ -22,14 +22,16 @@ def lineage_curve(s: Session, run: Run, x: str) -> list[dict]:
     if parent is None:  # `whale check` names the broken link; the fork's curve still draws
         return own
     at = fork["at"]
-    before_fork = {
-        m.evaluation_id
+    # the parent's points before the fork point: a prefix of its own, as they were recorded (a
+    # pair measured again is plotted again: the evaluation alone does not say which point)
+    before_fork = sum(
+        1
         for m in test_points(s, parent.id)
-        if m.rollouts <= at["rollouts"] and (m.weight_steps or 0) <= at["weight_steps"]
-    }
-    inherited = [
-        {"run_id": parent.id, **p, "inherited": True}
-        for p in lineage_curve(s, parent, x)
-        if p.get("inherited") or p.get("evaluation_id") in before_fork
-    ]
-    return inherited + own
+        if x_value(m, x) is not None
+        and m.rollouts <= at["rollouts"]
+        and (m.weight_steps or 0) <= at["weight_steps"]
+    )
+    curve = lineage_curve(s, parent, x)
+    theirs = [p for p in curve if p.get("inherited")]
+    mine = [p for p in curve if not p.get("inherited")][:before_fork]
+    return [{"run_id": parent.id, **p, "inherited": True} for p in theirs + mine] + own
