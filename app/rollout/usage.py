@@ -81,6 +81,10 @@ def usage(s: Session, run_id: int) -> Usage:
     return Usage(rollouts, tokens + proposer_tokens, usd, weight_steps_done(s, run_id), proposing)
 
 
+# what a fork carries over from its parent (app/loop/fork.py), wall time aside
+USAGE_FIELDS = ("rollouts", "tokens", "proposer_usd", "weight_steps", "proposing_iterations")
+
+
 def carried(s: Session, run_id: int) -> dict[str, float]:
     """What a fork's budgets start from: its parent's spending at the fork point when its
     experiment continues the parent's budget (`[budget] after_fork`, app/loop/fork.py), else
@@ -100,9 +104,6 @@ def budget_usage(s: Session, run_id: int) -> Usage:
     return replace(
         used, **{name: getattr(used, name) + before.get(name, 0) for name in USAGE_FIELDS}
     )
-
-
-USAGE_FIELDS = ("rollouts", "tokens", "proposer_usd", "weight_steps", "proposing_iterations")
 
 
 def weight_steps_done(s: Session, run_id: int, phase_ids: list[int] | None = None) -> int:
