@@ -457,6 +457,9 @@ class Budget(_Strict):
         default=None, ge=1, le=MAX_STEPS, description="proposing iterations over the whole run"
     )
     max_phases: int = Field(default=50, ge=1, le=MAX_STEPS)  # a backstop when no budget is set
+    # a fork (`whale run --from RUN:PHASE`): "continue" (the default) counts what the parent
+    # had spent by the fork point against these budgets; "fresh" starts them at zero
+    after_fork: Literal["continue", "fresh"] | None = None
 
 
 class Runtime(_Strict):

@@ -59,15 +59,27 @@ def run(
             "keeping every code path the file selects (docs/loop.md, Rehearsal)",
         ),
     ] = False,
+    fork_from: Annotated[
+        Optional[str],
+        typer.Option(
+            "--from",
+            metavar="RUN:PHASE",
+            help="fork: start from run RUN as it stood after its phase PHASE (its harness and "
+            "checkpoint there; 0: its start); [budget] after_fork says whether the budgets go on "
+            "from the parent's spending (docs/loop.md, Forks)",
+        ),
+    ] = None,
 ):
     """Run an experiment headless: progress per phase, a summary table at the end.
 
     An unfinished run of the same experiment (same name, same file) is resumed. With seeds
     (`--seeds` or the file's `seeds`), one run per seed, one after the other, then the group's
     mean and interval over seeds."""
+    from app.loop.fork import parse_point
     from app.loop.lock import StoreBusy, StoreLock
 
     try:
+        point = parse_point(fork_from) if fork_from is not None else None
         exp, text = load(experiment)
         group_seeds = _seed_list(seeds) if seeds is not None else exp.seeds
         runs = [parse(text, str(experiment), seed=s) for s in group_seeds or []] or [exp]
@@ -105,7 +117,7 @@ def run(
         )
         try:
             results = [
-                await _run_one(workbench, e, text, experiment, group, as_json, i == 0)
+                await _run_one(workbench, e, text, experiment, group, as_json, i == 0, point)
                 for i, e in enumerate(runs)
             ]
             with workbench.session() as s:
@@ -143,11 +155,15 @@ def _seed_list(text: str) -> list[int]:
     return seeds
 
 
-async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, first: bool):
-    """Start (or resume) one run of the experiment and run it to its end; its summary."""
+async def _run_one(
+    workbench, exp, text: str, path: Path, group, as_json: bool, first: bool, point=None
+):
+    """Start (or resume) one run of the experiment and run it to its end; its summary.
+    `point`: the (run, phase) it forks from (app/loop/fork.py)."""
     from app.loop.driver import Loop, start_run, unfinished_runs
+    from app.loop.fork import fork_of, fork_point
 
-    same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
+    same = [r for r in unfinished_runs(workbench) if r.name == exp.name and fork_of(r) == point]
     changed = [r for r in same if r.config.get("hash") != config_hash(text)]
     if changed:
         raise fail(
@@ -160,6 +176,7 @@ async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, 
             try:
                 check_generation(exp, workbench.backend_name, str(path))
                 incoming = incoming_harness(exp, s, str(path))
+                fork = fork_point(s, *point, exp.domain) if point else None
             except ExperimentError as exc:
                 raise fail(str(exc)) from None
     if first:
@@ -167,7 +184,7 @@ async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, 
     row = (
         same[0]
         if same
-        else await start_run(workbench, exp, text, config_hash(text), incoming, group)
+        else await start_run(workbench, exp, text, config_hash(text), incoming, group, fork)
     )
     if same:
         err.print(f"resuming run {row.id}")
@@ -272,6 +289,9 @@ def summary(s, run_id: int) -> dict:
         "strategy": run.strategy,
         "status": run.status,
         "ended": end.detail["reason"] if end else None,
+        "fork": {"run_id": run.parent_run_id, "phase": run.fork_phase}
+        if run.parent_run_id
+        else None,
         "selected": row["selected"],
         "selected_ci": row["selected_ci"],
         "selected_by": row["selected_by"],

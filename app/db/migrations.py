@@ -246,7 +246,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     (
         "015_annotations",
         """
-        -- issue 49, tags, notes and labels: what people write on runs and rollouts. Their own
+        -- tags, notes and labels: what people write on runs and rollouts. Their own
         -- tables, never the loop's rows, so a user's edit and the loop's writes never meet.
         -- The tag and label indexes serve the filters (runs by tag, rollouts by label)
         CREATE TABLE run_tag (
@@ -263,6 +263,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE TABLE rollout_note (
             rollout_id INTEGER PRIMARY KEY REFERENCES rollout(id), text TEXT NOT NULL,
             updated_at DATETIME NOT NULL);
+        """,
+    ),
+    (
+        # forking a run from a phase boundary (app/loop/fork.py)
+        "016_run_fork",
+        """
+        -- a run forked from another: its parent and the phase after which it branched
+        -- (0: the parent's start); the fork point's harness, checkpoint and spending are in
+        -- the run's config ("fork")
+        ALTER TABLE run ADD COLUMN parent_run_id INTEGER REFERENCES run(id);
+        ALTER TABLE run ADD COLUMN fork_phase INTEGER;
         """,
     ),
 ]

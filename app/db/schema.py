@@ -61,6 +61,9 @@ class Run(SQLModel, table=True):
     )
     desired: str | None = None  # what the user asked: running | paused | stopped
     command: dict | None = zjson()  # a one-shot action (skip, force, promote) not yet taken
+    # a fork (app/loop/fork.py): the run it branched from, after which of its phases
+    parent_run_id: int | None = Field(default=None, foreign_key="run.id")
+    fork_phase: int | None = None
 
 
 class Harness(SQLModel, table=True):

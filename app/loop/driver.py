@@ -42,6 +42,7 @@ from app.rollout.evaluate import RunStopped
 from app.rollout.usage import (
     EXCEEDED,
     PHASE_BUDGETS,
+    budget_usage,
     over_budget,
     phase_budget_left,
     spending,
@@ -71,6 +72,8 @@ class Loop:
         self.exp = Experiment.model_validate(run.config["experiment"])
         # the incoming harness and checkpoint ids (checkpoint None: submitted, not begun)
         self.start = run.config["start"]
+        # a fork goes on from its parent's phases (app/loop/fork.py): their kinds, oldest first
+        self.inherited = (run.config.get("fork") or {}).get("kinds", [])
         self.created_at = run.created_at
         self.domain = get_domain(self.exp.domain)
         self.desired = run.desired or "running"
@@ -289,13 +292,14 @@ class Loop:
         return harness_id, checkpoint_id
 
     def _next_kind(self, phases: list[Phase]) -> str:
+        kinds = [*self.inherited, *(p.kind for p in phases)]
         strategy = self.exp.strategy
         if strategy in ("weight_only", "harness_only"):
             return strategy.removesuffix("_only")
         if strategy == "stagewise":  # one long weight stage, then harness phases
-            return "harness" if phases else "weight"
+            return "harness" if kinds else "weight"
         # whale, fast_slow: weight and harness phases alternate, weight first
-        return "harness" if phases and phases[-1].kind == "weight" else "weight"
+        return "harness" if kinds and kinds[-1] == "weight" else "weight"
 
     # -- ending on a weight phase ([switching] end_on = "weight") -----------------------------
 
@@ -339,7 +343,7 @@ class Loop:
             checkpoint_id = promoted.get("checkpoint_id") or checkpoint_id
             if promoted.get("checkpoint_id"):
                 await self._serve(checkpoint_id)
-        round_ = sum(p.kind == kind for p in phases) + 1
+        round_ = sum(k == kind for k in [*self.inherited, *(p.kind for p in phases)]) + 1
         phase = Phase(
             run_id=self.run_id,
             kind=kind,
@@ -442,8 +446,9 @@ class Loop:
     # -- budgets and test points --------------------------------------------------------------
 
     def _usage(self):
+        """What the run's budgets count (a fork's may include its parent's spending)."""
         with self.wb.session() as s:
-            return usage(s, self.run_id)
+            return budget_usage(s, self.run_id)
 
     def _wall_s(self) -> float:
         return (now() - utc(self.created_at)).total_seconds()
@@ -500,7 +505,9 @@ class Loop:
         await self._plot(evaluation)
 
     async def _plot(self, evaluation: Evaluation) -> None:
-        rollouts, steps = self._usage().rollouts, steps_done(self.wb, self.run_id)
+        with self.wb.session() as s:  # the curve counts the run's own rollouts
+            rollouts = usage(s, self.run_id).rollouts
+        steps = steps_done(self.wb, self.run_id)
         wall_s = self._wall_s()
         await self.wb.writer.run(
             lambda s: plot_test_point(s, self.run_id, evaluation, rollouts, steps, wall_s)
@@ -560,13 +567,18 @@ def new_run(
     config_hash: str,
     incoming: tuple[str, str],
     group: dict | None = None,
+    fork: dict | None = None,
 ) -> Run:
     """A run of an experiment as submitted, in the writer's session `s`: its row (`created`) and
     its incoming harness (name, code: see incoming_harness). It has no checkpoint yet: the base
-    one is known once the model is loaded (begin). `group`: its seed group ({name, seeds})."""
+    one is known once the model is loaded (begin). `group`: its seed group ({name, seeds}).
+    `fork`: the fork point it starts from (app/loop/fork.py, fork_point): its harness is the
+    parent's there, not `incoming`, and begin starts it from the parent's checkpoint there."""
     config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
     if group:
         config["group"] = group
+    if fork:
+        config["fork"] = fork
     run = Run(
         name=experiment.name,
         kind="experiment",
@@ -575,22 +587,34 @@ def new_run(
         strategy=experiment.strategy,
         desired="running",
         config=config,
+        parent_run_id=fork["run_id"] if fork else None,
+        fork_phase=fork["phase"] if fork else None,
     )
     s.add(run)
     s.flush()
-    name, code = incoming
-    harness = Harness(run_id=run.id, name=name, code=code, sha=sha_of(code))
-    s.add(harness)
-    s.flush()
-    run.config = {**config, "start": {"harness_id": harness.id, "checkpoint_id": None}}
+    if fork:
+        harness_id = fork["harness_id"]
+    else:
+        name, code = incoming
+        harness = Harness(run_id=run.id, name=name, code=code, sha=sha_of(code))
+        s.add(harness)
+        s.flush()
+        harness_id = harness.id
+    run.config = {**config, "start": {"harness_id": harness_id, "checkpoint_id": None}}
     return run
 
 
 def begin(s, run_id: int, checkpoint: Checkpoint) -> Run:
-    """The submitted run starts from `checkpoint` (the base weights), with its run_start event."""
+    """The submitted run starts from `checkpoint` (the base weights; a fork: its fork point's),
+    with its run_start event."""
     run = s.get(Run, run_id)
-    run.config = {**run.config, "start": {**run.config["start"], "checkpoint_id": checkpoint.id}}
-    s.add(Event(run_id=run.id, kind="run_start", detail={"strategy": run.strategy}))
+    fork = run.config.get("fork")
+    checkpoint_id = fork["checkpoint_id"] if fork else checkpoint.id
+    run.config = {**run.config, "start": {**run.config["start"], "checkpoint_id": checkpoint_id}}
+    detail = {"strategy": run.strategy}
+    if fork:
+        detail["fork"] = {k: fork[k] for k in ("run_id", "phase", "harness_id", "checkpoint_id")}
+    s.add(Event(run_id=run.id, kind="run_start", detail=detail))
     return run
 
 
@@ -601,12 +625,13 @@ async def start_run(
     config_hash: str,
     incoming: tuple[str, str],
     group: dict | None = None,
+    fork: dict | None = None,
 ) -> Run:
     """A new run of an experiment, begun (the workbench is started: its base checkpoint is
-    known)."""
+    known); `fork`: see new_run."""
 
     def create(s):
-        run = new_run(s, experiment, source, config_hash, incoming, group)
+        run = new_run(s, experiment, source, config_hash, incoming, group, fork)
         return begin(s, run.id, workbench.base_checkpoint(s))
 
     return await workbench.writer.run(create)

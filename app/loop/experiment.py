@@ -29,15 +29,24 @@ class ExperimentError(ValueError):
 
 
 def parse(
-    text: str, source: str = "experiment", web: bool = False, seed: int | None = None
+    text: str,
+    source: str = "experiment",
+    web: bool = False,
+    seed: int | None = None,
+    fork: bool = False,
 ) -> Experiment:
     """The experiment in a TOML text; ExperimentError names the file and the offending key.
     `web`: it came over HTTP, so a `harness` file must be one of the archive's. `seed`: the run
-    of that seed of a group (`seeds`): its seed set, " seed N" added to its name."""
+    of that seed of a group (`seeds`): its seed set, " seed N" added to its name. `fork`: a fork
+    starts from its fork point's harness (app/loop/fork.py), so the harness keys are dropped
+    unread (a parent started from a file outside the archive is forked over HTTP too)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ExperimentError(f"{source}: not valid TOML: {exc}") from None
+    if fork and isinstance(data, dict):
+        for key in HARNESS_KEYS:
+            data.pop(key, None)
     if seed is not None and isinstance(data, dict):
         data["seed"], data["name"] = seed, f"{data.get('name', '')} seed {seed}"
     if "harness_iterations" in (data.get("switching") or {}):  # renamed: say what it is now

@@ -37,11 +37,17 @@ log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often the worker looks for submitted runs
 
 
-async def submit(workbench, toml_text: str, source: str = "api", force: bool = False) -> Run:
+async def submit(
+    workbench, toml_text: str, source: str = "api", force: bool = False, fork_from: str = ""
+) -> Run:
     """Check an experiment posted over HTTP (ExperimentError names the bad key) and store its
     run, `created`, for the worker to start; its harness is an archive file, a stored harness or
-    code, never a server path."""
-    experiment = parse(toml_text, source, web=True)
+    code, never a server path. `fork_from`: "RUN:PHASE", the fork point it starts from instead
+    (app/loop/fork.py)."""
+    from app.loop.fork import fork_point, parse_point
+
+    point = parse_point(fork_from) if fork_from.strip() else None
+    experiment = parse(toml_text, source, web=True, fork=point is not None)
     if experiment.seeds:  # one run per seed, one after the other, is the command line's job
         raise ExperimentError(
             f"{source}: seeds: a seed group runs from the command line (whale run FILE); "
@@ -52,8 +58,9 @@ async def submit(workbench, toml_text: str, source: str = "api", force: bool = F
     check_fit(workbench.settings, experiment, source, force)
     with workbench.session() as s:
         incoming = incoming_harness(experiment, s, source)
+        fork = fork_point(s, *point, experiment.domain) if point else None
     return await workbench.writer.run(
-        lambda s: new_run(s, experiment, toml_text, config_hash(toml_text), incoming)
+        lambda s: new_run(s, experiment, toml_text, config_hash(toml_text), incoming, fork=fork)
     )
 
 

@@ -16,12 +16,12 @@ from app.read.curves import (
     X_LABELS,
     intervals,
     label,
-    measured,
     mixed_scales,
     test_points,
     test_scale,
 )
 from app.read.dashboard import XAxis
+from app.read.forks import lineage_curve
 from app.read.runs import UnknownRuns, final_pair, get_runs
 from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
@@ -337,7 +337,7 @@ def get_comparison(
             f"as one), not {drawn}",
         )
     rows = summaries(s, runs, baseline)
-    curves = {label(run): measured(s, run, x) for run in runs}
+    curves = {label(run): lineage_curve(s, run, x) for run in runs}  # a fork from its fork point
     return {
         "x": x,
         "x_label": X_LABELS[x],

@@ -57,6 +57,14 @@ def timeline(s: Session, run_id: int) -> list[dict[str, Any]]:
     return rows
 
 
+def forkable(run: Run, phase_status: str) -> bool:
+    """Whether a new run may start from the run's state after a phase in this status: a
+    finished phase of a finished or paused experiment run."""
+    from app.loop.fork import FORKABLE
+
+    return run.kind == "experiment" and run.status in FORKABLE and phase_status == "done"
+
+
 def budgets(s: Session, run: Run) -> list[dict[str, Any]]:
     """Each budget the experiment set: what it allows, what the run used, what is left."""
     limits = ((run.config or {}).get("experiment") or {}).get("budget") or {}
@@ -353,6 +361,8 @@ def get_dashboard(
     if baseline_id is not None and baseline is None:
         raise NotFound("run", baseline_id)
     phases = timeline(s, run_id)
+    for n, phase in enumerate(phases, 1):  # "Fork from here" (app/loop/fork.py)
+        phase["fork_from"] = f"{run.id}:{n}" if forkable(run, phase["status"]) else None
     return {
         "run": {
             "id": run.id,

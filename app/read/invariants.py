@@ -270,6 +270,12 @@ def _curve_and_budget(s: Session, run: Run) -> list[str]:
     return broken
 
 
+def _fork_link(s: Session, run: Run) -> list[str]:
+    from app.loop.fork import link_problems
+
+    return link_problems(s, run)
+
+
 RUN_CHECKS = (
     (
         "rollouts finished",
@@ -305,6 +311,12 @@ RUN_CHECKS = (
         "curve and budget",
         "curve points are their evaluations' scores at rollouts used; the budget holds",
         _curve_and_budget,
+    ),
+    (
+        "fork link",
+        "a fork's parent run is in the store, and the harness and checkpoint of its fork point "
+        "are there and are the ones the fork started from",
+        _fork_link,
     ),
 )
 

@@ -12,6 +12,7 @@ from sqlmodel import Session, col, or_, select
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, TrainingJob
 from app.read.checkpoints import checkpoint_ref, lineage
 from app.read.common import NotFound
+from app.read.dashboard import forkable
 
 NODE_FIELDS = (
     "id",
@@ -102,6 +103,11 @@ def get_lineage(s: Session, run_id: int) -> dict[str, Any]:
     for evaluation in evaluations:
         by_harness.setdefault(evaluation.harness_id, []).append(evaluation)
     phase_rows = [_phase_row(p, checkpoints, i) for i, p in enumerate(phases)]
+    position = {p.id: n for n, p in enumerate(all_phases, 1)}  # as the timeline counts them
+    for row in phase_rows:  # "Fork from here" (app/loop/fork.py)
+        row["fork_from"] = (
+            f"{run.id}:{position[row['id']]}" if forkable(run, row["status"]) else None
+        )
     nodes = [_node(h, phases, by_harness.get(h.id, [])) for h in harnesses]
     present = set(ids)
     edges = [
@@ -118,6 +124,8 @@ def get_lineage(s: Session, run_id: int) -> dict[str, Any]:
             "kind": run.kind,
             "strategy": run.strategy,
         },
+        # a fork goes on from its parent's lineage: where it branched off, and from what
+        "fork": (run.config or {}).get("fork"),
         "phases": phase_rows,
         "nodes": nodes,
         "edges": edges,

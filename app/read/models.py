@@ -113,6 +113,9 @@ class RunsPage(Open):
     )
     experiment: str = Field(description="the experiment text the start form shows")
     error: str | None
+    fork_from: str | None = Field(
+        default=None, description='the fork point the start form shows ("RUN:PHASE"), if any'
+    )
 
 
 class ComparedRun(Open):
@@ -349,6 +352,9 @@ class LineagePage(Open):
     nodes: list[Row] = Field(description="harnesses: parents, phase, score, accepted")
     edges: list[Row]
     checkpoint_chain: list[Row]
+    fork: Row | None = Field(
+        default=None, description="a fork: the parent run and phase it branched from, and how"
+    )
 
 
 # -- harnesses, training jobs, checkpoints ----------------------------------------------------

@@ -110,6 +110,8 @@ def export_run(session: Session, run_id: int, out_dir: Path) -> dict[str, int]:
     harness_ids = set(session.exec(select(Harness.id).where(Harness.run_id == run_id)))
     harness_ids |= {e.harness_id for e in evaluations} | {j.harness_id for j in jobs}
     harness_ids |= {h for p in phases for h in (p.harness_in_id, p.harness_out_id)}
+    start = (run.config or {}).get("start") or {}  # a fork's: its parent's, at the fork point
+    harness_ids.add(start.get("harness_id"))
     harnesses = with_ancestors(
         session, Harness, harness_ids, lambda h: [h.parent_id, *(h.parent_ids or [])]
     )
@@ -117,6 +119,7 @@ def export_run(session: Session, run_id: int, out_dir: Path) -> dict[str, int]:
     checkpoint_ids |= {e.checkpoint_id for e in evaluations}
     checkpoint_ids |= {c for j in jobs for c in (j.checkpoint_in_id, j.checkpoint_out_id)}
     checkpoint_ids |= {c for p in phases for c in (p.checkpoint_in_id, p.checkpoint_out_id)}
+    checkpoint_ids.add(start.get("checkpoint_id"))
     checkpoints = with_ancestors(session, Checkpoint, checkpoint_ids, lambda c: [c.parent_id])
 
     for harness in harnesses:

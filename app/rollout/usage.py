@@ -3,12 +3,12 @@ shares, so runs compare at equal cost. The loop stops on it and the run page sho
 same functions. Rollouts of test evaluations are reporting, not search, and are not counted;
 smoke rollouts of harness candidates are."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
-from app.db.schema import Evaluation, Metric, Phase, Rollout, SearchIteration, TrainingJob
+from app.db.schema import Evaluation, Metric, Phase, Rollout, Run, SearchIteration, TrainingJob
 
 
 @dataclass(frozen=True)
@@ -81,23 +81,51 @@ def usage(s: Session, run_id: int) -> Usage:
     return Usage(rollouts, tokens + proposer_tokens, usd, weight_steps_done(s, run_id), proposing)
 
 
-def weight_steps_done(s: Session, run_id: int) -> int:
-    """The run's finished RFT steps over all its weight phases (the x of its test points)."""
+# what a fork carries over from its parent (app/loop/fork.py), wall time aside
+USAGE_FIELDS = ("rollouts", "tokens", "proposer_usd", "weight_steps", "proposing_iterations")
+
+
+def carried(s: Session, run_id: int) -> dict[str, float]:
+    """What a fork's budgets start from: its parent's spending at the fork point when its
+    experiment continues the parent's budget (`[budget] after_fork`, app/loop/fork.py), else
+    nothing."""
+    run = s.get(Run, run_id)
+    fork = (run.config or {}).get("fork") if run is not None else None
+    budget = ((run.config or {}).get("experiment") or {}).get("budget") or {} if fork else {}
+    if not fork or budget.get("after_fork") == "fresh":
+        return {}
+    return fork["spent"]
+
+
+def budget_usage(s: Session, run_id: int) -> Usage:
+    """usage() as the run's budgets count it: a fork that continues its parent's budget counts
+    what the parent had spent by the fork point too."""
+    used, before = usage(s, run_id), carried(s, run_id)
+    return replace(
+        used, **{name: getattr(used, name) + before.get(name, 0) for name in USAGE_FIELDS}
+    )
+
+
+def weight_steps_done(s: Session, run_id: int, phase_ids: list[int] | None = None) -> int:
+    """The run's finished RFT steps over all its weight phases (the x of its test points), or
+    over those of `phase_ids`."""
+    query = select(func.count()).select_from(TrainingJob)
+    if phase_ids is not None:
+        query = query.where(col(TrainingJob.phase_id).in_(phase_ids))
     return s.exec(
-        select(func.count())
-        .select_from(TrainingJob)
-        .where(TrainingJob.run_id == run_id, col(TrainingJob.status).in_(("done", "skipped")))
+        query.where(TrainingJob.run_id == run_id, col(TrainingJob.status).in_(("done", "skipped")))
     ).one()
 
 
 def spending(s: Session, run_id: int, wall_s: float) -> dict[str, float]:
-    """What the run spent of each budget, its wall time (measured by the caller) included."""
-    used = usage(s, run_id)
+    """What the run spent of each budget (a fork's as budget_usage counts it), its wall time
+    (measured by the caller) included."""
+    used = budget_usage(s, run_id)
     return {
         "rollouts": used.rollouts,
         "tokens": used.tokens,
         "proposer_usd": used.proposer_usd,
-        "wall_s": wall_s,
+        "wall_s": wall_s + carried(s, run_id).get("wall_s", 0),
         "weight_steps": used.weight_steps,
         "proposing_iterations": used.proposing_iterations,
     }

@@ -30,6 +30,7 @@ forms = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 class StartRequest(BaseModel):
     experiment: str  # the experiment's TOML text
     force: bool = False  # start a plan the machine check refuses (app/fit.py)
+    fork_from: str = ""  # "RUN:PHASE": a fork of that run's phase boundary (app/loop/fork.py)
 
 
 class ControlRequest(BaseModel):
@@ -44,7 +45,9 @@ async def start(body: StartRequest, request: Request):
     """Start a run of an experiment given as TOML text: it is checked, stored (`created`, with
     its first harness) and started by the loop process, which loads the model first if need be."""
     try:
-        run = await submit(request.app.state.workbench, body.experiment, force=body.force)
+        run = await submit(
+            request.app.state.workbench, body.experiment, force=body.force, fork_from=body.fork_from
+        )
     except ExperimentError as exc:
         raise HTTPException(422, str(exc)) from None
     return {"run": as_dict(run)}
@@ -74,6 +77,7 @@ async def start_form(
     experiment: Annotated[str, Form()] = "",
     preset: Annotated[str | None, Form()] = None,
     force: Annotated[bool, Form()] = False,
+    fork_from: Annotated[str, Form(max_length=40)] = "",
 ):
     """Start a run from the experiment text in the form (posted by htmx), then open its page; a
     bad experiment comes back as the form again, in place, with the text and the preset picked
@@ -82,11 +86,11 @@ async def start_form(
     try:
         if not experiment.strip():
             raise ExperimentError(EMPTY_EXPERIMENT)
-        run = await submit(request.app.state.workbench, experiment, FORM_SOURCE, force)
+        run = await submit(request.app.state.workbench, experiment, FORM_SOURCE, force, fork_from)
     except ExperimentError as exc:
         # the error names its source for a file ("x.toml: budget..."); the form is no file
         error = str(exc).removeprefix(f"{FORM_SOURCE}: ")
-        context = runs_data(s, error, experiment, preset)
+        context = runs_data(s, error, experiment, preset, fork_from)
         return render(request, "_start_run.html", context, status_code=422)
     return Response(status_code=204, headers={"HX-Redirect": f"/runs/{run.id}"})
 

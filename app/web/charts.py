@@ -90,6 +90,8 @@ def point_link(p: dict[str, Any]) -> tuple[str | None, str]:
     facts = f"harness {p['harness_id']}, checkpoint {p['checkpoint_id']}, k={p['k']}, {p['split']} split"
     unscored = ", ".join(f"{p[f'n_{s}']} {s}" for s in UNSCORED if p.get(f"n_{s}"))
     note = facts + (f"\nrollouts that scored nothing: {unscored}" if unscored else "")
+    if p.get("inherited"):  # a fork's curve before its fork point (app/read/forks.py)
+        note += f"\nrun {p['run_id']}'s, before the fork"
     return f"/rollouts?evaluation={p['evaluation_id']}", note
 
 

@@ -55,6 +55,8 @@ TagQuery = Annotated[str | None, Query(max_length=200, description="only runs ta
 html = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 api = APIRouter()
 Data = dict[str, Any]
+# the start form as a fork of a run's phase boundary (app/loop/fork.py)
+ForkQuery = Annotated[str | None, Query(alias="from", max_length=40, description="RUN:PHASE")]
 
 
 @dataclass(frozen=True)
@@ -122,11 +124,15 @@ def runs_data(
     experiment: str | None = None,
     preset: str | None = None,
     tag: str | None = None,
+    fork_from: str | None = None,
 ) -> Data:
     """The runs list (`tag`: the runs tagged so) and the start form: a fresh form shows the
     default preset; a refused one the text sent and the preset picked for it (edited or not),
-    else one whose text it is."""
+    else one whose text it is. A fork (`fork_from`, "RUN:PHASE") shows the parent's experiment,
+    to start as it is or edit."""
     presets = experiment_presets()
+    if experiment is None and fork_from:
+        experiment, error = fork_experiment(s, fork_from)
     if experiment is None:
         preset = "arith-quick.toml" if "arith-quick.toml" in presets else next(iter(presets), None)
         experiment = presets.get(preset, "")
@@ -140,15 +146,32 @@ def runs_data(
         "preset": preset,
         "error": error,
         "experiment": experiment,
+        "fork_from": fork_from,
     }
 
 
+def fork_experiment(s, fork_from: str) -> tuple[str | None, str | None]:
+    """(the experiment text, None) of the run a fork point names, or (None, why not)."""
+    from app.loop.fork import ForkError, parse_point
+
+    try:
+        run_id, _ = parse_point(fork_from)
+    except ForkError as exc:
+        return None, str(exc)
+    run = s.get(Run, run_id)
+    source = (run.config or {}).get("source") if run is not None else None
+    if run is None or run.kind != "experiment" or not source:
+        return None, f"from: no experiment run {run_id} in this store"
+    return source, None
+
+
 @page("/runs", "runs.html", models.RunsPage, also=("/",))
-def runs(s: SessionDep, tag: TagQuery = None) -> Data:
+def runs(s: SessionDep, tag: TagQuery = None, fork_from: ForkQuery = None) -> Data:
     """Every run (`tag`: those tagged so), newest first, with its progress, best test mean@k,
     tags and note's first line; the tags in use; the experiment files offered for starting a
-    new one."""
-    return runs_data(s, tag=tag.strip() or None if tag else None)
+    new one; `from` (RUN:PHASE) opens the form as a fork of that run's phase boundary, its
+    experiment filled in."""
+    return runs_data(s, tag=tag.strip() or None if tag else None, fork_from=fork_from)
 
 
 @page("/runs/live", "_runs_list.html", models.RunsList)

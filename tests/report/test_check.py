@@ -58,7 +58,7 @@ def test_a_consistent_run_passes_every_check(whale, consistent):
     result = whale(consistent["run"].id)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert len(lines) == 12 and all(line.startswith("ok ") for line in lines), lines
+    assert len(lines) == 13 and all(line.startswith("ok ") for line in lines), lines
     assert "ok integrity: PRAGMA integrity_check is ok" in lines
 
 
