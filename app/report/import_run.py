@@ -9,7 +9,9 @@ one transaction: an export that does not read back leaves the store as it was.
 
 A run exported before it ended comes in stopped, its unstarted rollouts dropped (as a stop
 drops them): its weights and sandboxes are not here to go on with. Kept as the export has them: a phase's `detail` and an event's `detail`, whose ids (if any) are
-the exporting store's. Not in an export, so not here: the token ids of model steps.
+the exporting store's. Not in an export, so not here: the token ids of model steps. A fork's
+parent run is not in the export: an imported fork keeps its fork point as a record
+("forked_in_export" in its config), not as a link to a run of this store.
 """
 
 import json
@@ -96,7 +98,8 @@ def _read(s: Session, folder: Path) -> int:
     exported = json.loads((folder / "run.json").read_text(encoding="utf-8"))
     old_run = exported["id"]
     annotations = {"tags": exported.pop("tags", []), "note": exported.pop("note", None)}
-    run = _insert(s, Run, exported, ids, "run")
+    # a fork's parent is not in the export (see _start_mapped)
+    run = _insert(s, Run, {**exported, "parent_run_id": None, "fork_phase": None}, ids, "run")
 
     def own(old_run_id: int | None) -> int | None:
         return run.id if old_run_id == old_run else None
@@ -140,6 +143,7 @@ def _read(s: Session, folder: Path) -> int:
         row.training_job_id = (
             ids.get("training_job", job) if job in _known(ids, "training_job") else None
         )
+    run.config = _start_mapped(run, ids)
     if run.status in LIVE_STATUSES:  # `whale serve` would try to go on with it, here
         close_open_work(s, run.id, "stopped", UNFINISHED)
         run.status, run.desired, run.finished_at = "stopped", "stopped", run.finished_at or now()
@@ -147,6 +151,22 @@ def _read(s: Session, folder: Path) -> int:
     if annotations["note"]:
         s.add(RunNote(run_id=run.id, text=annotations["note"]))
     return run.id
+
+
+def _start_mapped(run: Run, ids: _Ids) -> dict:
+    """The run's config with its start's harness and checkpoint under their new ids. A fork's
+    parent stays in the store it was exported from: the link becomes a record of where the
+    run came from ("forked_in_export"), which `whale check` does not follow."""
+    config = dict(run.config or {})
+    start = dict(config.get("start") or {})
+    for key, table in (("harness_id", "harness"), ("checkpoint_id", "checkpoint")):
+        if start.get(key) is not None:  # an export of an older version may not carry it
+            start[key] = _known(ids, table).get(start[key])
+    if start:
+        config["start"] = start
+    if "fork" in config:
+        config["forked_in_export"] = config.pop("fork")
+    return config
 
 
 def _known(ids: _Ids, table: str) -> dict[int, int]:

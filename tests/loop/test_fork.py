@@ -274,6 +274,30 @@ def test_export_keeps_the_link_and_the_fork_points_harness(forks, tmp_path):
 
 
 @pytest.mark.slow
+def test_an_imported_fork_keeps_its_fork_point_as_a_record_and_checks_clean(forks, tmp_path):
+    """Its parent stays in the exporting store: imported elsewhere, the fork's start is the
+    imported copy of the fork point's harness, and no link points at an unrelated run."""
+    grandchild = forks["grandchild"]
+    out = tmp_path / "out"
+    proc = whale("export", str(grandchild["run_id"]), "--out", str(out), env=forks["env"])
+    assert proc.returncode == 0, proc.stderr
+    env = {**forks["env"], "WHALE_HOME": str(tmp_path / "elsewhere")}
+    proc = whale("import", str(out), env=env)
+    assert proc.returncode == 0, proc.stderr
+    run_id = int(re.search(r"imported as run (\d+)", proc.stdout).group(1))
+    db = tmp_path / "elsewhere" / "whale.db"
+    [(parent, phase)] = rows(db, "SELECT parent_run_id, fork_phase FROM run WHERE id = ?", run_id)
+    assert (parent, phase) == (None, None)
+    config = config_of(db, run_id)
+    exported_fork = json.loads((out / "run.json").read_text())["config"]["fork"]
+    assert config["forked_in_export"] == exported_fork
+    [(sha,)] = rows(db, "SELECT sha FROM harness WHERE id = ?", config["start"]["harness_id"])
+    assert sha == exported_fork["harness_sha"]
+    proc = whale("check", str(run_id), "--json", env=env)
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.slow
 def test_compare_draws_a_fork_from_its_fork_point_after_the_parents_curve(forks):
     from app.db import open_engine, read_session
     from app.read.compare import get_comparison
