@@ -14,11 +14,12 @@ from rich.table import Table
 from sqlmodel import select
 
 from app import control
-from app.cli.base import TERMINATED, end_on_sigterm, fail
+from app.cli.base import fail
 from app.cli.report import format_group, interval
 from app.config import Settings
 from app.db.schema import Event, Phase, Run, TrainingJob
 from app.experiment_schema import MAX_SEED, distinct_seeds
+from app.interrupts import TERMINATED, end_on_sigterm
 from app.loop.experiment import (
     ExperimentError,
     check_generation,

@@ -425,17 +425,6 @@ def _drop_steps(s: Session, rollout_ids: list[int]) -> None:
         s.exec(delete(Step).where(col(Step.rollout_id).in_(rollout_ids)))
 
 
-def task_means(s: Session, evaluation_id: int) -> dict[str, float]:
-    """{task id: mean reward of its samples} of an evaluation, as its mean@k counts them
-    (infrastructure failures and unfinished rollouts left out)."""
-    rows = s.exec(
-        select(Rollout.task_id, Rollout.reward).where(
-            Rollout.evaluation_id == evaluation_id, col(Rollout.status).not_in(("infra", "pending"))
-        )
-    )
-    return per_task_means(rows)
-
-
 def _finish(s: Session, evaluation_id: int) -> Evaluation:
     evaluation = s.get(Evaluation, evaluation_id)
     rows = s.exec(

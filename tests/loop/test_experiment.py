@@ -56,7 +56,7 @@ def test_shipped_examples_parse(path: Path):
         ('name = "x"\nharness = "/nonexistent/h.py"', "harness: no file /nonexistent/h.py"),
         (
             'name = "x"\n[search]\nproposer = "gpt"',
-            "search.proposer: Value error, unknown proposer 'gpt'; known: agent, gepa, knobs, llm",
+            "search.proposer: unknown proposer 'gpt'; known: agent, gepa, knobs, llm",
         ),
         ('strategy = "whale"', "name: Field required"),
         ('name = "x"\n[budget\nrollouts = 1', "not valid TOML"),
