@@ -2,7 +2,7 @@
 one file to learn what an experiment can say. Each model forbids unknown keys and bounds each
 value, so a typo or an absurd value is refused with its key before anything runs. Parsing a
 file, checking it against the machine and describing it (`whale run --dry-run`) live in
-app/loop/experiment.py; what the settings do at run time is said where they are used.
+app/loop/experiment_file.py; what the settings do at run time is said where they are used.
 """
 
 from pathlib import Path

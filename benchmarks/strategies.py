@@ -58,7 +58,7 @@ SECONDS_PER_RUN = 40.0  # model server, trainer start, records
 def estimate_seconds(path: Path, seeds: int) -> float:
     """Roughly how long `seeds` runs of the experiment take: its budget and test rollouts at
     ROLLOUTS_PER_S, its RFT steps, and a fixed start. Test points are guessed as one per phase."""
-    from app.loop.experiment import load
+    from app.loop.experiment_file import load
 
     experiment, _ = load(path)
     e, budget, test = experiment, experiment.budget.rollouts or 0, experiment.test

@@ -10,7 +10,7 @@ import typer
 import uvicorn
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 
-from app.cli.single import evaluate, summary_line
+from app.cli.phases import evaluate, summary_line
 from app.config import Settings
 from app.domains import get_domain
 from app.interrupts import GRACE_S, TERMINATED

@@ -25,7 +25,7 @@ from app.db.schema import Event, Run
 from app.experiment_schema import Experiment
 from app.interrupts import end_on_sigterm, interrupt
 from app.loop.driver import Loop, new_run, unfinished_runs
-from app.loop.experiment import (
+from app.loop.experiment_file import (
     ExperimentError,
     check_generation,
     config_hash,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.loop.experiment import ExperimentError, dry_run, load, parse
+from app.loop.experiment_file import ExperimentError, dry_run, load, parse
 from tests.conftest import REPO, whale
 
 EXAMPLES = sorted((REPO / "experiments").rglob("*.toml"))
