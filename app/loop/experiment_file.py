@@ -115,7 +115,7 @@ def incoming_harness(
     defines `run`, imports nothing the domain forbids) before any run exists."""
     from app.db.schema import Harness
     from app.domains import get_domain
-    from app.search.validate import static_error
+    from app.harness_code import static_error
 
     domain = get_domain(experiment.domain)
     key = next((k for k in HARNESS_KEYS if getattr(experiment, k) is not None), "harness")

@@ -24,9 +24,9 @@ from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, n
 from app.db.writer import Writer
 from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
+from app.harness_code import declared_turns
 from app.llm.generation import Generation, declared_by, generation_for
 from app.rollout.admission import Admission
-from app.search.validate import declared_turns
 from app.stats import mean_interval, per_task_means
 from sandbox.pool import SandboxPool, SandboxResult
 

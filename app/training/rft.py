@@ -417,7 +417,7 @@ def _carried_optimizer(s, checkpoint: Checkpoint, job: TrainingJob, state: str) 
 def harness_turns(run: Run, harness: Harness) -> int:
     """The turns a harness may take in this run: its declared MAX_TURNS within the run's
     [rollout] max_calls (the clamp), as the release resolves its response window."""
-    from app.search.validate import declared_turns
+    from app.harness_code import declared_turns
 
     clamp = (declared_by(run.config).get("rollout") or {}).get("max_calls")
     turns = declared_turns(harness.code) or clamp or 0
