@@ -133,12 +133,6 @@ def nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, i
     return loss, n
 
 
-def token_mean_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Mean NLL over every labelled token of the batch (not a mean of per-example means)."""
-    loss, n = nll_sum(logits, labels)
-    return loss / max(n, 1), n
-
-
 def on_cpu() -> bool:
     """Whether to train on the CPU: a plain process does, as it always has (a GPU on this machine
     is usually the model server's); one started by `accelerate launch` (which sets
