@@ -2,13 +2,13 @@
 one file to learn what an experiment can say. Each model forbids unknown keys and bounds each
 value, so a typo or an absurd value is refused with its key before anything runs. Parsing a
 file, checking it against the machine and describing it (`whale run --dry-run`) live in
-app/loop/experiment.py; what the settings do at run time is said where they are used.
+app/loop/experiment_file.py; what the settings do at run time is said where they are used.
 """
 
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 # Upper bounds of experiment keys: a value past them is a typo or an attack (a 20-digit rollout
 # budget), refused with the key and the bound rather than stored.
@@ -312,7 +312,8 @@ class SearchConfig(_Strict):
 
     proposer: str = Field(
         default="knobs",
-        description="knobs | llm | agent | gepa, or a plugin's name (app/search/proposers.py)",
+        description="knobs | llm | agent | gepa, or a plugin's name (app/search/proposers.py; "
+        "checked where an experiment is loaded, so this schema stands below the proposers)",
     )
     iterations: int = Field(
         default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0"
@@ -363,14 +364,6 @@ class SearchConfig(_Strict):
     options: dict[str, Any] = Field(
         default_factory=dict, description="a plugin proposer's own settings"
     )
-
-    @field_validator("proposer")
-    @classmethod
-    def _known_proposer(cls, name: str) -> str:
-        from app.search.proposers import check_proposer
-
-        check_proposer(name)
-        return name
 
 
 Strategy = Literal["whale", "weight_only", "harness_only", "stagewise", "fast_slow"]

@@ -25,6 +25,7 @@ from app.llm.client import ChatEndpoint
 from app.llm.local import LocalModelServer, prepare_model
 from app.llm.supervisor import SupervisedServer
 from app.llm.vllm import VLLMBackend
+from app.progress import err
 from app.rollout.admission import Admission, ServerQueue, in_flight_cap
 from app.rollout.evaluate import Evaluator
 from sandbox.pool import Limits, SandboxPool, SandboxUnavailable
@@ -362,3 +363,9 @@ def _set_status(s, run_id: int, status: str) -> Run:
     run.status = status
     run.finished_at = now()
     return run
+
+
+def make_workbench(say=None, **overrides):
+    """The Workbench of one command: settings from the environment, `overrides` on top."""
+    settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    return Workbench(settings, say=say or (lambda m: err.print(f"[dim]{m}[/dim]")))

@@ -56,7 +56,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from app.cli.base import GRACE_S
+from app.interrupts import GRACE_S
 from app.search.knobs import with_knob
 from app.training.retention import disk_bytes
 from benchmarks.common import REPO, parse, report, table

@@ -81,7 +81,7 @@ def measured_rate(domain: str, env: dict, whale: str | None = None) -> float:
 def estimate_seconds(path: Path, seeds: int, rate: float) -> float:
     """Roughly how long `seeds` runs of the experiment take: its budget and test rollouts at
     `rate` rollouts/s, its RFT steps, and a fixed start. Test points are guessed as one per phase."""
-    from app.loop.experiment import load
+    from app.loop.experiment_file import load
 
     experiment, _ = load(path)
     e, budget, test = experiment, experiment.budget.rollouts or 0, experiment.test

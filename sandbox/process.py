@@ -34,10 +34,25 @@ ROOT_WITHOUT_BWRAP = (
     "use the docker backend, or run the workbench as an unprivileged user."
 )
 TMP_BYTES = 64 << 20  # the private /tmp lives in memory: cap it
+# The host's system folders a bubblewrap sandbox shows (this backend's, and the coding agent's:
+# sandbox/agent_sandbox.py): the toolchain under /usr and the /bin, /lib... beside it.
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
 def _python() -> str:
     return os.path.realpath(sys.executable)
+
+
+def system_mounts() -> list[str]:
+    """bwrap's arguments that show SYSTEM read-only, as the host has it: a link stays a link
+    (merged /usr: /bin -> usr/bin), a folder is bound read-only, an absent one is left out."""
+    args: list[str] = []
+    for path in SYSTEM:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 def _bwrap_args(
@@ -63,9 +78,7 @@ def _bwrap_args(
         "--cap-add",
         "CAP_SYS_ADMIN",
         *(["--disable-userns"] if disable_userns else []),
-        "--ro-bind",
-        "/usr",
-        "/usr",
+        *system_mounts(),
         "--size",
         str(TMP_BYTES),
         "--tmpfs",
@@ -116,12 +129,6 @@ def _bwrap_args(
         "--chdir",
         "/tmp",
     ]
-    for link in ("bin", "lib", "lib64", "sbin"):
-        target = Path("/") / link
-        if target.is_symlink():
-            args += ["--symlink", os.readlink(target), f"/{link}"]
-        elif target.exists():
-            args += ["--ro-bind", str(target), f"/{link}"]
     prefix = os.path.realpath(sys.base_prefix)
     if not prefix.startswith("/usr/"):  # e.g. a pyenv interpreter under /root
         args += ["--ro-bind", prefix, prefix]

@@ -10,7 +10,7 @@ import pytest
 
 from app import fit
 from app.config import Settings
-from app.loop.experiment import ExperimentError, load, parse
+from app.loop.experiment_file import ExperimentError, load, parse
 from app.loop.manager import check_fit
 from tests.conftest import REPO
 

@@ -8,10 +8,10 @@ import sys
 
 import typer
 
-from app.cli import loop, report, sandbox, serve, single
+from app.cli import loop, phases, report, sandbox, serve
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.split("\n\n")[0])
-for group in (serve, single, loop, report):
+for group in (serve, phases, loop, report):
     for command, name in group.COMMANDS:
         cli.command(name)(command)
 cli.add_typer(sandbox.cli, name="sandbox")

@@ -1,9 +1,11 @@
-"""`whale run EXPERIMENT.toml` (headless) and the control commands: pause, resume, stop, skip,
-force, promote. Control commands write to the store; the process running the loop (`whale
+"""`whale run EXPERIMENT.toml` (headless; `--rehearse`: the experiment's whole loop at CPU size, in
+a store of its own, as app/loop/rehearse.py shrinks it) and the control commands: pause, resume,
+stop, skip, force, promote. Control commands write to the store; the process running the loop (`whale
 serve` or `whale run`) picks them up within a second."""
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,12 +16,13 @@ from rich.table import Table
 from sqlmodel import select
 
 from app import control
-from app.cli.base import TERMINATED, end_on_sigterm, fail
+from app.cli.base import fail
 from app.cli.report import format_group, interval
 from app.config import Settings
 from app.db.schema import Event, Phase, Run, TrainingJob
 from app.experiment_schema import MAX_SEED, distinct_seeds
-from app.loop.experiment import (
+from app.interrupts import TERMINATED, end_on_sigterm
+from app.loop.experiment_file import (
     ExperimentError,
     check_generation,
     config_hash,
@@ -27,7 +30,7 @@ from app.loop.experiment import (
     load,
     parse,
 )
-from app.loop.experiment import dry_run as describe_run
+from app.loop.experiment_file import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
 from app.read.compare import group_summary, summarize
 from app.read.curves import intervals, test_points
@@ -86,8 +89,6 @@ def run(
     except (ExperimentError, typer.BadParameter) as exc:
         raise fail(str(exc)) from None
     if rehearse:
-        from app.cli.rehearse import rehearse_file
-
         row = rehearse_file(experiment, exp, text, as_json)
         ok = row["result"].startswith("done") and row["check"] == "ok"
         raise typer.Exit(0 if ok else 1)
@@ -376,6 +377,64 @@ def print_summary(result: dict) -> None:
             f"{result['best_at_rollouts']} rollouts; 95% intervals over the test tasks"
         )
     out.print(f"run {result['status']} ({result['ended']})")
+
+
+def rehearse_file(path: Path, exp, text: str, as_json: bool = False) -> dict:
+    """Rehearse the experiment of `path`; its result: file, phases, wall time, the run's end
+    and `whale check`'s verdict. Prints what shrinks first."""
+    from app.loop.rehearse import findings, rehearsal_home, shrink, stand_in_agent, verdict
+    from app.workbench import Workbench
+
+    small, changed = shrink(exp)
+    home = rehearsal_home()
+    settings = Settings(home=home, **small.runtime.model_dump(exclude_none=True))
+    changed += stand_in_agent(home / "agent-bin", small)
+    if not as_json:
+        print(f"rehearsing {path} in {home}; what shrinks:")
+        print("\n".join(f"  {line}" for line in changed))
+    say = (lambda m: None) if as_json else (lambda m: err.print(f"[dim]{m}[/dim]"))
+
+    async def main():
+        workbench = Workbench(settings, say=say)
+        try:
+            await workbench.start()
+            if workbench.vllm and settings.vllm_urls:  # a shared server: from the base weights
+                await workbench.vllm.restore_base()
+            result = await _run_one(workbench, small, text, path, None, True, False)
+            with workbench.session() as s:
+                result["check"] = verdict(s, result["run_id"])
+                result["findings"] = findings(s, result["run_id"])
+            return result
+        finally:
+            await workbench.stop()
+
+    start = time.monotonic()
+    try:
+        result = uvloop.run(main())
+        outcome = f"{result['status']} ({result['ended']})"
+        if result["findings"]:
+            outcome = "failed: " + "; ".join(result["findings"])
+    except Exception as exc:  # the rehearsal's finding: what failed, as the table shows it
+        result, outcome = {"phases": [], "check": "not run"}, f"failed: {exc!r}"[:500]
+    row = {
+        "file": str(path),
+        "phases": " ".join(p["kind"][0].upper() for p in result["phases"]),
+        "wall_s": round(time.monotonic() - start, 1),
+        "result": outcome,
+        "check": result["check"],
+        "home": str(home),
+        "shrunk": changed,
+    }
+    if as_json:
+        print(json.dumps(row))
+    else:
+        if "run_id" in result:
+            print_summary(result)
+        print(
+            f"rehearsal of {path}: {outcome}; phases {row['phases'] or 'none'}; "
+            f"whale check: {row['check']}; {row['wall_s']} s; store kept in {home}"
+        )
+    return row
 
 
 def _control(run_id: int, action: str, reason: str, **args) -> None:

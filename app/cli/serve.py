@@ -10,10 +10,10 @@ import typer
 import uvicorn
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 
-from app.cli.base import GRACE_S, TERMINATED, make_workbench
-from app.cli.single import evaluate, summary_line
+from app.cli.phases import evaluate, summary_line
 from app.config import Settings
 from app.domains import get_domain
+from app.interrupts import GRACE_S, TERMINATED
 from app.progress import err
 
 
@@ -88,6 +88,7 @@ def serve(
     driven by a loop process beside it (app/loop/manager.py)."""
     from app.loop.lock import StoreBusy, StoreLock
     from app.loop.manager import LoopProcess
+    from app.workbench import make_workbench
 
     settings = Settings()
     host = host or settings.host
@@ -127,6 +128,7 @@ def demo(
     """Evaluate the arith seed harness with the embedded model while the UI shows it."""
     from app.loop.lock import StoreBusy, StoreLock
     from app.loop.manager import LoopWorker
+    from app.workbench import make_workbench
 
     settings = Settings()
     host = host or settings.host

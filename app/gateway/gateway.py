@@ -462,11 +462,6 @@ class Gateway:
             return body
         return grant, body
 
-    @property
-    def calls_in_flight(self) -> int:
-        """Model calls sent to the backend and not yet answered."""
-        return len(self._in_flight)
-
     async def start(self, socket_path: Path) -> None:
         """Serve on `socket_path` in the running event loop; returns once it accepts calls."""
         socket_path.unlink(missing_ok=True)

@@ -34,7 +34,7 @@ from app.db.schema import (
 from app.domains import get_domain
 from app.experiment_schema import Experiment
 from app.interrupts import why_interrupted
-from app.loop.experiment import stored
+from app.loop.experiment_file import stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import close_open_work, plot_test_point
 from app.read.dashboard import holding

@@ -23,9 +23,9 @@ import time
 from app.children import die_with_parent
 from app.db.schema import Event, Run
 from app.experiment_schema import Experiment
-from app.interrupts import interrupt
+from app.interrupts import end_on_sigterm, interrupt
 from app.loop.driver import Loop, new_run, unfinished_runs
-from app.loop.experiment import (
+from app.loop.experiment_file import (
     ExperimentError,
     check_generation,
     config_hash,
@@ -219,7 +219,7 @@ def main() -> None:
     """`python -m app.loop`: the loop worker over $WHALE_HOME, until SIGTERM."""
     import uvloop
 
-    from app.cli.base import end_on_sigterm, make_workbench
+    from app.workbench import make_workbench
 
     async def work():
         end_on_sigterm(

@@ -107,7 +107,7 @@ def shrink(experiment: Experiment) -> tuple[Experiment, list[str]]:
         put(rollout, key, min(getattr(rollout, key) or cap, cap), "rollout")
     if rollout.max_tokens is not None:
         put(rollout, "max_tokens", min(rollout.max_tokens, MAX_MODEL_LEN), "rollout")
-    from app.loop.experiment import stored
+    from app.loop.experiment_file import stored
 
     return Experiment.model_validate(stored(exp)), changed  # each value checked again
 

@@ -7,7 +7,7 @@ it runs four) shows here at a glance, before anything runs (docs/paper.md)."""
 from pathlib import Path
 
 from app.experiment_schema import Experiment
-from app.search.validate import declared_turns
+from app.harness_code import declared_turns
 
 # Rows of the training split each paper domain runs on in the release (docs/paper.md): NQ +
 # HotpotQA train (docs/data.md of krafton-ai/WHALE), DAPO-Math-17K de-duplicated, and the

@@ -10,6 +10,7 @@ import numpy as np
 from fastapi import HTTPException, Query
 from sqlmodel import Session, col, select
 
+from app.db.queries import task_means
 from app.db.schema import Evaluation, Metric, Run
 from app.read.config_diff import config_diff
 from app.read.curves import (
@@ -23,7 +24,6 @@ from app.read.curves import (
 from app.read.dashboard import XAxis
 from app.read.forks import lineage_curve
 from app.read.runs import UnknownRuns, final_pair, get_runs
-from app.rollout.evaluate import task_means
 from app.rollout.usage import rollouts_used
 from app.stats import few_tasks, half_widths, paired, paired_interval, seed_interval
 

@@ -1,5 +1,5 @@
 """What differs between the runs' experiments, key by key: each run's stored experiment (every
-value of its file, the defaults filled in; app/loop/experiment.py `stored`) flattened to dotted
+value of its file, the defaults filled in; app/loop/experiment_file.py `stored`) flattened to dotted
 keys (`rft.lr`), and the keys whose values are not the same in every run, with each run's value.
 The compare page shows it beside the curves: what changed is what the curves are to explain."""
 

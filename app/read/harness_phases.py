@@ -7,8 +7,8 @@ from typing import Any
 from sqlmodel import Session, select
 
 from app.db.schema import Evaluation, Harness, Phase, SearchIteration
+from app.pareto import Score, frontier
 from app.read.common import as_dict
-from app.search.pareto import Score, frontier
 
 CANDIDATE_FIELDS = (
     "id",
@@ -102,7 +102,7 @@ def _phase(s: Session, phase: Phase) -> dict[str, Any]:
 def pareto(phase: Phase, iterations: list[SearchIteration], rows: list[dict]) -> dict[str, Any]:
     """Every scored harness of the phase (the incoming one too) as a point (success up, mean
     turns down), which of them are on the Pareto front the phase selects on
-    (app/search/pareto.py, over the same scores), and the harness it chose: the one it handed
+    (app/pareto.py, over the same scores), and the harness it chose: the one it handed
     on, or while it runs the one accepted so far."""
     scored = [r for r in rows if r["success"] is not None and r["mean_turns"] is not None]
     front = frontier([Score(r["id"], r["success"], r["mean_turns"]) for r in scored])

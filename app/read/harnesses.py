@@ -154,8 +154,8 @@ def get_harness(
 def _turns(s: Session, harness: Harness) -> dict[str, Any]:
     """The harness's own turn limit (its MAX_TURNS) and its run's clamp ([rollout] max_calls;
     None: the process default), which together give its rollouts' call budget."""
+    from app.harness_code import declared_turns
     from app.llm.generation import declared_by
-    from app.search.validate import declared_turns
 
     run = s.get(Run, harness.run_id) if harness.run_id is not None else None
     clamp = (declared_by(run.config if run else None).get("rollout") or {}).get("max_calls")

@@ -12,12 +12,12 @@ from pathlib import Path
 from sqlalchemy import text
 from sqlmodel import Session, col, or_, select
 
+from app.db.queries import weights_needed
 from app.db.schema import Checkpoint, Evaluation, Harness, Run, sha_of
 from app.faults import FAULT_EVENTS
 from app.phases import TEST_SERIES
 from app.read.runs import get_runs
 from app.rollout.usage import usage
-from app.training.retention import needed
 
 FINISHED = ("done", "stopped", "failed")  # a run in one of these has nothing in flight
 SANDBOX_STOPPED = (
@@ -191,7 +191,7 @@ def _checkpoints_load(s: Session, run: Run) -> list[str]:
         if c.weights_dropped_at is None and (p := checkpoint_problem(c))
     ]
     # retention may drop the weights of a trained checkpoint, never of one the run refers to
-    must_keep = needed(s, run.id)
+    must_keep = weights_needed(s, run.id)
     broken += [
         f"checkpoint {c.id}: its weights were dropped, but {must_keep[c.id]}"
         for c in rows

@@ -24,9 +24,9 @@ from app.db.schema import Checkpoint, Evaluation, Harness, Rollout, Run, Step, n
 from app.db.writer import Writer
 from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
+from app.harness_code import declared_turns
 from app.llm.generation import Generation, declared_by, generation_for
 from app.rollout.admission import Admission
-from app.search.validate import declared_turns
 from app.stats import mean_interval, per_task_means
 from sandbox.pool import SandboxPool, SandboxResult
 
@@ -423,17 +423,6 @@ def _pending(s: Session, evaluation_id: int) -> list[Rollout]:
 def _drop_steps(s: Session, rollout_ids: list[int]) -> None:
     if rollout_ids:
         s.exec(delete(Step).where(col(Step.rollout_id).in_(rollout_ids)))
-
-
-def task_means(s: Session, evaluation_id: int) -> dict[str, float]:
-    """{task id: mean reward of its samples} of an evaluation, as its mean@k counts them
-    (infrastructure failures and unfinished rollouts left out)."""
-    rows = s.exec(
-        select(Rollout.task_id, Rollout.reward).where(
-            Rollout.evaluation_id == evaluation_id, col(Rollout.status).not_in(("infra", "pending"))
-        )
-    )
-    return per_task_means(rows)
 
 
 def _finish(s: Session, evaluation_id: int) -> Evaluation:

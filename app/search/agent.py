@@ -17,10 +17,10 @@ from pathlib import Path
 
 from app.experiment_schema import AgentProposerConfig
 from app.search.agent_presets import PRESETS, AgentOutput
-from app.search.agent_sandbox import AgentSandbox
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.workspace import clear_candidates, materialize, workspace_root
+from sandbox.agent_sandbox import AgentSandbox
 
 LOG_CAP = 10 << 20  # bytes of agent output kept on disk; the rest is counted, not stored
 TAIL = 4000

@@ -143,7 +143,7 @@ def read_codex(text: str) -> AgentOutput:
 PRESETS = {
     # As the release ran its proposer (krafton-ai/WHALE, domains/*/meta_harness/): Claude Opus
     # 4.7 at effort max, with the file tools and Bash, 2400 s an iteration. Bash runs inside
-    # the agent's sandbox, like everything the agent starts (app/search/agent_sandbox.py).
+    # the agent's sandbox, like everything the agent starts (sandbox/agent_sandbox.py).
     "claude-code": Preset(
         "claude-code",
         (

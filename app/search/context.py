@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 
 from app.db.schema import Harness, sha_of
 from app.domains import Domain
-from app.search.pareto import Score
+from app.pareto import Score
 
 
 @dataclass

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from sqlalchemy import func
 from sqlmodel import select
 
+from app.db.queries import task_means
 from app.db.schema import (
     Checkpoint,
     Evaluation,
@@ -33,14 +34,13 @@ from app.db.schema import (
 )
 from app.domains import Domain
 from app.experiment_schema import SearchConfig
+from app.harness_code import fixed_parts_error, static_error
+from app.pareto import Score, accept, frontier
 from app.phases import end_phase, phase_rollouts
-from app.rollout.evaluate import task_means
 from app.search.acceptance import Decision, decide, sequential_on
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
-from app.search.pareto import Score, accept, frontier
 from app.search.proposers import proposer_timeout
-from app.search.validate import fixed_parts_error, static_error
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from sqlmodel import Session, col, func, select
 from app.db.schema import Evaluation, Harness, Rollout, SearchIteration
 from app.db.steps import load_steps
 from app.domains import skill_of
+from app.harness_code import declared_turns
 from app.search import traces
 from app.search.context import SearchContext
 from app.search.rules import CONTRACT, RULES
-from app.search.validate import declared_turns
 
 SKILL = """\
 # Harness search, iteration {iteration}

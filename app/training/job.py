@@ -14,7 +14,6 @@ from app.children import die_with_parent
 # Tells the training process to die with its parent: under `accelerate launch` the parent is the
 # launcher, whose workers run in sessions of their own and would outlive it.
 SUPERVISED = "WHALE_TRAIN_SUPERVISED"
-OPTIMIZER_FILE = "optimizer.pt"  # in a checkpoint: the AdamW state the next step continues
 
 
 class TrainingError(RuntimeError):

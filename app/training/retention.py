@@ -5,7 +5,7 @@ of RFT steps cannot keep them all. After each step the weights folders of the ru
 checkpoints that no rule keeps are deleted; their rows stay, marked `weights_dropped_at`, with
 everything that refers to them (jobs, rollouts, lineage).
 
-Always kept, whatever the budget: the checkpoints the run refers to (`needed`): a phase's
+Always kept, whatever the budget: the checkpoints the run refers to (`weights_needed`, app/db/queries.py): a phase's
 incoming and outgoing one, every one evaluated on the test split (so the run's best too), one an
 unfinished evaluation samples from, and the newest (the one served and trained on next). Kept
 while the disk budget allows: the newest `keep_last` and every `keep_every`th step's (the
@@ -22,11 +22,11 @@ import logging
 import shutil
 from pathlib import Path
 
-from sqlmodel import Session, col, or_, select
+from sqlmodel import Session, col, select
 
-from app.db.schema import Checkpoint, Evaluation, Phase, TrainingJob, now
+from app.db.queries import weights_needed
+from app.db.schema import OPTIMIZER_FILE, Checkpoint, TrainingJob, now
 from app.experiment_schema import RFTConfig
-from app.training.job import OPTIMIZER_FILE
 from app.training.rft import pause_until_resumed
 
 log = logging.getLogger(__name__)
@@ -35,33 +35,6 @@ GB = 1e9
 
 class DiskBudgetExceeded(RuntimeError):
     """Over [rft] max_disk_gb with nothing left to drop, and no loop to pause."""
-
-
-def needed(s: Session, run_id: int) -> dict[int, str]:
-    """The run's checkpoints that must keep their weights, each with the reason."""
-    why: dict[int, str] = {}
-    for phase in s.exec(select(Phase).where(Phase.run_id == run_id)):
-        for checkpoint_id in (phase.checkpoint_in_id, phase.checkpoint_out_id):
-            if checkpoint_id is not None:
-                why.setdefault(checkpoint_id, f"phase {phase.id} starts or ends with it")
-    trained = select(Checkpoint.id).where(Checkpoint.run_id == run_id)
-    evaluations = s.exec(
-        select(Evaluation).where(
-            col(Evaluation.checkpoint_id).in_(trained),
-            or_(Evaluation.split == "test", Evaluation.status != "done"),
-        )
-    )
-    for e in evaluations:
-        reason = "evaluated on the test split" if e.split == "test" else "an evaluation uses it"
-        why.setdefault(e.checkpoint_id, f"{reason} (evaluation {e.id})")
-    newest = s.exec(
-        select(Checkpoint.id)
-        .where(Checkpoint.run_id == run_id, col(Checkpoint.training_job_id).is_not(None))
-        .order_by(col(Checkpoint.id).desc())
-    ).first()
-    if newest is not None:
-        why.setdefault(newest, "the newest: served and trained on next")
-    return why
 
 
 def _trained(s: Session, run_id: int, root: Path) -> list[tuple[Checkpoint, int]]:
@@ -81,7 +54,7 @@ def plan(
 ) -> tuple[list[int], list[int]]:
     """(to drop now, droppable under the disk budget, oldest first) among the run's trained
     checkpoints with weights (`rows`, from `_trained`)."""
-    hard = needed(s, run_id)
+    hard = weights_needed(s, run_id)
     unneeded = [(c, step) for c, step in rows if c.id not in hard]
     if cfg.keep_last is None and cfg.keep_every is None:
         return [], [c.id for c, _ in unneeded]  # no count rule: only the budget drops

@@ -26,6 +26,7 @@ from sqlmodel import select
 
 from app import control
 from app.db.schema import (
+    OPTIMIZER_FILE,
     Checkpoint,
     Evaluation,
     Event,
@@ -42,7 +43,7 @@ from app.llm.generation import declared_by, generation_for
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
-from app.training.job import OPTIMIZER_FILE, Trainer, TrainingError, trainer_command
+from app.training.job import Trainer, TrainingError, trainer_command
 
 log = logging.getLogger(__name__)
 TRAINING_TRIES = 2  # a training process that fails is started once more, then the run pauses
@@ -506,7 +507,7 @@ def _carried_optimizer(s, checkpoint: Checkpoint, job: TrainingJob, state: str) 
 def harness_turns(run: Run, harness: Harness) -> int:
     """The turns a harness may take in this run: its declared MAX_TURNS within the run's
     [rollout] max_calls (the clamp), as the release resolves its response window."""
-    from app.search.validate import declared_turns
+    from app.harness_code import declared_turns
 
     clamp = (declared_by(run.config).get("rollout") or {}).get("max_calls")
     turns = declared_turns(harness.code) or clamp or 0

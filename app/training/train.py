@@ -39,8 +39,9 @@ from accelerate import Accelerator, DistributedType
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.children import die_with_parent
+from app.db.schema import OPTIMIZER_FILE
 from app.training.examples import encode_all
-from app.training.job import OPTIMIZER_FILE, SUPERVISED
+from app.training.job import SUPERVISED
 
 
 def emit(**event) -> None:
@@ -130,12 +131,6 @@ def nll_sum(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, i
         reduction="sum",
     )
     return loss, n
-
-
-def token_mean_nll(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Mean NLL over every labelled token of the batch (not a mean of per-example means)."""
-    loss, n = nll_sum(logits, labels)
-    return loss / max(n, 1), n
 
 
 def on_cpu() -> bool:

@@ -13,7 +13,7 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import BaseModel
 
 from app import control
-from app.loop.experiment import ExperimentError
+from app.loop.experiment_file import ExperimentError
 from app.loop.manager import submit
 from app.read.common import NotFound, RowId, SessionDep, as_dict
 from app.read.dashboard import XAxis

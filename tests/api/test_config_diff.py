@@ -5,7 +5,7 @@ import html
 import re
 
 from app.db.schema import Run
-from app.loop.experiment import parse, stored
+from app.loop.experiment_file import parse, stored
 from tests.loop.conftest import quick_toml
 
 

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from app.loop import experiment as experiment_module
-from app.loop.experiment import ExperimentError, parse
+from app.loop import experiment_file as experiment_module
+from app.loop.experiment_file import ExperimentError, parse
 from tests.conftest import error_detail
 
 SEED = 'harness = "harness_archive/seeds/arith/seed.py"'

@@ -216,7 +216,7 @@ def test_whale_eval_records_the_mode_and_scores_by_it(whale_env, tmp_path):
 
 
 def test_an_experiment_s_scoring_is_checked_against_its_domain(tmp_path):
-    from app.loop.experiment import ExperimentError, parse
+    from app.loop.experiment_file import ExperimentError, parse
 
     assert parse('name = "x"\ndomain = "math"\nscoring = "paper"').scoring == "paper"
     with pytest.raises(ExperimentError, match="scoring 'strict': the math domain scores by"):

@@ -129,7 +129,7 @@ def test_an_unknown_domain_lists_the_known_ones():
 def test_an_installed_package_adds_a_proposer(installed, whale_env):
     env = {**whale_env, "PYTHONPATH": installed["PYTHONPATH"]}
     parsed = in_python(
-        "from app.loop.experiment import parse\n"
+        "from app.loop.experiment_file import parse\n"
         'e = parse(\'name = "x"\\n[search]\\nproposer = "style"\\n'
         '[search.options]\\nstyle = "step_by_step"\\n\')\n'
         "print(e.search.proposer, e.search.options)",

@@ -17,7 +17,7 @@ from app import control
 from app.db import Writer, open_engine, read_session
 from app.db.schema import Checkpoint, Event, Rollout, Run, TrainingJob
 from app.loop.driver import Loop, start_run
-from app.loop.experiment import config_hash, incoming_harness, parse
+from app.loop.experiment_file import config_hash, incoming_harness, parse
 from tests.conftest import MISSING, attached_settings, started_workbench
 from tests.loop.conftest import quick_toml, store_invariants
 

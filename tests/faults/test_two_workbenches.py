@@ -8,8 +8,8 @@ import sqlite3
 import subprocess
 
 from app import control
-from app.cli.base import TERMINATED
 from app.db import Writer, open_engine
+from app.interrupts import TERMINATED
 from app.llm.local import free_port
 from tests.conftest import WHALE
 from tests.loop.conftest import quick_toml, store_invariants

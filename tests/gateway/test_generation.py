@@ -131,7 +131,7 @@ def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
 
 
 def test_fixed_decoding_needs_a_value_and_agrees_with_rft_temperature():
-    from app.loop.experiment import ExperimentError, parse
+    from app.loop.experiment_file import ExperimentError, parse
 
     with pytest.raises(ValueError, match="fixes nothing"):
         Sampling(fixed=True, max_tokens=100)

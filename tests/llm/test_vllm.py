@@ -663,7 +663,8 @@ def test_a_vllm_killed_mid_rft_sampling_is_restarted_and_the_step_still_trains(
         in the store are not enough: the writer lags, and the calls may all be answered)."""
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            if workbench.gateway and workbench.gateway.calls_in_flight:
+            # a model call sent and not answered: what the trace shows as unanswered
+            if workbench.gateway and any(g.open_calls for g in workbench.gateway.grants.values()):
                 pid = workbench.vllm.server.proc.pid
                 os.killpg(pid, signal.SIGKILL)
                 return pid

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from app.cli.base import GRACE_S, TERMINATED
+from app.interrupts import GRACE_S, TERMINATED
 from app.llm.local import free_port
 from app.loop.driver import DRIVER_EVENTS
 from tests.conftest import AUTH, WEB_TOKEN, WHALE, csrf_headers, whale

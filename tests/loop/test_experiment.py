@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.loop.experiment import ExperimentError, dry_run, load, parse
+from app.loop.experiment_file import ExperimentError, dry_run, load, parse
 from tests.conftest import REPO, whale
 
 EXAMPLES = sorted((REPO / "experiments").rglob("*.toml"))
@@ -56,7 +56,7 @@ def test_shipped_examples_parse(path: Path):
         ('name = "x"\nharness = "/nonexistent/h.py"', "harness: no file /nonexistent/h.py"),
         (
             'name = "x"\n[search]\nproposer = "gpt"',
-            "search.proposer: Value error, unknown proposer 'gpt'; known: agent, gepa, knobs, llm",
+            "search.proposer: unknown proposer 'gpt'; known: agent, gepa, knobs, llm",
         ),
         ('strategy = "whale"', "name: Field required"),
         ('name = "x"\n[budget\nrollouts = 1', "not valid TOML"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli.base import GRACE_S
+from app.interrupts import GRACE_S
 from app.loop.driver import DRIVER_EVENTS
 from tests.conftest import AUTH, REPO, csrf_headers
 from tests.loop.conftest import logged, quick_toml, store_invariants

@@ -10,7 +10,7 @@ from sqlmodel import col, select
 
 from app.db.schema import Checkpoint, Evaluation, Event, Harness, Phase, Rollout, Run
 from app.loop.driver import Loop, begin, new_run
-from app.loop.experiment import load
+from app.loop.experiment_file import load
 from app.rollout.evaluate import Evaluator, RunStopped
 from tests.api.synthetic_store import store, workbench  # noqa: F401 - fixtures
 from tests.conftest import REPO

@@ -9,7 +9,7 @@ import pytest
 
 from app.config import Settings
 from app.experiment_schema import DECODING_FIELDS
-from app.loop.experiment import dry_run, load
+from app.loop.experiment_file import dry_run, load
 from app.search.agent_presets import PRESETS
 from tests.conftest import REPO
 from tests.loop.release_values import RELEASE

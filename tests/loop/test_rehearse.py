@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.loop.experiment import load, planned_work
+from app.loop.experiment_file import load, planned_work
 from app.loop.rehearse import STEPS, TASKS, shrink
 from tests.conftest import REPO
 

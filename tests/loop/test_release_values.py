@@ -12,9 +12,9 @@ from app.domains import get_domain, skill_of
 from app.domains.chess_puzzles import SPLIT_SEED, SPLIT_SIZES, TEST_TASKS, bucket_of, position_key
 from app.domains.retrieval import E5_MODEL
 from app.domains.searchqa import HARNESS_SEED, HARNESS_SIZE, HARNESS_SOURCE, HF_SHORT
+from app.harness_code import declared_turns
 from app.loop.schedule import PAPER_TRAIN_ROWS
 from app.read.benchmarks import benchmark_breakdown
-from app.search.validate import declared_turns
 from sandbox.runner import TOOL_OUTPUT_CHARS
 from tests.conftest import REPO
 from tests.loop.release_values import RELEASE

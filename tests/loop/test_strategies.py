@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from app.loop.driver import Loop, start_run
-from app.loop.experiment import config_hash, dry_run, incoming_harness, parse
+from app.loop.experiment_file import config_hash, dry_run, incoming_harness, parse
 from tests.conftest import attached_settings, started_workbench, whale
 from tests.loop.conftest import logged, quick_toml, store_invariants
 

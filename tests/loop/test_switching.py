@@ -90,7 +90,7 @@ def test_an_adaptive_weight_phase_of_the_paper_ends_at_the_earliest_after_its_mi
 
 
 def test_the_release_counts_iteration_zero_in_i_and_the_old_key_is_refused():
-    from app.loop.experiment import ExperimentError, parse
+    from app.loop.experiment_file import ExperimentError, parse
 
     try:
         parse('name = "x"\n[switching]\nharness_iterations = 6\n', "x.toml")

@@ -11,7 +11,7 @@ import pytest
 from app.experiment_schema import SearchConfig
 from app.search.agent import LOG_CAP
 from app.search.agent_presets import PRESETS
-from app.search.agent_sandbox import sandbox_python
+from sandbox.agent_sandbox import sandbox_python
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 # one worker under xdist: a test here checks that no fake agent is left running, anywhere

@@ -19,11 +19,12 @@ import pytest
 
 from app.config import Settings
 from app.experiment_schema import AgentProposerConfig, SearchConfig
-from app.search import egress_proxy, proposers
+from app.search import proposers
 from app.search.agent import AgentProposer
-from app.search.agent_sandbox import sandbox_python
-from app.search.egress_proxy import is_public, parse_allowed
 from app.workbench import Workbench
+from sandbox import egress_proxy
+from sandbox.agent_sandbox import sandbox_python
+from sandbox.egress_proxy import is_public, parse_allowed
 from tests.conftest import MISSING, REPO
 
 PROBE = Path(__file__).with_name("probe_agent.py")

@@ -1,6 +1,6 @@
 """Selection rules: the frontier over (success up, turns down) and acceptance."""
 
-from app.search.pareto import Score, accept, frontier
+from app.pareto import Score, accept, frontier
 
 INCOMING = Score(1, 0.50, 2.0)
 

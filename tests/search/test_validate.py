@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.search.validate import static_error
+from app.harness_code import static_error
 
 FORBIDDEN = frozenset({"subprocess", "ctypes"})
 OK = "import json\n\ndef run(task, llm, tools):\n    return json.dumps(task)\n"
@@ -36,7 +36,7 @@ def test_a_well_formed_harness_passes():
 
 
 def test_declared_turns_are_read_without_running_the_code():
-    from app.search.validate import declared_turns
+    from app.harness_code import declared_turns
 
     assert declared_turns("MAX_TURNS = 4\n" + OK) == 4
     assert declared_turns("MAX_TURNS: int = 6\n" + OK) == 6
@@ -48,7 +48,7 @@ def test_declared_turns_are_read_without_running_the_code():
 def test_a_fixed_runner_keeps_the_release_s_chess_candidate_shape():
     """The paper chess files fix `run` (the release's runner): a candidate may rewrite the
     prompts, the observation, the parsing and the budgets, not the loop around them."""
-    from app.search.validate import fixed_parts_error
+    from app.harness_code import fixed_parts_error
     from tests.conftest import REPO
 
     h0 = (REPO / "harness_archive" / "paper" / "chess" / "h0.py").read_text()

@@ -12,7 +12,7 @@ from app.llm.local import prepare_model
 from app.llm.local_server import load_weights
 from app.training.examples import encode
 from app.training.job import TrainingError, run_trainer
-from app.training.train import mini_batches, token_mean_nll
+from app.training.train import mini_batches, nll_sum
 
 EXAMPLES = [
     {
@@ -53,7 +53,8 @@ def nll_of_examples(folder) -> float:
         for example in EXAMPLES:
             ids, labels = encode(tokenizer, example, 128)
             logits = model(input_ids=torch.tensor([ids])).logits
-            total += token_mean_nll(logits, torch.tensor([labels]))[0].item()
+            loss, tokens = nll_sum(logits, torch.tensor([labels]))  # the loss the trainer sums
+            total += loss.item() / tokens
     return total / len(EXAMPLES)
 
 

@@ -1,4 +1,6 @@
-"""Static checks a candidate must pass before it costs a sandbox rollout.
+"""A harness's code read without running it: the static checks a candidate must pass before it
+costs a sandbox rollout, the turn limit it declares (MAX_TURNS), and its fixed parts. The
+evaluator, the loop, the trainer, the harness phase and the pages all read it so.
 
 The sandbox enforces forbidden imports at run time too; checking here gives the proposer a clear
 error without spending a rollout, and catches imports on code paths a smoke rollout never takes.

@@ -1,6 +1,6 @@
 """The coding agent's only way out: an HTTPS (CONNECT) proxy with a host allowlist.
 
-The agent runs in its own network namespace (app/search/agent_sandbox.py) where nothing but a
+The agent runs in its own network namespace (sandbox/agent_sandbox.py) where nothing but a
 forwarder listens; the forwarder hands each connection to this proxy over a Unix socket. The
 proxy tunnels a `CONNECT host:port` only when `host:port` is on the allowlist (the preset's API
 host) *and* every address the name resolves to is a public one: loopback (a `whale serve`
@@ -20,7 +20,7 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-from app.search.egress_forwarder import pipe
+from sandbox.egress_forwarder import pipe
 
 HEAD_LIMIT = 16 << 10  # bytes of a CONNECT request's head
 HEAD_TIMEOUT_S = 30

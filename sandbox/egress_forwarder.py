@@ -1,7 +1,7 @@
 """Runs inside the coding agent's sandbox, as the parent of the agent: the sandbox has a network
 namespace of its own (only loopback, nothing routed out), and this program listens on its
 loopback at the port HTTPS_PROXY names, handing every connection to the workbench's egress proxy
-through the Unix socket bound into the sandbox (app/search/egress_proxy.py). It then runs the
+through the Unix socket bound into the sandbox (sandbox/egress_proxy.py). It then runs the
 agent and exits with its status. Standard library only: it runs under whatever Python the
 sandbox shows, outside the workbench's environment.
 

@@ -1,4 +1,6 @@
-"""Experiments: a TOML file describes a run of the loop (see experiments/*.toml and docs/loop.md).
+"""An experiment file read and checked: a TOML file describes a run of the loop (see
+experiments/*.toml and docs/loop.md; every key it may hold is in app/experiment_schema.py).
+`parse` and `load` read one, `incoming_harness` finds its harness, `dry_run` says its plan.
 
 Every key is checked before anything starts; an unknown or invalid key is named in the error
 together with the file, e.g. `x.toml: switching.weight_steps: Input should be greater than 0`.
@@ -122,7 +124,7 @@ def incoming_harness(
     defines `run`, imports nothing the domain forbids) before any run exists."""
     from app.db.schema import Harness
     from app.domains import get_domain
-    from app.search.validate import static_error
+    from app.harness_code import static_error
 
     domain = get_domain(experiment.domain)
     key = next((k for k in HARNESS_KEYS if getattr(experiment, k) is not None), "harness")

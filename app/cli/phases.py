@@ -11,7 +11,7 @@ import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 from pydantic import ValidationError
 
-from app.cli.base import fail, make_workbench
+from app.cli.base import fail
 from app.config import Settings
 from app.domains import get_domain, scoring_of
 from app.experiment_schema import RolloutLimits, Sampling, describe
@@ -129,6 +129,8 @@ def eval_(
     }
 
     async def main():
+        from app.workbench import make_workbench
+
         workbench = make_workbench(say=(lambda m: None) if as_json else None, sandbox=sandbox)
         call_fields = Sampling.model_validate(declared["sampling"]).defaults()  # not `fixed`
         refused = refused_fields(call_fields, workbench.backend_name)
@@ -212,6 +214,8 @@ def train(
     )
 
     async def main():
+        from app.workbench import make_workbench
+
         workbench = make_workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()
@@ -284,7 +288,12 @@ def search(
 
     from app.experiment_schema import SearchConfig, describe
     from app.search.harness_phase import search_file
+    from app.search.proposers import proposer_factory
 
+    try:  # an unknown or broken proposer is named before any work, on one line
+        proposer_factory(proposer)
+    except ProposerError as exc:
+        raise fail(f"--proposer: {exc}") from None
     try:
         the_domain = get_domain(domain)
         cfg = SearchConfig(
@@ -303,6 +312,8 @@ def search(
     harness = harness or the_domain.seed_harness
 
     async def main():
+        from app.workbench import make_workbench
+
         workbench = make_workbench(say=(lambda m: None) if as_json else None)
         try:
             await workbench.start()

@@ -12,8 +12,8 @@ workspace-write mode confine theirs, by an allowlist rather than by hiding what 
   sandboxes' runtime folder, /root, /home, /work and the host's /tmp are simply not there, and
   are masked should a `read_paths` folder hold them.
 - network: a namespace of its own, with only loopback; its one way out is the egress proxy
-  (app/search/egress_proxy.py), reached through a Unix socket bound into the sandbox by a small
-  forwarder (app/search/egress_forwarder.py) listening where HTTPS_PROXY points. The host's
+  (sandbox/egress_proxy.py), reached through a Unix socket bound into the sandbox by a small
+  forwarder (sandbox/egress_forwarder.py) listening where HTTPS_PROXY points. The host's
   loopback services, its abstract Unix sockets (they belong to a network namespace) and its
   network are out of reach, whatever the agent's code does: a route that cannot exist needs
   no rule.
@@ -27,9 +27,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from app.search.egress_proxy import EgressProxy
+from sandbox.egress_proxy import EgressProxy
+from sandbox.process import SYSTEM, system_mounts
 
-SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What toolchains read in /etc: TLS roots, the dynamic loader, name service and resolver
 # settings, the time zone. Not the rest (ssh keys, shadow, private TLS keys, tokens...).
 ETC = (
@@ -124,12 +124,7 @@ class AgentSandbox:
         (self.workspace / ".tmp").mkdir(exist_ok=True)
         program = Path(os.path.realpath(shutil.which(argv[0]) or argv[0]))
         readable = [*self._system(), *self.read_paths]
-        wrapped = ["bwrap"]
-        for path in SYSTEM:
-            if os.path.islink(path):  # merged /usr: /bin -> usr/bin
-                wrapped += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                wrapped += ["--ro-bind", path, path]
+        wrapped = ["bwrap", *system_mounts()]
         for path in ETC:
             wrapped += ["--ro-bind-try", path, path]
         for path in ("passwd", "group"):
