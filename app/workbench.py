@@ -234,12 +234,6 @@ class Workbench:
         return self.settings.backend_name
 
     def evaluator(self) -> Evaluator:
-        s = self.settings
-        limits = {
-            "max_calls": s.rollout_max_calls,
-            "max_tokens": s.rollout_max_tokens,
-            "infra_retries": s.rollout_infra_retries,
-        }
         return Evaluator(
             self.writer,
             self.gateway,
@@ -247,7 +241,7 @@ class Workbench:
             self._runtime / "harnesses",
             self.in_flight,
             self.backend_name,
-            limits,
+            self.settings.rollout_limits(),
             self.gates,
             self.admission,
             self.evaluating,

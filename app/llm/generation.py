@@ -19,6 +19,7 @@ experiment is started and again when a harness sends it.
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config import Settings
 from app.experiment_schema import RolloutLimits, Sampling
 
 # What a harness's call may carry besides its messages, and which backend takes which. The
@@ -52,6 +53,11 @@ BACKEND_FIELDS = {
 }
 
 
+def _setting(name: str):
+    """The default of a rollout budget: the WHALE_ROLLOUT_* setting's (app/config.py)."""
+    return Settings.model_fields[f"rollout_{name}"].default
+
+
 @dataclass(frozen=True)
 class Generation:
     """What the gateway applies to one rollout's calls; stored with each evaluation."""
@@ -59,12 +65,12 @@ class Generation:
     backend: str
     defaults: dict[str, Any] = field(default_factory=dict)
     forced: dict[str, Any] = field(default_factory=dict)  # over the harness's own values
-    max_calls: int = 32
-    max_tokens: int = 16384
+    max_calls: int = _setting("max_calls")
+    max_tokens: int = _setting("max_tokens")
     max_completion_tokens: int | None = None
-    max_tokens_per_call: int = 1024
+    max_tokens_per_call: int = _setting("max_tokens_per_call")
     wall_s: float | None = None
-    infra_retries: int = 2
+    infra_retries: int = _setting("infra_retries")
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {})}

@@ -423,9 +423,9 @@ def harness_turns(run: Run, harness: Harness) -> int:
     return min(turns, clamp) if clamp else turns
 
 
-def _rollout_tokens(workbench, run: Run) -> int:
+def _rollout_tokens(workbench: "Workbench", run: Run) -> int:
     """The default max_seq_len: a rollout's token budget, which no call of it can exceed."""
-    limits = {"max_tokens": workbench.settings.rollout_max_tokens}
+    limits = workbench.settings.rollout_limits()
     return generation_for(run.config, "train", workbench.backend_name, limits).max_tokens
 
 

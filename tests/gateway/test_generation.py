@@ -185,6 +185,19 @@ def test_a_run_declares_its_settings_and_the_process_limits_fill_the_rest():
     assert got.record()["backend"] == "vllm" and "forced" not in got.record()
 
 
+def test_the_rollout_settings_are_the_budgets_a_run_that_sets_none_gets(monkeypatch):
+    from app.config import Settings
+
+    monkeypatch.setenv("WHALE_ROLLOUT_MAX_TOKENS_PER_CALL", "300")
+    monkeypatch.setenv("WHALE_ROLLOUT_MAX_CALLS", "5")
+    got = generation_for({}, "test", "vllm", Settings().rollout_limits())
+    assert (got.max_calls, got.max_tokens_per_call, got.infra_retries) == (5, 300, 2)
+    # where no setting is read (a grant of its own), the settings' defaults hold
+    default = Generation("vllm")
+    limits = Settings.model_construct().rollout_limits()
+    assert {k: getattr(default, k) for k in limits} == limits
+
+
 def test_a_per_call_cap_above_the_rollout_budget_is_refused():
     with pytest.raises(ValueError, match=r"max_tokens_per_call \(9000\) is above max_tokens"):
         RolloutLimits(max_tokens_per_call=9000, max_tokens=4000)
