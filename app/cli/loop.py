@@ -5,7 +5,7 @@ serve` or `whale run`) picks them up within a second."""
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
@@ -18,20 +18,16 @@ from app.cli.base import TERMINATED, end_on_sigterm, fail
 from app.cli.report import format_group, interval
 from app.config import Settings
 from app.db.schema import Event, Phase, Run, TrainingJob
-from app.experiment_schema import MAX_SEED, distinct_seeds
-from app.loop.experiment import (
-    ExperimentError,
-    check_generation,
-    config_hash,
-    incoming_harness,
-    load,
-    parse,
-)
+from app.experiment_schema import MAX_SEED, Experiment, distinct_seeds
+from app.loop.experiment import ExperimentError, config_hash, load, parse
 from app.loop.experiment import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
 from app.read.compare import group_summary, summarize
 from app.read.curves import intervals, test_points
 from app.read.training_jobs import TIMING_PARTS
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 
 def run(
@@ -143,9 +139,18 @@ def _seed_list(text: str) -> list[int]:
     return seeds
 
 
-async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, first: bool):
+async def _run_one(
+    workbench: "Workbench",
+    exp: Experiment,
+    text: str,
+    path: Path,
+    group: dict | None,
+    as_json: bool,
+    first: bool,
+):
     """Start (or resume) one run of the experiment and run it to its end; its summary."""
-    from app.loop.driver import Loop, start_run, unfinished_runs
+    from app.loop.driver import Loop, start_experiment_run, unfinished_runs
+    from app.loop.manager import admit
 
     same = [r for r in unfinished_runs(workbench) if r.name == exp.name]
     changed = [r for r in same if r.config.get("hash") != config_hash(text)]
@@ -156,18 +161,16 @@ async def _run_one(workbench, exp, text: str, path: Path, group, as_json: bool, 
             f"{changed[0].id}) or give the experiment another name"
         )
     if not same:  # checked before the model starts: a broken harness costs nothing
-        with workbench.session() as s:
-            try:
-                check_generation(exp, workbench.backend_name, str(path))
-                incoming = incoming_harness(exp, s, str(path))
-            except ExperimentError as exc:
-                raise fail(str(exc)) from None
+        try:  # the machine's fit was checked (and maybe forced) before the store was locked
+            incoming = admit(workbench, exp, str(path), force=True)
+        except ExperimentError as exc:
+            raise fail(str(exc)) from None
     if first:
         await workbench.start()
     row = (
         same[0]
         if same
-        else await start_run(workbench, exp, text, config_hash(text), incoming, group)
+        else await start_experiment_run(workbench, exp, text, config_hash(text), incoming, group)
     )
     if same:
         err.print(f"resuming run {row.id}")

@@ -121,26 +121,55 @@ def declared_by(run_config: dict | None) -> dict[str, Any]:
     return config.get("experiment") or config
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What a run declared of how its calls run, parsed once: its [sampling], its [rollout], its
+    [rft] temperature and its verifier mode. A loop holds the one of its experiment (of_experiment,
+    nothing checked again); any other run's comes from its stored config (of_config)."""
+
+    sampling: Sampling = field(default_factory=Sampling)
+    rollout: RolloutLimits = field(default_factory=RolloutLimits)
+    rft_temperature: float | None = None
+    scoring: str | None = None
+
+    @classmethod
+    def of_experiment(cls, experiment) -> "Declared":
+        """From an experiment as parsed (app/experiment_schema.py's Experiment)."""
+        return cls(
+            experiment.sampling, experiment.rollout, experiment.rft.temperature, experiment.scoring
+        )
+
+    @classmethod
+    def of_config(cls, run_config: dict | None) -> "Declared":
+        """From a run's stored config: an experiment's, or `whale eval`'s and `whale train`'s
+        own keys."""
+        declared = declared_by(run_config)
+        return cls(
+            Sampling.model_validate(declared.get("sampling") or {}),
+            RolloutLimits.model_validate(declared.get("rollout") or {}),
+            (declared.get("rft") or {}).get("temperature"),
+            declared.get("scoring"),
+        )
+
+
 def generation_for(
-    run_config: dict | None,
+    declared: Declared,
     split: str,
     backend: str,
     limits: dict[str, Any],
     harness_turns: int | None = None,
 ) -> Generation:
     """The settings a run's evaluation of `split` runs under: the run's [sampling] and
-    [rollout] (an experiment's, or `whale eval`'s), the process-wide limits where those are
-    unset, and [rft] temperature forced on RFT's sampling (the train split). `harness_turns`:
-    the harness's declared MAX_TURNS, its own call budget within `max_calls` (the clamp)."""
-    declared = declared_by(run_config)
-    sampling = Sampling.model_validate(declared.get("sampling") or {})
-    rollout = RolloutLimits.model_validate(declared.get("rollout") or {})
-    temperature = (declared.get("rft") or {}).get("temperature")
-    forced = sampling.forced()  # [sampling] fixed = true: every split, every call
-    if split == "train" and temperature is not None:
-        forced["temperature"] = temperature
-    given = {k: v for k, v in rollout.model_dump().items() if v is not None}
+    [rollout], the process-wide limits where those are unset, and [rft] temperature forced on
+    RFT's sampling (the train split). `harness_turns`: the harness's declared MAX_TURNS, its own
+    call budget within `max_calls` (the clamp)."""
+    forced = declared.sampling.forced()  # [sampling] fixed = true: every split, every call
+    if split == "train" and declared.rft_temperature is not None:
+        forced["temperature"] = declared.rft_temperature
+    given = {k: v for k, v in declared.rollout.model_dump().items() if v is not None}
     budget = {**limits, **given}
     if harness_turns is not None:
         budget["max_calls"] = min(harness_turns, budget.get("max_calls", harness_turns))
-    return Generation(backend=backend, defaults=sampling.defaults(), forced=forced, **budget)
+    return Generation(
+        backend=backend, defaults=declared.sampling.defaults(), forced=forced, **budget
+    )
