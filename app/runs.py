@@ -11,8 +11,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.db.schema import Checkpoint, Harness, Phase, Run, now, sha_of
+
+if TYPE_CHECKING:  # named only: the workbench stands above this module
+    from app.workbench import Workbench
 
 
 @dataclass
@@ -74,7 +78,7 @@ def read_harness(path: Path) -> tuple[str, str]:
 
 
 async def open_run(
-    workbench,
+    workbench: "Workbench",
     name: str,
     kind: str,
     domain: str,
@@ -93,7 +97,7 @@ async def open_run(
 
 @asynccontextmanager
 async def single_run(
-    workbench,
+    workbench: "Workbench",
     name: str,
     kind: str,
     domain: str,

@@ -41,7 +41,7 @@ from app.rollout.evaluate import task_means
 from app.runs import single_run
 from app.search.acceptance import Decision, decide, sequential_on
 from app.search.candidate import Candidate, Proposal
-from app.search.context import SearchContext
+from app.search.context import Proposer, SearchContext
 from app.search.pareto import Score, accept, frontier
 from app.search.proposers import proposer_timeout
 from app.search.validate import fixed_parts_error, static_error
@@ -63,7 +63,7 @@ async def harness_phase(
     checkpoint: Checkpoint,
     domain: Domain,
     cfg: SearchConfig,
-    proposer,
+    proposer: Proposer,
     end_check: EndCheck,
     progress: Progress | None = None,
 ) -> Phase:
@@ -76,7 +76,16 @@ async def harness_phase(
 
 class _Search:
     def __init__(
-        self, workbench, phase, incoming, checkpoint, domain, cfg, proposer, progress, end_check
+        self,
+        workbench: "Workbench",
+        phase: Phase,
+        incoming: Harness,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        cfg: SearchConfig,
+        proposer: Proposer,
+        progress: Progress | None,
+        end_check: EndCheck,
     ):
         self.wb = workbench
         self.phase = phase
