@@ -7,6 +7,9 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The budgets of one rollout a setting gives (WHALE_ROLLOUT_<NAME>) and a run's [rollout] may set
+ROLLOUT_LIMITS = ("max_calls", "max_tokens", "max_tokens_per_call", "infra_retries")
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="WHALE_")
@@ -57,15 +60,18 @@ class Settings(BaseSettings):
     # calls is not counted (that is bounded by the call and token budgets)
     rollout_timeout: float = 180.0
     rollout_memory_mb: int = 1024
-    rollout_max_calls: int = 32  # model calls one rollout may make
-    rollout_max_tokens: int = 16384  # prompt + completion tokens over one rollout
+    # A rollout's budgets where its run's [rollout] leaves them unset (rollout_limits); the
+    # only place their defaults are written (app/llm/generation.py's Generation reads them)
+    rollout_max_calls: int = Field(default=32, ge=1)  # model calls one rollout may make
+    rollout_max_tokens: int = Field(default=16384, ge=1)  # prompt + completion tokens
+    rollout_max_tokens_per_call: int = Field(default=1024, ge=1)  # completion cap of one call
     # model and tool calls one rollout may have open at once; more are refused ("open_calls")
     rollout_max_open_calls: int = Field(default=8, ge=1)
     # the largest request body the gateway reads from a sandbox; larger ones get 413 unread
     gateway_max_body_mb: float = Field(default=16.0, gt=0)
     # tries more for a rollout that ended by an infrastructure failure (backend unreachable or
     # failing, sandbox not started) before it is recorded as one
-    rollout_infra_retries: int = 2
+    rollout_infra_retries: int = Field(default=2, ge=0)
     # Training through `accelerate launch` (several GPUs or machines); unset: one plain process.
     train_accelerate_config: Path | None = Field(
         default=None, description="accelerate config YAML, e.g. configs/accelerate/fsdp.yaml"
@@ -80,6 +86,11 @@ class Settings(BaseSettings):
     )
     # how long a run's end waits for its trackers to log what is left
     tracker_timeout: float = Field(default=30.0, gt=0)
+
+    def rollout_limits(self) -> dict[str, int]:
+        """The budgets of a rollout whose run's [rollout] does not set them, as
+        app/llm/generation.py's Generation names them."""
+        return {name: getattr(self, f"rollout_{name}") for name in ROLLOUT_LIMITS}
 
     @property
     def db_path(self) -> Path:

@@ -95,7 +95,7 @@ class Sampling(_Strict):
         return {**forced, "chat_template_kwargs": self.chat_template_kwargs}
 
     @model_validator(mode="after")
-    def _fixed_needs_values(self):
+    def _fixed_decoding_needs_a_value(self):
         if self.fixed and not any(getattr(self, k) is not None for k in DECODING_FIELDS):
             raise ValueError(f"fixed = true fixes nothing: set one of {', '.join(DECODING_FIELDS)}")
         return self
@@ -146,7 +146,6 @@ class RolloutLimits(_Strict):
 class RFTConfig(_Strict):
     """One weight phase of online rejection-sampling fine-tuning (docs/algorithm.md)."""
 
-    steps: int = Field(default=2, ge=1, le=MAX_STEPS, description="RFT steps in the phase")
     prompts_per_step: int = Field(
         default=32, ge=1, le=MAX_TASKS, description="train-split prompts per step"
     )
@@ -314,9 +313,6 @@ class SearchConfig(_Strict):
         default="knobs",
         description="knobs | llm | agent | gepa, or a plugin's name (app/search/proposers.py; "
         "checked where an experiment is loaded, so this schema stands below the proposers)",
-    )
-    iterations: int = Field(
-        default=5, ge=0, le=MAX_STEPS, description="proposing iterations after iteration 0"
     )
     candidates: int = Field(default=3, ge=1, le=1000, description="K candidates per iteration")
     tasks: int | None = Field(
@@ -516,12 +512,6 @@ class Experiment(_Strict):
             self.rft.seed = self.seed
         if "seed" not in self.search.model_fields_set:  # ...and draws a proposer's choices
             self.search.seed = self.seed
-        if "steps" in self.rft.model_fields_set:
-            raise ValueError("rft.steps is not used here: set switching.weight_steps")
-        if "iterations" in self.search.model_fields_set:
-            raise ValueError(
-                "search.iterations is not used here: set switching.proposing_iterations"
-            )
         if self.switching.end_on == "weight" and (
             self.strategy not in ("whale", "stagewise", "fast_slow") or self.budget.rollouts is None
         ):

@@ -13,12 +13,16 @@ and dropped; the run goes on without it.
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlmodel import col, select
 
 from app.db.schema import Evaluation, Event, Harness, Metric, Phase, Run, TrainingJob, utc
 from app.experiment_schema import flatten
 from app.phases import TEST_SERIES
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 log = logging.getLogger(__name__)
 KNOWN = ("mlflow", "wandb")
@@ -114,7 +118,9 @@ class Sink:
     """The trackers of one run, fed by a thread of their own. `poke` never waits; `close` waits
     at most `timeout_s` for what is left, then notes a tracker that did not answer."""
 
-    def __init__(self, workbench, run_id: int, names: list[str], timeout_s: float = 30.0):
+    def __init__(
+        self, workbench: "Workbench", run_id: int, names: list[str], timeout_s: float = 30.0
+    ):
         self.wb, self.run_id, self.names, self.timeout_s = workbench, run_id, names, timeout_s
         self.trackers: list = []
         self.status = "done"
@@ -280,7 +286,7 @@ def job_values(job: TrainingJob) -> dict[str, float]:
     return values
 
 
-def open_sink(workbench, run_id: int) -> Sink | None:
+def open_sink(workbench: "Workbench", run_id: int) -> Sink | None:
     """The run's sink, or None when no tracker is asked for (WHALE_TRACKERS unset)."""
     names = wanted(workbench.settings.trackers)
     if not names:

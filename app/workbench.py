@@ -17,7 +17,7 @@ from sqlmodel import select
 
 from app.config import Settings
 from app.db import Writer, open_engine, read_session
-from app.db.schema import Checkpoint, Evaluation, Event, Harness, Rollout, Run, now, sha_of
+from app.db.schema import Checkpoint, Evaluation, Event, Rollout, Run, now
 from app.domains import get_domain
 from app.faults import Outage
 from app.gateway import Gateway
@@ -28,6 +28,7 @@ from app.llm.vllm import VLLMBackend
 from app.progress import err
 from app.rollout.admission import Admission, ServerQueue, in_flight_cap
 from app.rollout.evaluate import Evaluator
+from app.runs import single_run
 from sandbox.pool import Limits, SandboxPool, SandboxUnavailable
 from sandbox.process import ProcessLauncher
 
@@ -235,12 +236,6 @@ class Workbench:
         return self.settings.backend_name
 
     def evaluator(self) -> Evaluator:
-        s = self.settings
-        limits = {
-            "max_calls": s.rollout_max_calls,
-            "max_tokens": s.rollout_max_tokens,
-            "infra_retries": s.rollout_infra_retries,
-        }
         return Evaluator(
             self.writer,
             self.gateway,
@@ -248,7 +243,7 @@ class Workbench:
             self._runtime / "harnesses",
             self.in_flight,
             self.backend_name,
-            limits,
+            self.settings.rollout_limits(),
             self.gates,
             self.admission,
             self.evaluating,
@@ -303,39 +298,15 @@ class Workbench:
         n_tasks = len(domain.tasks(split)[:limit])
         config = {"harness": str(harness_path), "split": split, "k": k, "limit": limit}
         config.update(declared or {})
-        run, harness, checkpoint = await self.start_run(
-            run_name or f"eval {harness_path.name}",
-            "eval",
-            domain_name,
-            read_harness(harness_path),
-            config,
-        )
-        if on_start:
-            on_start(run, n_tasks * k)
-        try:
+        async with single_run(
+            self, run_name or f"eval {harness_path.name}", "eval", domain_name, harness_path, config
+        ) as made:
+            if on_start:
+                on_start(made.run, n_tasks * k)
             evaluation = await self.evaluator().evaluate(
-                run.id, harness, checkpoint, domain, split, k, limit, progress
+                made.run.id, made.harness, made.checkpoint, domain, split, k, limit, progress
             )
-        except BaseException:
-            await self.finish_run(run.id, "failed")
-            raise
-        return await self.finish_run(run.id, "done"), evaluation
-
-    async def start_run(
-        self, name: str, kind: str, domain_name: str, harness: tuple[str, str], config: dict
-    ) -> tuple[Run, Harness, Checkpoint]:
-        """A new running run with its starting harness (file name, code) and the base checkpoint."""
-        harness_name, code = harness
-
-        def create(s):
-            run = Run(name=name, kind=kind, domain=domain_name, status="running", config=config)
-            s.add(run)
-            s.flush()
-            harness = Harness(run_id=run.id, name=harness_name, code=code, sha=sha_of(code))
-            s.add(harness)
-            return run, harness, self.base_checkpoint(s)
-
-        return await self.writer.run(create)
+        return made.run, evaluation
 
     def base_checkpoint(self, s) -> Checkpoint:
         """The row of the weights the model server serves as they came (found or added in the
@@ -348,21 +319,6 @@ class Workbench:
             s.add(checkpoint)
             s.flush()
         return checkpoint
-
-    async def finish_run(self, run_id: int, status: str) -> Run:
-        return await self.writer.run(lambda s: _set_status(s, run_id, status))
-
-
-def read_harness(path: Path) -> tuple[str, str]:
-    """(file name, code) of a harness file, as start_run takes it."""
-    return path.name, path.read_text()
-
-
-def _set_status(s, run_id: int, status: str) -> Run:
-    run = s.get(Run, run_id)
-    run.status = status
-    run.finished_at = now()
-    return run
 
 
 def make_workbench(say=None, **overrides):

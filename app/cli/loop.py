@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
@@ -20,21 +20,17 @@ from app.cli.base import fail
 from app.cli.report import format_group, interval
 from app.config import Settings
 from app.db.schema import Event, Phase, Run, TrainingJob
-from app.experiment_schema import MAX_SEED, distinct_seeds
+from app.experiment_schema import MAX_SEED, Experiment, distinct_seeds
 from app.interrupts import TERMINATED, end_on_sigterm
-from app.loop.experiment_file import (
-    ExperimentError,
-    check_generation,
-    config_hash,
-    incoming_harness,
-    load,
-    parse,
-)
+from app.loop.experiment_file import ExperimentError, config_hash, load, parse
 from app.loop.experiment_file import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
 from app.read.compare import group_summary, summarize
 from app.read.curves import intervals, test_points
 from app.read.training_jobs import TIMING_PARTS
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 
 def run(
@@ -94,13 +90,7 @@ def run(
         raise typer.Exit(0 if ok else 1)
     settings = Settings(**exp.runtime.model_dump(exclude_none=True))
     if dry_run:  # no store, no model, no sandbox
-        try:
-            plan = describe_run(exp, settings, str(experiment))
-        except ExperimentError as exc:
-            raise fail(str(exc)) from None
-        fitted = machine_fit(exp, settings)
-        plan["fit"] = fitted.as_dict()
-        print(json.dumps(plan) if as_json else format_plan(plan) + "\n" + format_fit(fitted))
+        _print_plan(exp, settings, experiment, as_json)
         return
     refuse_unfit(machine_fit(exp, settings), force, quiet=as_json)
     try:
@@ -131,6 +121,22 @@ def run(
         results, aggregate = uvloop.run(main())
     except asyncio.CancelledError:  # SIGTERM: the run stays unfinished, to be resumed
         raise typer.Exit(TERMINATED) from None
+    _print_results(results, group, aggregate, as_json)
+
+
+def _print_plan(exp: Experiment, settings: Settings, path: Path, as_json: bool) -> None:
+    """`--dry-run`: what would run, and whether the machine fits it."""
+    try:
+        plan = describe_run(exp, settings, str(path))
+    except ExperimentError as exc:
+        raise fail(str(exc)) from None
+    fitted = machine_fit(exp, settings)
+    plan["fit"] = fitted.as_dict()
+    print(json.dumps(plan) if as_json else format_plan(plan) + "\n" + format_fit(fitted))
+
+
+def _print_results(results: list[dict], group: dict | None, aggregate, as_json: bool) -> None:
+    """Each run's summary, and a seed group's mean and interval over its seeds."""
     if group is None:
         (result,) = results
         if as_json:
@@ -157,12 +163,20 @@ def _seed_list(text: str) -> list[int]:
 
 
 async def _run_one(
-    workbench, exp, text: str, path: Path, group, as_json: bool, first: bool, point=None
+    workbench: "Workbench",
+    exp: Experiment,
+    text: str,
+    path: Path,
+    group: dict | None,
+    as_json: bool,
+    first: bool,
+    point: tuple[int, int] | None = None,
 ):
     """Start (or resume) one run of the experiment and run it to its end; its summary.
     `point`: the (run, phase) it forks from (app/loop/fork.py)."""
-    from app.loop.driver import Loop, start_run, unfinished_runs
+    from app.loop.driver import Loop, start_experiment_run, unfinished_runs
     from app.loop.fork import fork_of, fork_point
+    from app.loop.manager import admit
 
     same = [r for r in unfinished_runs(workbench) if r.name == exp.name and fork_of(r) == point]
     changed = [r for r in same if r.config.get("hash") != config_hash(text)]
@@ -173,19 +187,20 @@ async def _run_one(
             f"{changed[0].id}) or give the experiment another name"
         )
     if not same:  # checked before the model starts: a broken harness costs nothing
-        with workbench.session() as s:
-            try:
-                check_generation(exp, workbench.backend_name, str(path))
-                incoming = incoming_harness(exp, s, str(path))
+        try:  # the machine's fit was checked (and maybe forced) before the store was locked
+            incoming = admit(workbench, exp, str(path), force=True)
+            with workbench.session() as s:
                 fork = fork_point(s, *point, exp.domain) if point else None
-            except ExperimentError as exc:
-                raise fail(str(exc)) from None
+        except ExperimentError as exc:
+            raise fail(str(exc)) from None
     if first:
         await workbench.start()
     row = (
         same[0]
         if same
-        else await start_run(workbench, exp, text, config_hash(text), incoming, group, fork)
+        else await start_experiment_run(
+            workbench, exp, text, config_hash(text), incoming, group, fork
+        )
     )
     if same:
         err.print(f"resuming run {row.id}")

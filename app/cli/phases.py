@@ -205,7 +205,6 @@ def train(
         raise typer.BadParameter(str(exc)) from exc
     harness = harness or the_domain.seed_harness
     cfg = RFTConfig(
-        steps=steps,
         prompts_per_step=prompts,
         samples_per_prompt=n,
         lr=lr,
@@ -222,7 +221,7 @@ def train(
             with progress_bars() as progress:
                 on = phase_progress(progress, quiet=as_json)
                 run_id, result = await train_file(
-                    workbench, harness, the_domain, cfg, test_k, test_limit, on
+                    workbench, harness, the_domain, cfg, steps, test_k, test_limit, on
                 )
         finally:
             await workbench.stop()
@@ -298,7 +297,6 @@ def search(
         the_domain = get_domain(domain)
         cfg = SearchConfig(
             proposer=proposer,
-            iterations=iterations,
             candidates=candidates,
             tasks=tasks,
             samples=samples,
@@ -318,9 +316,8 @@ def search(
         try:
             await workbench.start()
             with progress_bars() as progress:
-                phase = await search_file(
-                    workbench, harness, domain, cfg, phase_progress(progress, quiet=as_json)
-                )
+                on = phase_progress(progress, quiet=as_json)
+                phase = await search_file(workbench, harness, domain, cfg, iterations, on)
             with workbench.session() as s:
                 summary = _search_summary(s, phase)
         finally:

@@ -19,6 +19,7 @@ experiment is started and again when a harness sends it.
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config import Settings
 from app.experiment_schema import RolloutLimits, Sampling
 
 # What a harness's call may carry besides its messages, and which backend takes which. The
@@ -52,6 +53,11 @@ BACKEND_FIELDS = {
 }
 
 
+def _setting(name: str):
+    """The default of a rollout budget: the WHALE_ROLLOUT_* setting's (app/config.py)."""
+    return Settings.model_fields[f"rollout_{name}"].default
+
+
 @dataclass(frozen=True)
 class Generation:
     """What the gateway applies to one rollout's calls; stored with each evaluation."""
@@ -59,12 +65,12 @@ class Generation:
     backend: str
     defaults: dict[str, Any] = field(default_factory=dict)
     forced: dict[str, Any] = field(default_factory=dict)  # over the harness's own values
-    max_calls: int = 32
-    max_tokens: int = 16384
+    max_calls: int = _setting("max_calls")
+    max_tokens: int = _setting("max_tokens")
     max_completion_tokens: int | None = None
-    max_tokens_per_call: int = 1024
+    max_tokens_per_call: int = _setting("max_tokens_per_call")
     wall_s: float | None = None
-    infra_retries: int = 2
+    infra_retries: int = _setting("infra_retries")
 
     def record(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {})}
@@ -115,26 +121,55 @@ def declared_by(run_config: dict | None) -> dict[str, Any]:
     return config.get("experiment") or config
 
 
+@dataclass(frozen=True)
+class Declared:
+    """What a run declared of how its calls run, parsed once: its [sampling], its [rollout], its
+    [rft] temperature and its verifier mode. A loop holds the one of its experiment (of_experiment,
+    nothing checked again); any other run's comes from its stored config (of_config)."""
+
+    sampling: Sampling = field(default_factory=Sampling)
+    rollout: RolloutLimits = field(default_factory=RolloutLimits)
+    rft_temperature: float | None = None
+    scoring: str | None = None
+
+    @classmethod
+    def of_experiment(cls, experiment) -> "Declared":
+        """From an experiment as parsed (app/experiment_schema.py's Experiment)."""
+        return cls(
+            experiment.sampling, experiment.rollout, experiment.rft.temperature, experiment.scoring
+        )
+
+    @classmethod
+    def of_config(cls, run_config: dict | None) -> "Declared":
+        """From a run's stored config: an experiment's, or `whale eval`'s and `whale train`'s
+        own keys."""
+        declared = declared_by(run_config)
+        return cls(
+            Sampling.model_validate(declared.get("sampling") or {}),
+            RolloutLimits.model_validate(declared.get("rollout") or {}),
+            (declared.get("rft") or {}).get("temperature"),
+            declared.get("scoring"),
+        )
+
+
 def generation_for(
-    run_config: dict | None,
+    declared: Declared,
     split: str,
     backend: str,
     limits: dict[str, Any],
     harness_turns: int | None = None,
 ) -> Generation:
     """The settings a run's evaluation of `split` runs under: the run's [sampling] and
-    [rollout] (an experiment's, or `whale eval`'s), the process-wide limits where those are
-    unset, and [rft] temperature forced on RFT's sampling (the train split). `harness_turns`:
-    the harness's declared MAX_TURNS, its own call budget within `max_calls` (the clamp)."""
-    declared = declared_by(run_config)
-    sampling = Sampling.model_validate(declared.get("sampling") or {})
-    rollout = RolloutLimits.model_validate(declared.get("rollout") or {})
-    temperature = (declared.get("rft") or {}).get("temperature")
-    forced = sampling.forced()  # [sampling] fixed = true: every split, every call
-    if split == "train" and temperature is not None:
-        forced["temperature"] = temperature
-    given = {k: v for k, v in rollout.model_dump().items() if v is not None}
+    [rollout], the process-wide limits where those are unset, and [rft] temperature forced on
+    RFT's sampling (the train split). `harness_turns`: the harness's declared MAX_TURNS, its own
+    call budget within `max_calls` (the clamp)."""
+    forced = declared.sampling.forced()  # [sampling] fixed = true: every split, every call
+    if split == "train" and declared.rft_temperature is not None:
+        forced["temperature"] = declared.rft_temperature
+    given = {k: v for k, v in declared.rollout.model_dump().items() if v is not None}
     budget = {**limits, **given}
     if harness_turns is not None:
         budget["max_calls"] = min(harness_turns, budget.get("max_calls", harness_turns))
-    return Generation(backend=backend, defaults=sampling.defaults(), forced=forced, **budget)
+    return Generation(
+        backend=backend, defaults=declared.sampling.defaults(), forced=forced, **budget
+    )

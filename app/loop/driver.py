@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func
 from sqlmodel import col, select
@@ -28,12 +29,12 @@ from app.db.schema import (
     Run,
     SearchIteration,
     now,
-    sha_of,
     utc,
 )
 from app.domains import get_domain
 from app.experiment_schema import Experiment
 from app.interrupts import why_interrupted
+from app.llm.generation import Declared
 from app.loop.experiment_file import stored
 from app.loop.switching import harness_phase_end, weight_phase_end
 from app.phases import close_open_work, plot_test_point
@@ -48,10 +49,14 @@ from app.rollout.usage import (
     spending,
     usage,
 )
+from app.runs import new_run
 from app.search.harness_phase import harness_phase
 from app.search.proposers import make_proposer
 from app.trackers import open_sink
 from app.training.weight_phase import steps_done, weight_phase
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -59,17 +64,22 @@ POLL_S = 0.5
 DRIVER_EVENTS = ("run_start", "run_interrupted", "run_resumed")
 # The log's record of a pause taking effect and of the resume after it.
 HOLD_EVENTS = ("paused", "resumed")
-UNLIMITED = 1_000_000  # iterations handed to a harness phase: the loop's end check decides
 
 
 class Loop:
-    def __init__(self, workbench, run_id: int, progress: Callable[[str, dict], None] | None = None):
+    def __init__(
+        self,
+        workbench: "Workbench",
+        run_id: int,
+        progress: Callable[[str, dict], None] | None = None,
+    ):
         self.wb = workbench
         self.run_id = run_id
         self.say = progress or (lambda kind, data: None)
         with workbench.session() as s:
             run = s.get(Run, run_id)
-        self.exp = Experiment.model_validate(run.config["experiment"])
+        self.exp = Experiment.model_validate(run.config["experiment"])  # the run's one parse
+        self.declared = Declared.of_experiment(self.exp)  # how its calls run (the gateway's)
         # the incoming harness and checkpoint ids (checkpoint None: submitted, not begun)
         self.start = run.config["start"]
         # a fork goes on from its parent's phases (app/loop/fork.py): their kinds, oldest first
@@ -417,7 +427,7 @@ class Loop:
 
     async def _harness_phase(self, phase: Phase) -> Phase:
         harness, checkpoint = self._rows(phase)
-        cfg = self.exp.search.model_copy(update={"iterations": UNLIMITED})
+        cfg = self.exp.search
         iteration_cost = self._harness_iteration_cost() + self._reserve()
 
         async def end_check(iterations: list[SearchIteration]) -> str | None:
@@ -439,8 +449,8 @@ class Loop:
             self.domain,
             cfg,
             make_proposer(cfg, self.wb),
-            self.say,
             end_check,
+            self.say,
         )
 
     # -- budgets and test points --------------------------------------------------------------
@@ -560,7 +570,7 @@ class Loop:
         return await self.wb.writer.run(finish)
 
 
-def new_run(
+def new_experiment_run(
     s,
     experiment: Experiment,
     source: str,
@@ -569,39 +579,24 @@ def new_run(
     group: dict | None = None,
     fork: dict | None = None,
 ) -> Run:
-    """A run of an experiment as submitted, in the writer's session `s`: its row (`created`) and
-    its incoming harness (name, code: see incoming_harness). It has no checkpoint yet: the base
-    one is known once the model is loaded (begin). `group`: its seed group ({name, seeds}).
-    `fork`: the fork point it starts from (app/loop/fork.py, fork_point): its harness is the
-    parent's there, not `incoming`, and begin starts it from the parent's checkpoint there."""
+    """A run of an experiment as submitted, in the writer's session `s`, `created`, with its
+    incoming harness (name, code: see incoming_harness); it begins once the model is loaded
+    (begin). `group`: its seed group ({name, seeds}). `fork`: the fork point it starts from
+    (app/runs.py, new_run)."""
     config = {"experiment": stored(experiment), "source": source, "hash": config_hash}
     if group:
         config["group"] = group
-    if fork:
-        config["fork"] = fork
-    run = Run(
-        name=experiment.name,
-        kind="experiment",
-        domain=experiment.domain,
-        status="created",
+    made = new_run(
+        s,
+        experiment.name,
+        "experiment",
+        experiment.domain,
+        incoming,
+        config,
         strategy=experiment.strategy,
-        desired="running",
-        config=config,
-        parent_run_id=fork["run_id"] if fork else None,
-        fork_phase=fork["phase"] if fork else None,
+        fork=fork,
     )
-    s.add(run)
-    s.flush()
-    if fork:
-        harness_id = fork["harness_id"]
-    else:
-        name, code = incoming
-        harness = Harness(run_id=run.id, name=name, code=code, sha=sha_of(code))
-        s.add(harness)
-        s.flush()
-        harness_id = harness.id
-    run.config = {**config, "start": {"harness_id": harness_id, "checkpoint_id": None}}
-    return run
+    return made.run
 
 
 def begin(s, run_id: int, checkpoint: Checkpoint) -> Run:
@@ -618,8 +613,8 @@ def begin(s, run_id: int, checkpoint: Checkpoint) -> Run:
     return run
 
 
-async def start_run(
-    workbench,
+async def start_experiment_run(
+    workbench: "Workbench",
     experiment: Experiment,
     source: str,
     config_hash: str,
@@ -627,17 +622,17 @@ async def start_run(
     group: dict | None = None,
     fork: dict | None = None,
 ) -> Run:
-    """A new run of an experiment, begun (the workbench is started: its base checkpoint is
-    known); `fork`: see new_run."""
+    """A new run of an experiment, begun at once (`whale run`: the model is loaded, so the base
+    checkpoint is known); `fork`: see new_experiment_run."""
 
     def create(s):
-        run = new_run(s, experiment, source, config_hash, incoming, group, fork)
+        run = new_experiment_run(s, experiment, source, config_hash, incoming, group, fork)
         return begin(s, run.id, workbench.base_checkpoint(s))
 
     return await workbench.writer.run(create)
 
 
-def unfinished_runs(workbench) -> list[Run]:
+def unfinished_runs(workbench: "Workbench") -> list[Run]:
     """Experiment runs a stopped or crashed server left unfinished."""
     with workbench.session() as s:
         return list(

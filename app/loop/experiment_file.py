@@ -30,6 +30,18 @@ class ExperimentError(ValueError):
     pass
 
 
+# Keys an experiment file does not take, and where what they mean is set: said with the key
+# rather than pydantic's "extra input". `whale train` and `whale search` take the length of
+# their one phase as an option; the loop's phases take theirs from [switching].
+ELSEWHERE = {
+    ("switching", "harness_iterations"): "is now proposing_iterations, the proposing "
+    "iterations after the incoming harness's evaluation: the release's I = 6 is "
+    "proposing_iterations = 5",
+    ("rft", "steps"): "is not used here: set switching.weight_steps",
+    ("search", "iterations"): "is not used here: set switching.proposing_iterations",
+}
+
+
 def parse(
     text: str,
     source: str = "experiment",
@@ -51,12 +63,10 @@ def parse(
             data.pop(key, None)
     if seed is not None and isinstance(data, dict):
         data["seed"], data["name"] = seed, f"{data.get('name', '')} seed {seed}"
-    if "harness_iterations" in (data.get("switching") or {}):  # renamed: say what it is now
-        raise ExperimentError(
-            f"{source}: switching.harness_iterations is now proposing_iterations, the proposing "
-            "iterations after the incoming harness's evaluation: the release's I = 6 is "
-            "proposing_iterations = 5"
-        )
+    for (section, key), why in ELSEWHERE.items():
+        table = data.get(section) if isinstance(data, dict) else None
+        if isinstance(table, dict) and key in table:
+            raise ExperimentError(f"{source}: {section}.{key} {why}")
     try:
         experiment = Experiment.model_validate(data)
     except ValidationError as exc:
@@ -155,8 +165,8 @@ def incoming_harness(
 
 
 def stored(experiment: Experiment) -> dict:
-    """The experiment as the run keeps it: every value, minus the keys the loop sets itself."""
-    return experiment.model_dump(mode="json", exclude={"rft": {"steps"}, "search": {"iterations"}})
+    """The experiment as the run keeps it: every value, as JSON."""
+    return experiment.model_dump(mode="json")
 
 
 def load(path: Path) -> tuple[Experiment, str]:
@@ -208,9 +218,9 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
         "backend": settings.backend_name,
         "model": model,
         "switching": experiment.switching.model_dump(exclude_none=True),
-        "rft": experiment.rft.model_dump(exclude_none=True, exclude={"steps"}),
+        "rft": experiment.rft.model_dump(exclude_none=True),
         "search": {
-            **experiment.search.model_dump(exclude_none=True, exclude={"iterations"}),
+            **experiment.search.model_dump(exclude_none=True),
             "proposer_timeout_s": proposer_timeout(experiment.search),  # the one in force
         },
         "test": experiment.test.model_dump(exclude_none=True),
@@ -265,35 +275,37 @@ def planned_work(experiment: Experiment, sizes: dict[str, int]) -> dict:
     work: dict = {"rollouts_per_weight_step": step, "rollouts_per_proposing_iteration": proposing}
     if budget.rollouts is not None:
         work["rollout_budget"] = budget.rollouts
-    fixed = switching.rule == "fixed"
-    steps, iterations = budget.weight_steps, budget.proposing_iterations
+    set_lengths = switching.rule == "fixed"  # each phase as long as [switching] says
+    # per run ([budget]); switching.weight_steps and .proposing_iterations are per phase
+    run_steps, run_iterations = budget.weight_steps, budget.proposing_iterations
     strategy = experiment.strategy
-    if strategy in ("whale", "fast_slow") and steps and fixed:
-        weight_phases = -(-steps // switching.weight_steps)  # the last may be shorter
+    if strategy in ("whale", "fast_slow") and run_steps and set_lengths:
+        weight_phases = -(-run_steps // switching.weight_steps)  # the last may be shorter
         harness_phases = weight_phases - 1  # none after the weight phase that ends the run
-        iterations = harness_phases * switching.proposing_iterations
-    elif strategy == "weight_only" and steps:
-        weight_phases, harness_phases, iterations = -(-steps // switching.weight_steps), 0, 0
-    elif strategy == "harness_only" and iterations and fixed:
-        weight_phases, steps = 0, 0
-        harness_phases = -(-iterations // switching.proposing_iterations)
-    elif strategy == "stagewise" and steps and iterations and fixed:
+        run_iterations = harness_phases * switching.proposing_iterations
+    elif strategy == "weight_only" and run_steps:
+        weight_phases = -(-run_steps // switching.weight_steps)
+        harness_phases, run_iterations = 0, 0
+    elif strategy == "harness_only" and run_iterations and set_lengths:
+        weight_phases, run_steps = 0, 0
+        harness_phases = -(-run_iterations // switching.proposing_iterations)
+    elif strategy == "stagewise" and run_steps and run_iterations and set_lengths:
         weight_phases = 1
-        harness_phases = -(-iterations // switching.proposing_iterations)
+        harness_phases = -(-run_iterations // switching.proposing_iterations)
     else:
         return work  # lengths decided as the run goes
     # each harness phase first evaluates its incoming harness under its checkpoint, unless
     # that pair was evaluated already: after a weight phase it is new, between two harness
     # phases (stagewise, harness-only) it is not
     sweeps = harness_phases if strategy in ("whale", "fast_slow") else min(harness_phases, 1)
-    harness_rollouts = sweeps * sweep + iterations * proposing
+    harness_rollouts = sweeps * sweep + run_iterations * proposing
     work |= {
         "weight_phases": weight_phases,
         "harness_phases": harness_phases,
-        "weight_steps": steps,
-        "proposing_iterations": iterations,
-        "weight_rollouts": steps * step,
+        "weight_steps": run_steps,
+        "proposing_iterations": run_iterations,
+        "weight_rollouts": run_steps * step,
         "harness_rollouts": harness_rollouts,
-        "rollouts": steps * step + harness_rollouts,  # test rollouts are reporting, not counted
+        "rollouts": run_steps * step + harness_rollouts,  # test rollouts are reporting, not counted
     }
     return work

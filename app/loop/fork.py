@@ -15,7 +15,7 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, SearchIteration, utc
-from app.loop.experiment import ExperimentError
+from app.loop.experiment_file import ExperimentError
 from app.rollout.usage import USAGE_FIELDS, carried, spent, weight_steps_done
 
 FORKABLE = ("done", "stopped", "failed", "paused")  # nothing of these moves under the fork

@@ -19,12 +19,13 @@ import signal
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from app.children import die_with_parent
 from app.db.schema import Event, Run
 from app.experiment_schema import Experiment
 from app.interrupts import end_on_sigterm, interrupt
-from app.loop.driver import Loop, new_run, unfinished_runs
+from app.loop.driver import Loop, new_experiment_run, unfinished_runs
 from app.loop.experiment_file import (
     ExperimentError,
     check_generation,
@@ -33,12 +34,19 @@ from app.loop.experiment_file import (
     parse,
 )
 
+if TYPE_CHECKING:
+    from app.workbench import Workbench
+
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often the worker looks for submitted runs
 
 
 async def submit(
-    workbench, toml_text: str, source: str = "api", force: bool = False, fork_from: str = ""
+    workbench: "Workbench",
+    toml_text: str,
+    source: str = "api",
+    force: bool = False,
+    fork_from: str = "",
 ) -> Run:
     """Check an experiment posted over HTTP (ExperimentError names the bad key) and store its
     run, `created`, for the worker to start; its harness is an archive file, a stored harness or
@@ -53,15 +61,28 @@ async def submit(
             f"{source}: seeds: a seed group runs from the command line (whale run FILE); "
             "here one run starts: set `seed` instead"
         )
+    incoming = admit(workbench, experiment, source, force)
+    with workbench.session() as s:
+        fork = fork_point(s, *point, experiment.domain) if point else None
+    return await workbench.writer.run(
+        lambda s: new_experiment_run(
+            s, experiment, toml_text, config_hash(toml_text), incoming, fork=fork
+        )
+    )
+
+
+def admit(
+    workbench: "Workbench", experiment: Experiment, source: str, force: bool = False
+) -> tuple[str, str]:
+    """The one check of an experiment before its run is made, from the web or the command line:
+    the runtime it asks for is this process's, the backend takes its [sampling], the machine
+    fits the plan (unless forced), and its incoming harness is a harness. Returns that harness
+    (name, code); ExperimentError names what is wrong. Nothing is stored."""
     check_runtime(workbench.settings, experiment)
     check_generation(experiment, workbench.backend_name, source)
     check_fit(workbench.settings, experiment, source, force)
     with workbench.session() as s:
-        incoming = incoming_harness(experiment, s, source)
-        fork = fork_point(s, *point, experiment.domain) if point else None
-    return await workbench.writer.run(
-        lambda s: new_run(s, experiment, toml_text, config_hash(toml_text), incoming, fork=fork)
-    )
+        return incoming_harness(experiment, s, source)
 
 
 def check_runtime(settings, experiment: Experiment) -> None:
@@ -86,15 +107,17 @@ def check_fit(settings, experiment: Experiment, source: str, force: bool) -> Non
     """Refuse a plan this machine cannot run (app/fit.py), unless forced."""
     from app import fit
 
+    if force:
+        return
     refusals = fit.check(experiment, settings).refusals
-    if refusals and not force:
+    if refusals:
         raise ExperimentError(
             f"{source}: this plan cannot run here: {'; '.join(refusals)} (start it anyway: force)"
         )
 
 
 class LoopWorker:
-    def __init__(self, workbench):
+    def __init__(self, workbench: "Workbench"):
         self.wb = workbench
         self.tasks: dict[int, asyncio.Task] = {}
         self.launched: set[int] = set()  # a run's loop runs once per worker: one that ended

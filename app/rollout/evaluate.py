@@ -25,7 +25,7 @@ from app.db.writer import Writer
 from app.domains import Domain, Task, episode, scoring_of
 from app.gateway import Gateway, Grant
 from app.harness_code import declared_turns
-from app.llm.generation import Generation, declared_by, generation_for
+from app.llm.generation import Declared, Generation, generation_for
 from app.rollout.admission import Admission
 from app.stats import mean_interval, per_task_means
 from sandbox.pool import SandboxPool, SandboxResult
@@ -62,6 +62,8 @@ class RunStopped(Exception):
 class RunGate(Protocol):
     """A run's say over its rollouts (app/loop/driver.py): `gate()` waits while the run is paused
     and raises RunStopped once it stops; `holds()` is true while no new rollout may start."""
+
+    declared: Declared  # how its calls run, as the loop parsed its experiment
 
     async def gate(self) -> None: ...
 
@@ -161,13 +163,16 @@ class Evaluator:
         """Run the evaluation's pending rollouts - all of them when it is new, what is left when
         it was interrupted (recorded rollouts are kept, never run twice) - and finish it."""
         pending = await self.writer.run(lambda s: _pending(s, evaluation.id))
+        gate = self.gates.get(evaluation.run_id)
+        declared = gate.declared if gate else None  # the loop's copy, not the store's
         generation, scoring = await self.writer.run(
-            lambda s: _settings(s, evaluation.id, self.backend, self.limits, domain, harness)
+            lambda s: _settings(
+                s, evaluation.id, self.backend, self.limits, domain, harness, declared
+            )
         )
         wall_s = wall_s or generation.wall_s
         path = harness_file(harness, self.harness_dir)
         semaphore = asyncio.Semaphore(self.concurrency)
-        gate = self.gates.get(evaluation.run_id)
 
         async def one(rollout: Rollout) -> Rollout:
             async with semaphore:
@@ -311,19 +316,27 @@ def _infrastructure_failure(result: SandboxResult, grant: Grant) -> str | None:
 
 
 def _settings(
-    s: Session, evaluation_id: int, backend: str, limits: dict, domain: Domain, harness: Harness
+    s: Session,
+    evaluation_id: int,
+    backend: str,
+    limits: dict,
+    domain: Domain,
+    harness: Harness,
+    declared: Declared | None = None,
 ) -> tuple[Generation, str]:
     """What the evaluation's calls run under and the verifier mode that scores them (its run's
-    `scoring`, else the domain's default), from its run's declared settings and recorded on the
-    evaluation (a run's config never changes, so a resumed one runs under the same)."""
+    `scoring`, else the domain's default), from what its run declared (`declared`: its loop's
+    copy; else read from its stored config) and recorded on the evaluation (a run's config never
+    changes, so a resumed one runs under the same)."""
     evaluation = s.get(Evaluation, evaluation_id)
-    config = s.get(Run, evaluation.run_id).config
+    if declared is None:
+        declared = Declared.of_config(s.get(Run, evaluation.run_id).config)
     turns = declared_turns(harness.code)  # the harness's own turn limit, within the clamp
-    generation = generation_for(config, evaluation.split, backend, limits, turns)
+    generation = generation_for(declared, evaluation.split, backend, limits, turns)
     if evaluation.generation is None:
         evaluation.generation = generation.record()
     if evaluation.scoring is None:
-        evaluation.scoring = scoring_of(domain, declared_by(config).get("scoring"))
+        evaluation.scoring = scoring_of(domain, declared.scoring)
     return generation, evaluation.scoring
 
 

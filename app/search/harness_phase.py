@@ -12,10 +12,13 @@ not proposed again, and recorded rollouts are kept (only the missing ones run).
 """
 
 import asyncio
+import itertools
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func
 from sqlmodel import select
@@ -37,10 +40,14 @@ from app.experiment_schema import SearchConfig
 from app.harness_code import fixed_parts_error, static_error
 from app.pareto import Score, accept, frontier
 from app.phases import end_phase, phase_rollouts
+from app.runs import single_run
 from app.search.acceptance import Decision, decide, sequential_on
 from app.search.candidate import Candidate, Proposal
-from app.search.context import SearchContext
+from app.search.context import Proposer, SearchContext
 from app.search.proposers import proposer_timeout
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +57,18 @@ EndCheck = Callable[[list[SearchIteration]], Awaitable[str | None]]
 
 
 async def harness_phase(
-    workbench,
+    workbench: "Workbench",
     phase: Phase,
     incoming: Harness,
     checkpoint: Checkpoint,
     domain: Domain,
     cfg: SearchConfig,
-    proposer,
+    proposer: Proposer,
+    end_check: EndCheck,
     progress: Progress | None = None,
-    end_check: EndCheck | None = None,
 ) -> Phase:
-    """Run (or resume) the phase to its end; returns the finished Phase (harness_out_id is the
-    accepted harness)."""
+    """Run (or resume) the phase to its end, which `end_check` names before each proposing
+    iteration; returns the finished Phase (harness_out_id is the accepted harness)."""
     return await _Search(
         workbench, phase, incoming, checkpoint, domain, cfg, proposer, progress, end_check
     ).run()
@@ -69,7 +76,16 @@ async def harness_phase(
 
 class _Search:
     def __init__(
-        self, workbench, phase, incoming, checkpoint, domain, cfg, proposer, progress, end_check
+        self,
+        workbench: "Workbench",
+        phase: Phase,
+        incoming: Harness,
+        checkpoint: Checkpoint,
+        domain: Domain,
+        cfg: SearchConfig,
+        proposer: Proposer,
+        progress: Progress | None,
+        end_check: EndCheck,
     ):
         self.wb = workbench
         self.phase = phase
@@ -133,17 +149,11 @@ class _Search:
                 ),
                 started,
             )
-        reason = "fixed"
         first = max(i.iteration for i in self.iterations if i.status != "running") + 1
-        for iteration in range(first, self.cfg.iterations + 1):
+        for iteration in itertools.count(first):
             interrupted = next((i for i in self.iterations if i.iteration == iteration), None)
-            why = (
-                None
-                if interrupted
-                else (await self.end_check(self.iterations) if self.end_check else None)
-            )
-            if why:
-                reason = why
+            reason = None if interrupted else await self.end_check(self.iterations)
+            if reason:
                 break
             record = await self._iterate(iteration, interrupted)
             if record.status == "failed" and self.cfg.on_proposer_error == "end":
@@ -193,7 +203,7 @@ class _Search:
             self.say(
                 "phase",
                 {
-                    "what": f"harness iteration {iteration}/{self.cfg.iterations}: "
+                    "what": f"harness iteration {iteration}: "
                     f"{self.proposer.name} proposes {self.cfg.candidates}"
                 },
             )
@@ -471,43 +481,38 @@ def _invalidate(s, harness_id: int, error: str) -> Harness:
 
 
 async def search_file(
-    workbench,
-    harness_path,
+    workbench: "Workbench",
+    harness_path: Path,
     domain_name: str,
     cfg: SearchConfig,
+    iterations: int,
     progress: Progress | None = None,
     run_name: str | None = None,
 ) -> Phase:
-    """One harness phase from a harness file, as a new run of kind "search" (`whale search`)."""
+    """`whale search`: a run of kind "search" holding one harness phase of `iterations`
+    proposing iterations from a harness file."""
     from app.domains import get_domain
     from app.search.proposers import make_proposer
-    from app.workbench import read_harness
 
     domain = get_domain(domain_name)
     proposer = make_proposer(cfg, workbench)
-    run, harness, checkpoint = await workbench.start_run(
-        run_name or f"search {harness_path.name}",
-        "search",
-        domain_name,
-        read_harness(harness_path),
-        {"harness": str(harness_path), "search": cfg.model_dump()},
-    )
-    phase = await workbench.writer.insert(
-        Phase(
-            run_id=run.id,
-            kind="harness",
-            round=1,
-            harness_in_id=harness.id,
-            checkpoint_in_id=checkpoint.id,
-            checkpoint_out_id=checkpoint.id,
+    name = run_name or f"search {harness_path.name}"
+    config = {"harness": str(harness_path), "search": cfg.model_dump(), "iterations": iterations}
+
+    async def fixed_iterations(done: list[SearchIteration]) -> str | None:
+        return "fixed" if max(i.iteration for i in done) >= iterations else None
+
+    async with single_run(
+        workbench, name, "search", domain_name, harness_path, config, "harness"
+    ) as made:
+        return await harness_phase(
+            workbench,
+            made.phase,
+            made.harness,
+            made.checkpoint,
+            domain,
+            cfg,
+            proposer,
+            fixed_iterations,
+            progress,
         )
-    )
-    try:
-        phase = await harness_phase(
-            workbench, phase, harness, checkpoint, domain, cfg, proposer, progress
-        )
-    except BaseException:
-        await workbench.finish_run(run.id, "failed")
-        raise
-    await workbench.finish_run(run.id, "done")
-    return phase

@@ -2,14 +2,26 @@
 pyproject.toml, an entry point in the group `whale.proposers` (name = "module:factory"); the
 built-in ones (knobs, llm, agent, gepa) are declared the same way in this project's.
 
-A factory takes (cfg: SearchConfig, workbench) and returns a proposer: an object with `name` and
-`async propose(ctx: SearchContext) -> Proposal` (app/search/context.py, candidate.py). Its own
-settings come from the experiment's `[search.options]` table, `cfg.options`; a factory whose
-`options` attribute is a pydantic model has that table checked against it when the experiment is
-read, before any run exists.
+A factory is called once per harness phase as `factory(cfg, hub)` and returns a `Proposer`
+(app/search/context.py): an object with `name` and `async propose(ctx: SearchContext) ->
+Proposal` (app/search/candidate.py), called each proposing iteration.
+- `cfg` is the experiment's `[search]` table (SearchConfig, app/experiment_schema.py); the
+  plugin's own settings are its `[search.options]` table, `cfg.options`. A factory whose
+  `options` attribute is a pydantic model has that table checked against it when the
+  experiment is read, before any run exists.
+- `hub` is the part of the workbench a proposer may use (`Hub`): `hub.session()` reads the
+  store (the run's harnesses, rollouts and traces), `hub.settings` the WHALE_* settings,
+  `hub.endpoint` the run's model server, `hub.runtime` the sandboxes' folder. The same object
+  is `ctx.workbench` at each iteration. A proposer writes nothing: what it returns is recorded.
 """
 
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
+
+from app.search.context import Hub, Proposer
+
+if TYPE_CHECKING:  # only named here: the schema module stands below the search package
+    from app.experiment_schema import SearchConfig
 
 ENTRY_POINTS = "whale.proposers"
 
@@ -43,11 +55,11 @@ def proposer_factory(name: str):
         ) from exc
 
 
-def make_proposer(cfg, workbench):
+def make_proposer(cfg: "SearchConfig", hub: Hub) -> Proposer:
     """The proposer `cfg.proposer` names, built by its factory."""
     factory = proposer_factory(cfg.proposer)
     try:
-        return factory(cfg, workbench)
+        return factory(cfg, hub)
     except Exception as exc:  # e.g. a setting of [search.options] it does not accept
         raise ProposerError(
             f"proposer {cfg.proposer!r} could not start: {type(exc).__name__}: {exc}"
@@ -57,26 +69,26 @@ def make_proposer(cfg, workbench):
 # --- the built-in factories (pyproject.toml declares them) ---------------------------------
 
 
-def knobs(cfg, workbench):
+def knobs(cfg: "SearchConfig", hub: Hub) -> Proposer:
     from app.search.knobs import KnobsProposer
 
     return KnobsProposer()
 
 
-def llm(cfg, workbench):
+def llm(cfg: "SearchConfig", hub: Hub) -> Proposer:
     from app.search.llm_proposer import LLMProposer
 
     return LLMProposer(cfg.llm)
 
 
-def agent(cfg, workbench):
+def agent(cfg: "SearchConfig", hub: Hub) -> Proposer:
     from app.search.agent import AgentProposer
 
-    s = workbench.settings
+    s = hub.settings
     # Never shown to the agent (its sandbox shows none of them; these are masked should a
     # folder it is given hold one): the store (test-split rollouts live there), the sandboxes'
     # runtime folder (the gateway socket, harness copies), the test splits' files.
-    hidden = [s.home, *([workbench.runtime] if workbench.runtime else []), *held_out_files()]
+    hidden = [s.home, *([hub.runtime] if hub.runtime else []), *held_out_files()]
     return AgentProposer(
         cfg.agent, s.archive_dir, cfg.max_code_bytes, hidden, cfg.workspace, cfg.fixed_functions
     )
@@ -85,7 +97,7 @@ def agent(cfg, workbench):
 DEFAULT_PROPOSER_TIMEOUT_S = 1800.0
 
 
-def proposer_timeout(cfg) -> float:
+def proposer_timeout(cfg: "SearchConfig") -> float:
     """Seconds one proposing session may take: the experiment's `proposer_timeout_s`, else the
     agent preset's own (the release's 2400 s for Claude Code), else 1800."""
     from app.search.agent_presets import PRESETS
@@ -109,7 +121,7 @@ def held_out_files() -> list:
     return files
 
 
-def gepa(cfg, workbench):
+def gepa(cfg: "SearchConfig", hub: Hub) -> Proposer:
     from app.search.gepa import GepaProposer
 
     return GepaProposer(cfg.llm, gepa.options.model_validate(cfg.options), cfg.seed)

@@ -21,6 +21,7 @@ checkpoint costs its weights alone (one promoted by hand trains on with a fresh 
 import logging
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, select
 
@@ -28,6 +29,9 @@ from app.db.queries import weights_needed
 from app.db.schema import OPTIMIZER_FILE, Checkpoint, TrainingJob, now
 from app.experiment_schema import RFTConfig
 from app.training.rft import pause_until_resumed
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 log = logging.getLogger(__name__)
 GB = 1e9
@@ -78,7 +82,7 @@ def disk_bytes(root: Path) -> int:
     return total
 
 
-async def _drop(workbench, checkpoint_ids: list[int]) -> None:
+async def _drop(workbench: "Workbench", checkpoint_ids: list[int]) -> None:
     """Mark the rows first, then delete the folders: a crash between leaves a marked row whose
     folder the next step deletes, never a live row without weights."""
 
@@ -113,7 +117,7 @@ def _drop_optimizers(trained: list[tuple[Checkpoint, int]]) -> None:
         (Path(checkpoint.path) / OPTIMIZER_FILE).unlink(missing_ok=True)
 
 
-async def retain(workbench, run_id: int, cfg: RFTConfig) -> list[int]:
+async def retain(workbench: "Workbench", run_id: int, cfg: RFTConfig) -> list[int]:
     """Apply the retention rules after an RFT step; returns the checkpoints dropped. Over the
     disk budget with nothing left to drop, the run pauses until resumed (a single `whale
     train`, which nothing can pause, fails with DiskBudgetExceeded)."""

@@ -20,6 +20,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete
 from sqlmodel import select
@@ -39,11 +40,14 @@ from app.db.schema import (
 )
 from app.domains import Domain, Task
 from app.experiment_schema import RFTConfig
-from app.llm.generation import declared_by, generation_for
+from app.llm.generation import Declared, declared_by, generation_for
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
 from app.training.job import Trainer, TrainingError, trainer_command
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 log = logging.getLogger(__name__)
 TRAINING_TRIES = 2  # a training process that fails is started once more, then the run pauses
@@ -51,7 +55,7 @@ NO_SPACE = "No space left on device"  # how Python's and safetensors' ENOSPC bot
 RESUME_POLL_S = 1.0  # how often a training that paused its run looks for the resume
 
 
-async def pause_until_resumed(workbench, run_id: int, reason: str) -> bool:
+async def pause_until_resumed(workbench: "Workbench", run_id: int, reason: str) -> bool:
     """Ask the run to pause, saying why, and wait until it is resumed (True: go on) or stopped
     (RunStopped). False when nothing can pause it (a single `whale train`, not a loop): then
     the caller fails instead."""
@@ -91,7 +95,7 @@ def prompt_batch(domain: Domain, cfg: RFTConfig, step: int) -> list[Task]:
 
 
 async def rft_step(
-    workbench,
+    workbench: "Workbench",
     run_id: int,
     harness: Harness,
     checkpoint: Checkpoint,
@@ -404,7 +408,7 @@ def _register(
 
 
 async def _sampling(
-    workbench,
+    workbench: "Workbench",
     evaluator,
     job: TrainingJob,
     harness: Harness,
@@ -514,10 +518,11 @@ def harness_turns(run: Run, harness: Harness) -> int:
     return min(turns, clamp) if clamp else turns
 
 
-def _rollout_tokens(workbench, run: Run) -> int:
+def _rollout_tokens(workbench: "Workbench", run: Run) -> int:
     """The default max_seq_len: a rollout's token budget, which no call of it can exceed."""
-    limits = {"max_tokens": workbench.settings.rollout_max_tokens}
-    return generation_for(run.config, "train", workbench.backend_name, limits).max_tokens
+    limits = workbench.settings.rollout_limits()
+    declared = Declared.of_config(run.config)
+    return generation_for(declared, "train", workbench.backend_name, limits).max_tokens
 
 
 def _spec(
@@ -551,7 +556,7 @@ def _spec(
     return spec
 
 
-def phase_trainer(workbench, run_id: int, phase_id: int | None) -> Trainer:
+def phase_trainer(workbench: "Workbench", run_id: int, phase_id: int | None) -> Trainer:
     """The training process of a weight phase, in its own folder under $WHALE_HOME/training."""
     settings = workbench.settings
     folder = settings.home / "training" / f"run-{run_id}-phase-{phase_id or 0}"

@@ -8,6 +8,7 @@ phase on its own (`whale train`), between two test points.
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlmodel import select
 
@@ -16,27 +17,31 @@ from app.domains import Domain
 from app.experiment_schema import RFTConfig
 from app.phases import end_phase, plot_test_point
 from app.rollout.usage import weight_steps_done
+from app.runs import single_run
 from app.training.retention import retain
 from app.training.rft import phase_trainer, rft_step
+
+if TYPE_CHECKING:
+    from app.workbench import Workbench
 
 # The end rule: given the mean rewards of the phase's finished steps, why the phase ends now, or
 # None to run one more step.
 EndCheck = Callable[[list[float]], Awaitable[str | None]]
 
 
-def phase_jobs(workbench, phase_id: int) -> list[TrainingJob]:
+def phase_jobs(workbench: "Workbench", phase_id: int) -> list[TrainingJob]:
     with workbench.session() as s:
         query = select(TrainingJob).where(TrainingJob.phase_id == phase_id)
         return list(s.exec(query.order_by(TrainingJob.id)))
 
 
-def steps_done(workbench, run_id: int) -> int:
+def steps_done(workbench: "Workbench", run_id: int) -> int:
     with workbench.session() as s:
         return weight_steps_done(s, run_id)
 
 
 async def weight_phase(
-    workbench,
+    workbench: "Workbench",
     phase: Phase,
     harness: Harness,
     checkpoint: Checkpoint,
@@ -110,65 +115,57 @@ class PhaseResult:
 
 
 async def train_file(
-    workbench,
+    workbench: "Workbench",
     harness_path: Path,
     domain: Domain,
     cfg: RFTConfig,
+    steps: int,
     test_k: int,
     test_limit: int | None,
     progress: Callable[[str, dict], None] | None = None,
 ) -> tuple[int, PhaseResult]:
-    """`whale train`: a run of kind "rft" holding one weight phase of `cfg.steps` steps, with a
+    """`whale train`: a run of kind "rft" holding one weight phase of `steps` RFT steps, with a
     test point (mean@k, plotted like the loop's) before and after; returns (run id, result)."""
-    from app.workbench import read_harness
-
     say = progress or (lambda kind, data: None)
     config = {
         "harness": str(harness_path),
         "rft": cfg.model_dump(),
+        "steps": steps,
         "test_k": test_k,
         "test_limit": test_limit,
     }
-    run, harness, base = await workbench.start_run(
-        f"rft {harness_path.name}", "rft", domain.name, read_harness(harness_path), config
-    )
-    phase = await workbench.writer.insert(
-        Phase(
-            run_id=run.id,
-            kind="weight",
-            round=1,
-            harness_in_id=harness.id,
-            checkpoint_in_id=base.id,
-        )
-    )
+    name = f"rft {harness_path.name}"
+    async with single_run(
+        workbench, name, "rft", domain.name, harness_path, config, "weight"
+    ) as made:
+        run, harness, base, phase = made.run, made.harness, made.checkpoint, made.phase
 
-    async def test_point(checkpoint: Checkpoint) -> Evaluation:
-        say("phase", {"what": f"test mean@{test_k} under the {checkpoint.kind} checkpoint"})
-        evaluation = await workbench.evaluator().evaluate(
-            run.id,
-            harness,
-            checkpoint,
-            domain,
-            "test",
-            test_k,
-            test_limit,
-            lambda r: say("rollout", {"rollout": r}),
-        )
-        used = sum(j.n_rollouts for j in phase_jobs(workbench, phase.id))
-        steps = steps_done(workbench, run.id)
-        wall_s = (utc(evaluation.finished_at) - utc(run.created_at)).total_seconds()
-        await workbench.writer.run(
-            lambda s: plot_test_point(s, run.id, evaluation, used, steps, wall_s)
-        )
-        return evaluation
+        async def test_point(checkpoint: Checkpoint) -> Evaluation:
+            say("phase", {"what": f"test mean@{test_k} under the {checkpoint.kind} checkpoint"})
+            evaluation = await workbench.evaluator().evaluate(
+                run.id,
+                harness,
+                checkpoint,
+                domain,
+                "test",
+                test_k,
+                test_limit,
+                lambda r: say("rollout", {"rollout": r}),
+            )
+            used = sum(j.n_rollouts for j in phase_jobs(workbench, phase.id))
+            done = steps_done(workbench, run.id)
+            wall_s = (utc(evaluation.finished_at) - utc(run.created_at)).total_seconds()
+            await workbench.writer.run(
+                lambda s: plot_test_point(s, run.id, evaluation, used, done, wall_s)
+            )
+            return evaluation
 
-    async def fixed_steps(rewards: list[float]) -> str | None:
-        if len(rewards) >= cfg.steps:
-            return "fixed"
-        say("phase", {"what": f"RFT step {len(rewards) + 1}/{cfg.steps}"})
-        return None
+        async def fixed_steps(rewards: list[float]) -> str | None:
+            if len(rewards) >= steps:
+                return "fixed"
+            say("phase", {"what": f"RFT step {len(rewards) + 1}/{steps}"})
+            return None
 
-    try:
         before = await test_point(base)
         phase = await weight_phase(
             workbench, phase, harness, base, domain, cfg, fixed_steps, progress=progress
@@ -176,8 +173,4 @@ async def train_file(
         with workbench.session() as s:
             trained = s.get(Checkpoint, phase.checkpoint_out_id)
         after = await test_point(trained)
-    except BaseException:
-        await workbench.finish_run(run.id, "failed")
-        raise
-    await workbench.finish_run(run.id, "done")
     return run.id, PhaseResult(before, after, phase_jobs(workbench, phase.id), trained)

@@ -16,7 +16,7 @@ from sqlmodel import select
 from app import control
 from app.db import Writer, open_engine, read_session
 from app.db.schema import Checkpoint, Event, Rollout, Run, TrainingJob
-from app.loop.driver import Loop, start_run
+from app.loop.driver import Loop, start_experiment_run
 from app.loop.experiment_file import config_hash, incoming_harness, parse
 from tests.conftest import MISSING, attached_settings, started_workbench
 from tests.loop.conftest import quick_toml, store_invariants
@@ -61,7 +61,7 @@ async def started_loop(wb, source: str):
     experiment = parse(source)
     with wb.session() as s:
         incoming = incoming_harness(experiment, s)
-    run = await start_run(wb, experiment, source, config_hash(source), incoming)
+    run = await start_experiment_run(wb, experiment, source, config_hash(source), incoming)
     return run, asyncio.create_task(Loop(wb, run.id).run())
 
 

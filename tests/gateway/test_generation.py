@@ -16,7 +16,7 @@ from app.db.steps import expand_requests
 from app.experiment_schema import RolloutLimits, Sampling
 from app.gateway import Gateway, Grant
 from app.llm.client import ChatEndpoint
-from app.llm.generation import Generation, generation_for
+from app.llm.generation import Declared, Generation, generation_for
 from tests.conftest import make_rollout
 from tests.openai_stub import openai_stub
 
@@ -75,13 +75,20 @@ def test_the_defaults_fill_what_the_harness_leaves_unset(store, thinking):
 
 
 def test_rft_temperature_overrides_a_harness_that_samples_greedily(store):
-    forced = generation_for({"rft": {"temperature": 1.0}}, "train", "local", {})
-    untouched = generation_for({"rft": {"temperature": 1.0}}, "test", "local", {})
+    forced = generation_for(Declared.of_config({"rft": {"temperature": 1.0}}), "train", "local", {})
+    untouched = generation_for(
+        Declared.of_config({"rft": {"temperature": 1.0}}), "test", "local", {}
+    )
     assert forced.forced == {"temperature": 1.0} and untouched.forced == {}
 
     _, received, _ = call(store, forced, {"messages": HELLO, "temperature": 0.0})
     assert received[0]["temperature"] == 1.0
-    assert generation_for({"rft": {"temperature": None}}, "train", "local", {}).forced == {}
+    assert (
+        generation_for(
+            Declared.of_config({"rft": {"temperature": None}}), "train", "local", {}
+        ).forced
+        == {}
+    )
 
 
 def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
@@ -90,12 +97,12 @@ def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
     what the harness asked for."""
     declared = {"sampling": {"fixed": True, "temperature": 1.0, "top_p": 1.0, "top_k": 20}}
     for split in ("train", "harness", "test"):
-        got = generation_for(declared, split, "vllm", {})
+        got = generation_for(Declared.of_config(declared), split, "vllm", {})
         # and the chat template's own thinking default: no harness switches it
         fixed = {"temperature": 1.0, "top_p": 1.0, "top_k": 20, "chat_template_kwargs": None}
         assert got.forced == fixed, split
         assert got.record()["forced"] == got.forced  # stored with each evaluation
-    test = generation_for(declared, "test", "vllm", {})
+    test = generation_for(Declared.of_config(declared), "test", "vllm", {})
     _, received, steps = call(store, test, {"messages": HELLO, "temperature": 0.0, "top_k": 1})
     assert (received[0]["temperature"], received[0]["top_p"], received[0]["top_k"]) == (
         1.0,
@@ -104,7 +111,9 @@ def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
     )
     assert steps[0]["harness_asked"] == {"temperature": 0.0, "top_k": 1}
     # without `fixed` the same section only fills what the harness leaves unset
-    loose = generation_for({"sampling": {"temperature": 1.0}}, "test", "vllm", {})
+    loose = generation_for(
+        Declared.of_config({"sampling": {"temperature": 1.0}}), "test", "vllm", {}
+    )
     _, received, steps = call(store, loose, {"messages": HELLO, "temperature": 0.0})
     assert received[0]["temperature"] == 0.0 and "harness_asked" not in steps[-1]
 
@@ -114,7 +123,7 @@ def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
     (or leaves it unset) still gets the experiment's chat_template_kwargs, and the step records
     what it asked for; with none declared, the harness's own are dropped."""
     declared = {"sampling": {"fixed": True, "temperature": 1.0, "chat_template_kwargs": THINKING}}
-    test = generation_for(declared, "test", "vllm", {})
+    test = generation_for(Declared.of_config(declared), "test", "vllm", {})
     off = {"enable_thinking": False}
     bodies = [{"messages": HELLO, "chat_template_kwargs": off}, {"messages": HELLO}]
     _, received, steps = call(store, test, *bodies)
@@ -122,7 +131,7 @@ def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
     assert steps[0]["harness_asked"] == {"chat_template_kwargs": off}
     assert "harness_asked" not in steps[1]
     none_declared = {"sampling": {"fixed": True, "temperature": 1.0}}
-    test = generation_for(none_declared, "test", "vllm", {})
+    test = generation_for(Declared.of_config(none_declared), "test", "vllm", {})
     _, received, steps = call(store, test, bodies[0])
     assert "chat_template_kwargs" not in received[0]  # the template's default
     # the store holds both tests' steps: the first harness's and this one's were overridden
@@ -178,11 +187,26 @@ def test_a_run_declares_its_settings_and_the_process_limits_fill_the_rest():
             "rollout": {"max_completion_tokens": 8000, "wall_s": 900},
         }
     }
-    got = generation_for(experiment, "test", "vllm", {"max_calls": 8, "max_tokens": 40000})
+    got = generation_for(
+        Declared.of_config(experiment), "test", "vllm", {"max_calls": 8, "max_tokens": 40000}
+    )
     assert got.defaults == {"top_k": 20}
     assert (got.max_calls, got.max_tokens, got.max_completion_tokens) == (8, 40000, 8000)
     assert got.wall_s == 900 and got.max_tokens_per_call == 1024
     assert got.record()["backend"] == "vllm" and "forced" not in got.record()
+
+
+def test_the_rollout_settings_are_the_budgets_a_run_that_sets_none_gets(monkeypatch):
+    from app.config import Settings
+
+    monkeypatch.setenv("WHALE_ROLLOUT_MAX_TOKENS_PER_CALL", "300")
+    monkeypatch.setenv("WHALE_ROLLOUT_MAX_CALLS", "5")
+    got = generation_for(Declared.of_config({}), "test", "vllm", Settings().rollout_limits())
+    assert (got.max_calls, got.max_tokens_per_call, got.infra_retries) == (5, 300, 2)
+    # where no setting is read (a grant of its own), the settings' defaults hold
+    default = Generation("vllm")
+    limits = Settings.model_construct().rollout_limits()
+    assert {k: getattr(default, k) for k in limits} == limits
 
 
 def test_a_per_call_cap_above_the_rollout_budget_is_refused():

@@ -22,8 +22,9 @@ def test_vllm_sleeps_through_each_training_step_then_takes_the_weights_in_place(
     from app.domains import get_domain
     from app.experiment_schema import RFTConfig
     from app.llm.local import prepare_model
+    from app.runs import open_run, read_harness
     from app.training.rft import rft_step
-    from app.workbench import Workbench, read_harness
+    from app.workbench import Workbench
     from tests.llm.test_vllm import oracle_on_vllm
 
     base = prepare_model(model_cache, say=lambda m: None)
@@ -38,9 +39,10 @@ def test_vllm_sleeps_through_each_training_step_then_takes_the_weights_in_place(
             workbench = Workbench(settings, say=lambda m: None)
             await workbench.start()
             try:
-                run, harness, checkpoint = await workbench.start_run(
-                    "colocated", "rft", "arith", read_harness(harness_path), {}
+                made = await open_run(
+                    workbench, "colocated", "rft", "arith", read_harness(harness_path), {}
                 )
+                run, harness, checkpoint = made.run, made.harness, made.checkpoint
                 names = []
                 for step in range(2):  # the training process ends with each step, and restarts
                     _, checkpoint = await rft_step(

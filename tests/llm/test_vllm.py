@@ -23,7 +23,7 @@ from app.llm.client import BackendError
 from app.llm.local import prepare_model
 from app.llm.vllm import AdapterError, ReplicaEndpoint, VLLMBackend, VLLMError, VLLMServer
 from app.rollout.admission import ServerQueue, in_flight_cap
-from app.workbench import read_harness
+from app.runs import open_run, read_harness
 from benchmarks.weight_sync import noisy_weights
 from tests.conftest import MISSING, REPO, free_port, whale_eval_json
 
@@ -584,9 +584,8 @@ def test_one_rft_step_trains_an_adapter_that_vllm_hot_loads(vllm, loop, tmp_path
         workbench = Workbench(settings, say=lambda m: None)
         await workbench.start()
         try:
-            run, harness, base = await workbench.start_run(
-                "rft", "rft", "arith", read_harness(harness_path), {}
-            )
+            made = await open_run(workbench, "rft", "rft", "arith", read_harness(harness_path), {})
+            run, harness, base = made.run, made.harness, made.checkpoint
             return await rft_step(workbench, run.id, harness, base, get_domain("arith"), cfg, 0)
         finally:
             await workbench.stop()
@@ -675,9 +674,8 @@ def test_a_vllm_killed_mid_rft_sampling_is_restarted_and_the_step_still_trains(
         workbench = Workbench(settings, say=lambda m: None)
         await workbench.start()
         try:
-            run, harness, base = await workbench.start_run(
-                "rft", "rft", "arith", read_harness(harness_path), {}
-            )
+            made = await open_run(workbench, "rft", "rft", "arith", read_harness(harness_path), {})
+            run, harness, base = made.run, made.harness, made.checkpoint
             killer = asyncio.create_task(kill_when_sampling(workbench))
             job, checkpoint = await rft_step(
                 workbench, run.id, harness, base, get_domain("arith"), cfg, 0

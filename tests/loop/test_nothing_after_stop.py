@@ -9,7 +9,7 @@ import pytest
 from sqlmodel import col, select
 
 from app.db.schema import Checkpoint, Evaluation, Event, Harness, Phase, Rollout, Run
-from app.loop.driver import Loop, begin, new_run
+from app.loop.driver import Loop, begin, new_experiment_run
 from app.loop.experiment_file import load
 from app.rollout.evaluate import Evaluator, RunStopped
 from tests.api.synthetic_store import store, workbench  # noqa: F401 - fixtures
@@ -23,7 +23,8 @@ def loop(store, workbench):  # noqa: F811
     base = store.write(Checkpoint(name="smol-base", kind="base"))
 
     def create(s):
-        run = new_run(s, experiment, "arith-quick.toml", "h", ("seed.py", "def run(t, l, x):\n"))
+        incoming = ("seed.py", "def run(t, l, x):\n")
+        run = new_experiment_run(s, experiment, "arith-quick.toml", "h", incoming)
         return begin(s, run.id, s.get(Checkpoint, base.id))
 
     run = workbench.writer.submit(create).result()

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from app.loop.driver import Loop, start_run
+from app.loop.driver import Loop, start_experiment_run
 from app.loop.experiment_file import config_hash, dry_run, incoming_harness, parse
 from tests.conftest import attached_settings, started_workbench, whale
 from tests.loop.conftest import logged, quick_toml, store_invariants
@@ -56,7 +56,9 @@ def run_in_process(text: str, settings) -> int:
             experiment = parse(text)
             with workbench.session() as s:
                 incoming = incoming_harness(experiment, s)
-            run = await start_run(workbench, experiment, text, config_hash(text), incoming)
+            run = await start_experiment_run(
+                workbench, experiment, text, config_hash(text), incoming
+            )
             await Loop(workbench, run.id).run()
             return run.id
 

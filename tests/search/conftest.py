@@ -26,9 +26,9 @@ def seed_with(**knobs) -> str:
 
 @pytest.fixture
 def search(tmp_path, model_server, model_cache):
-    """search(cfg, harness_code=None) -> (phase, stored rows, settings)."""
+    """search(cfg, harness_code=None, iterations=1) -> (phase, stored rows, settings)."""
 
-    def run(cfg: SearchConfig, harness_code: str | None = None):
+    def run(cfg: SearchConfig, harness_code: str | None = None, iterations: int = 1):
         path = SEED
         if harness_code is not None:
             path = tmp_path / "incoming.py"
@@ -37,7 +37,7 @@ def search(tmp_path, model_server, model_cache):
 
         async def main():
             async with started_workbench(settings) as workbench:
-                phase = await search_file(workbench, Path(path), "arith", cfg)
+                phase = await search_file(workbench, Path(path), "arith", cfg, iterations)
                 with workbench.session() as s:
                     stored = {
                         "harnesses": s.exec(select(Harness).order_by(Harness.id)).all(),

@@ -61,7 +61,6 @@ def test_paired_gate_needs_a_significant_improvement():
 def test_a_sequential_phase_commits_the_better_harness_and_stops_its_evaluation_early(search):
     cfg = SearchConfig(
         proposer="knobs",
-        iterations=1,
         candidates=2,
         tasks=24,
         acceptance="sequential",
@@ -73,7 +72,7 @@ def test_a_sequential_phase_commits_the_better_harness_and_stops_its_evaluation_
     seed = with_knob(SEED.read_text(), "TEMPERATURE", 0.0)
     start, end = seed.index("PARAMS = {"), seed.index("}\n", seed.index("PARAMS = {")) + 2
     code = seed[:start] + 'PARAMS = {"SOLVER": ["model", "program"]}\n' + seed[end:]
-    phase, stored, _ = search(cfg, harness_code=code)
+    phase, stored, _ = search(cfg, harness_code=code, iterations=1)
     by_id = {h.id: h for h in stored["harnesses"]}
     gates = {int(h): g for it in stored["iterations"] for h, g in (it.gate or {}).items()}
     assert stored["iterations"][0].gate is None  # iteration 0: the incumbent itself

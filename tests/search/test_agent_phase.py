@@ -28,7 +28,6 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
     shutil.copy(FAKE_AGENT, agent)
     cfg = SearchConfig(
         proposer="agent",
-        iterations=2,
         candidates=3,
         tasks=4,
         max_code_bytes=20_000,
@@ -39,7 +38,7 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
             "env": ["STORE_PATH"],
         },
     )
-    phase, stored, settings = search(cfg)
+    phase, stored, settings = search(cfg, iterations=2)
     first, second = stored["iterations"][1:]
 
     seen = json.loads(first.report.splitlines()[0].removeprefix("saw "))
@@ -68,11 +67,10 @@ def test_the_agent_reads_the_workspace_and_its_candidates_are_collected(
 def test_a_missing_agent_command_fails_its_iteration_with_a_clear_error(search):
     cfg = SearchConfig(
         proposer="agent",
-        iterations=1,
         tasks=2,
         agent={"command": ["/nonexistent/agent-cli", "{workspace}"]},
     )
-    phase, stored, _ = search(cfg)
+    phase, stored, _ = search(cfg, iterations=1)
     failed = stored["iterations"][1]
     assert failed.status == "failed"
     assert failed.error == "FileNotFoundError: agent command not found: /nonexistent/agent-cli"
@@ -100,10 +98,8 @@ def agent_clis(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("preset", ["claude-code", "codex"])
 def test_a_preset_runs_its_agent_and_reads_its_output(preset, agent_clis, search):
-    cfg = SearchConfig(
-        proposer="agent", iterations=2, candidates=2, tasks=2, agent={"preset": preset}
-    )
-    phase, stored, settings = search(cfg)
+    cfg = SearchConfig(proposer="agent", candidates=2, tasks=2, agent={"preset": preset})
+    phase, stored, settings = search(cfg, iterations=2)
     first, second = stored["iterations"][1:]
     workspace = settings.archive_dir / "runs" / str(phase.run_id)
     cli = "claude" if preset == "claude-code" else "codex"
@@ -145,8 +141,8 @@ def test_a_preset_runs_its_agent_and_reads_its_output(preset, agent_clis, search
 
 def test_a_preset_whose_cli_is_missing_says_which(search, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    cfg = SearchConfig(proposer="agent", iterations=1, tasks=2, agent={"preset": "codex"})
-    _, stored, _ = search(cfg)
+    cfg = SearchConfig(proposer="agent", tasks=2, agent={"preset": "codex"})
+    _, stored, _ = search(cfg, iterations=1)
     failed = stored["iterations"][1]
     assert failed.status == "failed" and "agent command not found: codex" in failed.error
     assert "the codex preset runs it" in failed.error

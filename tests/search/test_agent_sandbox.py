@@ -155,7 +155,6 @@ def test_an_agent_reaches_nothing_but_its_workspace_and_its_api_host(
     (bin_dir / "probes.json").write_text(json.dumps(probes))
     cfg = SearchConfig(
         proposer="agent",
-        iterations=1,
         candidates=1,
         tasks=1,
         proposer_timeout_s=120,
@@ -170,7 +169,7 @@ def test_an_agent_reaches_nothing_but_its_workspace_and_its_api_host(
             ],
         },
     )
-    phase, stored, settings = search(cfg)
+    phase, stored, settings = search(cfg, iterations=1)
     workspace = settings.archive_dir / "runs" / str(phase.run_id)
     got = json.loads((workspace / "probe.json").read_text())
 

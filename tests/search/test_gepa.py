@@ -49,12 +49,11 @@ def test_candidates_rewrite_only_the_prompt_of_a_parent_from_the_front(search):
     with openai_stub(replies) as (url, seen):
         cfg = SearchConfig(
             proposer="gepa",
-            iterations=2,
             candidates=2,
             tasks=6,
             llm={"url": url, "model": "scripted", "failures": 2, "successes": 1},
         )
-        phase, stored, _ = search(cfg)
+        phase, stored, _ = search(cfg, iterations=2)
 
     by_iteration = {}
     for h in stored["harnesses"]:
@@ -92,10 +91,8 @@ def test_candidates_rewrite_only_the_prompt_of_a_parent_from_the_front(search):
 def test_a_harness_without_the_prompt_variable_gets_a_clear_error(search):
     code = SEED.read_text().replace("SYSTEM_PROMPT = None", "INSTRUCTIONS = None")
     with openai_stub("```\nBe brief.\n```") as (url, seen):
-        cfg = SearchConfig(
-            proposer="gepa", iterations=1, candidates=1, tasks=2, llm={"url": url, "model": "m"}
-        )
-        phase, stored, _ = search(cfg, harness_code=code)
+        cfg = SearchConfig(proposer="gepa", candidates=1, tasks=2, llm={"url": url, "model": "m"})
+        phase, stored, _ = search(cfg, harness_code=code, iterations=1)
     (candidate,) = [h for h in stored["harnesses"] if h.iteration == 1]
     assert not candidate.valid and seen == []
     assert "assigns no module-level string SYSTEM_PROMPT" in candidate.error

@@ -7,8 +7,8 @@ from app.experiment_schema import SearchConfig
 
 @pytest.mark.slow
 def test_knobs_search_accepts_a_harness_that_beats_the_seed(search):
-    cfg = SearchConfig(proposer="knobs", iterations=2, candidates=3, tasks=16, samples=1)
-    phase, stored, _ = search(cfg)
+    cfg = SearchConfig(proposer="knobs", candidates=3, tasks=16, samples=1)
+    phase, stored, _ = search(cfg, iterations=2)
     iterations = stored["iterations"]
     by_id = {h.id: h for h in stored["harnesses"]}
     incoming = by_id[phase.harness_in_id]

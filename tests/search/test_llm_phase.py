@@ -28,7 +28,6 @@ def test_scripted_candidates_land_with_their_status(search):
     with openai_stub([FIRST_REPLY, 500]) as (url, seen):
         cfg = SearchConfig(
             proposer="llm",
-            iterations=2,
             candidates=7,
             tasks=6,
             smoke_timeout_s=15,
@@ -40,7 +39,7 @@ def test_scripted_candidates_land_with_their_status(search):
                 "price_out_per_mtok": 15.0,
             },
         )
-        phase, stored, _ = search(cfg)
+        phase, stored, _ = search(cfg, iterations=2)
 
     by_name = {h.name: h for h in stored["harnesses"] if h.iteration == 1}
     assert set(by_name) == {"program", "chatty", "syntax", "no-run", "forbidden", "loops", "huge"}
@@ -77,12 +76,11 @@ def test_scripted_candidates_land_with_their_status(search):
 def test_a_dead_endpoint_ends_the_phase_cleanly_when_configured(search):
     cfg = SearchConfig(
         proposer="llm",
-        iterations=3,
         tasks=4,
         on_proposer_error="end",
         llm={"url": "http://127.0.0.1:9/v1", "model": "nobody"},
     )
-    phase, stored, _ = search(cfg)
+    phase, stored, _ = search(cfg, iterations=3)
     (zero, first) = stored["iterations"]
     assert first.status == "failed" and "127.0.0.1:9" in first.error
     assert phase.status == "done" and phase.ended_reason == "proposer_error"

@@ -24,11 +24,11 @@ def summary_ids(root: Path) -> set[int]:
 
 def test_a_round_workspace_shows_only_the_round_s_harnesses(tmp_path, model_server, model_cache):
     settings = attached_settings(tmp_path / "home", model_server, model_cache)
-    cfg = SearchConfig(proposer="knobs", iterations=1, candidates=2, tasks=2)
+    cfg = SearchConfig(proposer="knobs", candidates=2, tasks=2)
 
     async def main():
         async with started_workbench(settings) as workbench:
-            phase = await search_file(workbench, SEED, "arith", cfg)
+            phase = await search_file(workbench, SEED, "arith", cfg, 1)
             with workbench.session() as s:
                 harnesses = s.exec(select(Harness).order_by(Harness.id)).all()
                 phase = s.get(Phase, phase.id)

@@ -51,13 +51,13 @@ def test_a_phase_keeps_the_last_and_every_second_step_and_says_which_weights_it_
     harness_path.write_text(textwrap.dedent(ORACLE))
     settings = attached_settings(tmp_path / "home", model_server, model_cache)
     cfg = RFTConfig(
-        steps=3, prompts_per_step=2, samples_per_prompt=1, lora_rank=4, batch_size=2,
+        prompts_per_step=2, samples_per_prompt=1, lora_rank=4, batch_size=2,
         keep_last=1, keep_every=2,
     )  # fmt: skip
 
     async def main():
         async with started_workbench(settings) as workbench:
-            return await train_file(workbench, harness_path, get_domain("arith"), cfg, 1, 2)
+            return await train_file(workbench, harness_path, get_domain("arith"), cfg, 3, 1, 2)
 
     run_id, result = asyncio.run(main())
     workbench = Workbench(Settings(home=settings.home), say=lambda _: None)

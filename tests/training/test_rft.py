@@ -17,9 +17,9 @@ from sqlmodel import select
 from app.db.schema import Checkpoint, Evaluation, Event, Metric, Rollout, Step, TrainingJob
 from app.domains import get_domain
 from app.experiment_schema import RFTConfig
+from app.runs import open_run, read_harness
 from app.training.job import TrainingError
 from app.training.rft import TRAINING_TRIES, prompt_batch, rft_step
-from app.workbench import read_harness
 from tests.conftest import attached_settings, started_workbench
 
 # Calls the model (so there are model steps to learn from) but answers right by itself, so
@@ -74,9 +74,15 @@ def run_step(tmp_path, model_server, model_cache, code: str, cfg: RFTConfig):
 
     async def main():
         async with started_workbench(settings) as workbench:
-            run, harness, base = await workbench.start_run(
-                "rft", "rft", "arith", read_harness(harness_path), {"rft": cfg.model_dump()}
+            made = await open_run(
+                workbench,
+                "rft",
+                "rft",
+                "arith",
+                read_harness(harness_path),
+                {"rft": cfg.model_dump()},
             )
+            run, harness, base = made.run, made.harness, made.checkpoint
             job, checkpoint = await rft_step(
                 workbench, run.id, harness, base, get_domain("arith"), cfg, step=0
             )
