@@ -175,8 +175,9 @@ async def _run_one(
     """Start (or resume) one run of the experiment and run it to its end; its summary.
     `point`: the (run, phase) it forks from (app/loop/fork.py)."""
     from app.loop.driver import Loop, start_experiment_run, unfinished_runs
-    from app.loop.fork import fork_of, fork_point
+    from app.loop.fork import fork_point
     from app.loop.manager import admit
+    from app.read.forks import fork_of
 
     same = [r for r in unfinished_runs(workbench) if r.name == exp.name and fork_of(r) == point]
     changed = [r for r in same if r.config.get("hash") != config_hash(text)]

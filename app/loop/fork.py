@@ -16,9 +16,9 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, SearchIteration, utc
 from app.loop.experiment_file import ExperimentError
+from app.read.forks import FORKABLE, boundary, phases_of
 from app.rollout.usage import USAGE_FIELDS, carried, spent, weight_steps_done
 
-FORKABLE = ("done", "stopped", "failed", "paused")  # nothing of these moves under the fork
 POINT = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 AXES = ("rollouts", "weight_steps", "wall_s")  # the curve's x axes (app/read/curves.py)
 
@@ -34,21 +34,6 @@ def parse_point(text: str) -> tuple[int, int]:
     if not match:
         raise ForkError(f"--from: RUN:PHASE, e.g. 3:2 (run 3 after its second phase), not {text!r}")
     return int(match[1]), int(match[2])
-
-
-def phases_of(s: Session, run_id: int) -> list[Phase]:
-    return list(s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)))
-
-
-def boundary(run: Run, phases: list[Phase], n: int) -> tuple[int, int]:
-    """(harness id, checkpoint id) the run stood at after its first n phases: what its next
-    phase would have started from (app/loop/driver.py, Loop._current)."""
-    start = run.config["start"]
-    harness_id, checkpoint_id = start["harness_id"], start["checkpoint_id"]
-    for phase in phases[:n]:
-        harness_id = phase.harness_out_id or harness_id
-        checkpoint_id = phase.checkpoint_out_id or checkpoint_id
-    return harness_id, checkpoint_id
 
 
 def fork_point(s: Session, run_id: int, n: int, domain: str) -> dict:
@@ -135,45 +120,3 @@ def spent_by(s: Session, run: Run, phases: list[Phase]) -> dict[str, float]:
         "proposing_iterations": proposing,
         "wall_s": (end - utc(run.created_at)).total_seconds() if end else 0.0,
     }
-
-
-def fork_of(run: Run) -> tuple[int, int] | None:
-    """(parent run, phase) a run was forked from, or None."""
-    return None if run.parent_run_id is None else (run.parent_run_id, run.fork_phase)
-
-
-def link_problems(s: Session, run: Run) -> list[str]:
-    """What breaks a fork's link to its parent (`whale check`): the parent is gone, or the
-    fork point's harness or checkpoint is not what the child started from or is gone."""
-    fork = (run.config or {}).get("fork")
-    if run.parent_run_id is None and not fork:
-        return []
-    if not fork or fork.get("run_id") != run.parent_run_id or fork.get("phase") != run.fork_phase:
-        return [f"run {run.id}: its parent columns and its config's fork record disagree"]
-    parent = s.get(Run, run.parent_run_id)
-    if parent is None:
-        return [f"run {run.id}: its parent run {run.parent_run_id} is not in the store"]
-    phases = phases_of(s, parent.id)
-    n = run.fork_phase
-    if n > len(phases) or (n and phases[n - 1].status != "done"):
-        return [f"run {run.id}: phase {n} of run {parent.id} is missing or not done"]
-    broken = []
-    harness_id, checkpoint_id = boundary(parent, phases, n)
-    start = run.config.get("start") or {}
-    harness = s.get(Harness, harness_id)
-    if harness_id != fork["harness_id"] or start.get("harness_id") != harness_id:
-        broken.append(
-            f"run {run.id}: starts from harness {start.get('harness_id')}, the fork point "
-            f"{parent.id}:{n} holds harness {harness_id}"
-        )
-    elif harness is None or harness.sha != fork["harness_sha"]:
-        broken.append(f"run {run.id}: the fork point's harness {harness_id} changed or is gone")
-    started = start.get("checkpoint_id")
-    if checkpoint_id != fork["checkpoint_id"] or started not in (None, checkpoint_id):
-        broken.append(
-            f"run {run.id}: starts from checkpoint {started}, the fork point {parent.id}:{n} "
-            f"holds checkpoint {checkpoint_id}"
-        )
-    elif s.get(Checkpoint, checkpoint_id) is None:
-        broken.append(f"run {run.id}: the fork point's checkpoint {checkpoint_id} is gone")
-    return broken

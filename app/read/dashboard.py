@@ -60,7 +60,7 @@ def timeline(s: Session, run_id: int) -> list[dict[str, Any]]:
 def forkable(run: Run, phase_status: str) -> bool:
     """Whether a new run may start from the run's state after a phase in this status: a
     finished phase of a finished or paused experiment run."""
-    from app.loop.fork import FORKABLE
+    from app.read.forks import FORKABLE
 
     return run.kind == "experiment" and run.status in FORKABLE and phase_status == "done"
 

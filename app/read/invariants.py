@@ -271,7 +271,7 @@ def _curve_and_budget(s: Session, run: Run) -> list[str]:
 
 
 def _fork_link(s: Session, run: Run) -> list[str]:
-    from app.loop.fork import link_problems
+    from app.read.forks import link_problems
 
     return link_problems(s, run)
 
