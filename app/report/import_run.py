@@ -157,7 +157,9 @@ def _start_mapped(run: Run, ids: _Ids) -> dict:
     """The run's config with its start's harness and checkpoint under their new ids. A fork's
     parent stays in the store it was exported from: the link becomes a record of where the
     run came from ("forked_in_export"), which `whale check` does not follow."""
-    config = dict(run.config or {})
+    if not run.config:  # kept as exported, None included
+        return run.config
+    config = dict(run.config)
     start = dict(config.get("start") or {})
     for key, table in (("harness_id", "harness"), ("checkpoint_id", "checkpoint")):
         if start.get(key) is not None:  # an export of an older version may not carry it
