@@ -11,12 +11,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.db.schema import Checkpoint, Harness, Phase, Run, now, sha_of
+from app.db.writer import Writer
 
-if TYPE_CHECKING:  # named only: the workbench stands above this module
-    from app.workbench import Workbench
+
+class RunMaker(Protocol):
+    """What making a running run needs of the process's Workbench (app/workbench.py, which
+    stands above this module): its writer and the base checkpoint's row."""
+
+    writer: Writer
+
+    def base_checkpoint(self, s) -> Checkpoint: ...
 
 
 @dataclass
@@ -88,7 +95,7 @@ def read_harness(path: Path) -> tuple[str, str]:
 
 
 async def open_run(
-    workbench: "Workbench",
+    workbench: RunMaker,
     name: str,
     kind: str,
     domain: str,
@@ -107,7 +114,7 @@ async def open_run(
 
 @asynccontextmanager
 async def single_run(
-    workbench: "Workbench",
+    workbench: RunMaker,
     name: str,
     kind: str,
     domain: str,
