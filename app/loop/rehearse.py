@@ -25,6 +25,7 @@ TASKS = 4  # tasks of the harness and test splits
 MAX_MODEL_LEN = 2048  # the demo model's context on vLLM's CPU build
 CALL_TOKENS = 96  # completion tokens per model call
 ROLLOUT_TOKENS = 192  # completion tokens per rollout
+PROPOSER_TOKENS = 512  # completion tokens of the llm/gepa proposer on the run's own server
 
 # The stand-in for `claude -p ... --output-format json`: run where the preset runs its CLI
 # (cwd: the workspace), it copies accepted.py to one candidate with its notes and a report, and
@@ -94,6 +95,8 @@ def shrink(experiment: Experiment) -> tuple[Experiment, list[str]]:
     put(search, "tasks", TASKS, "search")
     put(search, "samples", 1, "search")
     put(search, "proposer_timeout_s", 300.0, "search")
+    if search.llm.url is None:  # the reflection model is the run's own, whose context shrank
+        put(search.llm, "max_tokens", min(search.llm.max_tokens, PROPOSER_TOKENS), "search.llm")
     put(test, "k", 2, "test")
     put(test, "tasks", TASKS, "test")
     if test.every_weight_steps:

