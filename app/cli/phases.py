@@ -177,13 +177,15 @@ def eval_(
     uvloop.run(main())
 
 
+# `whale train` and `whale search`: a harness file, or the domain's seed when none is given
+SeedOrHarness = Annotated[
+    Optional[Path],
+    typer.Argument(exists=True, dir_okay=False, help="harness file (default: the domain's seed)"),
+]
+
+
 def train(
-    harness: Annotated[
-        Optional[Path],
-        typer.Argument(
-            exists=True, dir_okay=False, help="harness file (default: the domain's seed)"
-        ),
-    ] = None,
+    harness: SeedOrHarness = None,
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
     steps: Annotated[int, typer.Option(min=1, help="RFT steps")] = 2,
     prompts: Annotated[int, typer.Option(min=1, help="train prompts per step")] = 32,
@@ -256,12 +258,7 @@ def train(
 
 
 def search(
-    harness: Annotated[
-        Optional[Path],
-        typer.Argument(
-            exists=True, dir_okay=False, help="harness file (default: the domain's seed)"
-        ),
-    ] = None,
+    harness: SeedOrHarness = None,
     domain: Annotated[str, typer.Option(help="task domain")] = "arith",
     proposer: Annotated[
         str, typer.Option(help="knobs | llm | agent | gepa, or an installed plugin's name")
