@@ -366,19 +366,29 @@ Strategy = Literal["whale", "weight_only", "harness_only", "stagewise", "fast_sl
 HARNESS_KEYS = ("harness", "harness_id", "harness_code")  # at most one: the incoming harness
 
 
+# [switching]'s lengths were once named like [budget]'s run totals (and before that
+# `harness_iterations`): the old name, and the one it has now
+EARLIER_NAMES = {
+    "harness_iterations": "proposing_iterations_per_phase",
+    "proposing_iterations": "proposing_iterations_per_phase",
+    "weight_steps": "weight_steps_per_phase",
+}
+
+
 class Switching(_Strict):
     """When a phase ends. `fixed`: a set length. `adaptive`: patience (docs/algorithm.md).
 
     Every harness phase begins with iteration 0, the incoming harness evaluated under the
     phase's checkpoint; the iteration counts below are of the *proposing* iterations after it.
     The release's I = 6 counts iteration 0 (run/lib/alternate.sh, ROUND_MH_ITERS=5): here
-    `proposing_iterations = 5`."""
+    `proposing_iterations_per_phase = 5`. (A run's totals are [budget]'s `weight_steps` and
+    `proposing_iterations`.)"""
 
     rule: Literal["fixed", "adaptive"] = "fixed"
-    weight_steps: int = Field(
+    weight_steps_per_phase: int = Field(
         default=2, ge=1, le=MAX_STEPS, description="fixed: RFT steps per weight phase (E)"
     )
-    proposing_iterations: int = Field(
+    proposing_iterations_per_phase: int = Field(
         default=2,
         ge=1,
         le=MAX_STEPS,
@@ -404,12 +414,14 @@ class Switching(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _earlier_name(cls, data: Any) -> Any:
-        """Runs stored before the key was renamed kept it under its old name, with the same
-        meaning (proposing iterations); a file that says it now is refused in parse()."""
-        if isinstance(data, dict) and "harness_iterations" in data:
+    def _earlier_names(cls, data: Any) -> Any:
+        """Runs stored before the keys were renamed kept them under their old names, with the
+        same meaning; a file that says one now is refused in parse() (EARLIER_NAMES)."""
+        if isinstance(data, dict) and EARLIER_NAMES.keys() & data.keys():
             data = dict(data)
-            data.setdefault("proposing_iterations", data.pop("harness_iterations"))
+            for old, new in EARLIER_NAMES.items():
+                if old in data:
+                    data.setdefault(new, data.pop(old))
         return data
 
 

@@ -209,7 +209,7 @@ def retention_disk(shape: ModelShape, experiment) -> tuple[int, str]:
     optimizer = 8 * shape.params if not rft.lora and rft.optimizer_state != "step" else 0
     if steps is None:
         return per + optimizer, "for one kept checkpoint; the run's length is open"
-    phases = -(-steps // switching.weight_steps)
+    phases = -(-steps // switching.weight_steps_per_phase)
     if rft.keep_last or rft.keep_every:
         kept = (rft.keep_last or 0) + (steps // rft.keep_every if rft.keep_every else 0) + phases
         kept = min(kept, steps)

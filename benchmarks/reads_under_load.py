@@ -37,7 +37,7 @@ seed = 0
 
 [switching]
 rule = "fixed"
-proposing_iterations = 4
+proposing_iterations_per_phase = 4
 
 [search]
 proposer = "knobs"

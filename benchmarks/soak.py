@@ -75,8 +75,8 @@ harness_code = {harness}
 
 [switching]
 rule = "fixed"
-weight_steps = 2
-proposing_iterations = 1
+weight_steps_per_phase = 2
+proposing_iterations_per_phase = 1
 
 [rft]
 prompts_per_step = 4

@@ -88,8 +88,10 @@ def estimate_seconds(path: Path, seeds: int, rate: float) -> float:
     step = e.rft.prompts_per_step * e.rft.samples_per_prompt
     rule = e.switching
     adaptive = rule.rule == "adaptive"  # guessed at its phases' minimum lengths
-    weight_steps = rule.weight_burn_in + rule.weight_patience if adaptive else rule.weight_steps
-    iterations = rule.harness_min_iterations if adaptive else rule.proposing_iterations
+    weight_steps = (
+        rule.weight_burn_in + rule.weight_patience if adaptive else rule.weight_steps_per_phase
+    )
+    iterations = rule.harness_min_iterations if adaptive else rule.proposing_iterations_per_phase
     weight_phase = weight_steps * step
     harness_phase = iterations * e.search.candidates * e.search.tasks
     share = {"weight_only": 1.0, "harness_only": 0.0}.get(e.strategy, 0.5)

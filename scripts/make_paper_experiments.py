@@ -132,8 +132,8 @@ weight_max_steps = {d["total_steps"]}
 """
     iterations = d["harness_only_iterations"] if strategy == "harness-only" else PROPOSING
     return f"""rule = "fixed"
-weight_steps = {d["round_steps"]}           # E = 0.6 epoch (ROUND_STEPS)
-proposing_iterations = {iterations}     # after the incoming harness's evaluation: I = {iterations + 1}
+weight_steps_per_phase = {d["round_steps"]}           # E = 0.6 epoch (ROUND_STEPS)
+proposing_iterations_per_phase = {iterations}     # after the incoming harness's evaluation: I = {iterations + 1}
 """
 
 

@@ -3,7 +3,7 @@ experiments/*.toml and docs/loop.md; every key it may hold is in app/experiment_
 `parse` and `load` read one, `incoming_harness` finds its harness, `dry_run` says its plan.
 
 Every key is checked before anything starts; an unknown or invalid key is named in the error
-together with the file, e.g. `x.toml: switching.weight_steps: Input should be greater than 0`.
+together with the file, e.g. `x.toml: switching.weight_steps_per_phase: Input should be greater than 0`.
 
 The incoming harness is one of: `harness` (a file), `harness_id` (a harness the store holds),
 `harness_code` (the code itself), or by default the domain's seed. An experiment that came over
@@ -34,11 +34,15 @@ class ExperimentError(ValueError):
 # rather than pydantic's "extra input". `whale train` and `whale search` take the length of
 # their one phase as an option; the loop's phases take theirs from [switching].
 ELSEWHERE = {
-    ("switching", "harness_iterations"): "is now proposing_iterations, the proposing "
+    ("switching", "harness_iterations"): "is now proposing_iterations_per_phase, the proposing "
     "iterations after the incoming harness's evaluation: the release's I = 6 is "
-    "proposing_iterations = 5",
-    ("rft", "steps"): "is not used here: set switching.weight_steps",
-    ("search", "iterations"): "is not used here: set switching.proposing_iterations",
+    "proposing_iterations_per_phase = 5",
+    ("switching", "proposing_iterations"): "is now proposing_iterations_per_phase (a harness "
+    "phase's length; budget.proposing_iterations is the run's total)",
+    ("switching", "weight_steps"): "is now weight_steps_per_phase (a weight phase's length; "
+    "budget.weight_steps is the run's total)",
+    ("rft", "steps"): "is not used here: set switching.weight_steps_per_phase",
+    ("search", "iterations"): "is not used here: set switching.proposing_iterations_per_phase",
 }
 
 
@@ -276,22 +280,22 @@ def planned_work(experiment: Experiment, sizes: dict[str, int]) -> dict:
     if budget.rollouts is not None:
         work["rollout_budget"] = budget.rollouts
     set_lengths = switching.rule == "fixed"  # each phase as long as [switching] says
-    # per run ([budget]); switching.weight_steps and .proposing_iterations are per phase
+    # per run ([budget]); switching.weight_steps_per_phase and .proposing_iterations_per_phase are per phase
     run_steps, run_iterations = budget.weight_steps, budget.proposing_iterations
     strategy = experiment.strategy
     if strategy in ("whale", "fast_slow") and run_steps and set_lengths:
-        weight_phases = -(-run_steps // switching.weight_steps)  # the last may be shorter
+        weight_phases = -(-run_steps // switching.weight_steps_per_phase)  # the last may be shorter
         harness_phases = weight_phases - 1  # none after the weight phase that ends the run
-        run_iterations = harness_phases * switching.proposing_iterations
+        run_iterations = harness_phases * switching.proposing_iterations_per_phase
     elif strategy == "weight_only" and run_steps:
-        weight_phases = -(-run_steps // switching.weight_steps)
+        weight_phases = -(-run_steps // switching.weight_steps_per_phase)
         harness_phases, run_iterations = 0, 0
     elif strategy == "harness_only" and run_iterations and set_lengths:
         weight_phases, run_steps = 0, 0
-        harness_phases = -(-run_iterations // switching.proposing_iterations)
+        harness_phases = -(-run_iterations // switching.proposing_iterations_per_phase)
     elif strategy == "stagewise" and run_steps and run_iterations and set_lengths:
         weight_phases = 1
-        harness_phases = -(-run_iterations // switching.proposing_iterations)
+        harness_phases = -(-run_iterations // switching.proposing_iterations_per_phase)
     else:
         return work  # lengths decided as the run goes
     # each harness phase first evaluates its incoming harness under its checkpoint, unless

@@ -78,8 +78,8 @@ def shrink(experiment: Experiment) -> tuple[Experiment, list[str]]:
     put(rft, "micro_batch_size", rft.micro_batch_size or 1, "rft")
     if rft.keep_every:
         put(rft, "keep_every", min(rft.keep_every, STEPS), "rft")
-    put(sw, "weight_steps", STEPS, "switching")
-    put(sw, "proposing_iterations", 1, "switching")
+    put(sw, "weight_steps_per_phase", STEPS, "switching")
+    put(sw, "proposing_iterations_per_phase", 1, "switching")
     if sw.rule == "adaptive":  # each phase ends on its first chance, at the latest at STEPS
         for key, value in (
             ("harness_min_iterations", 1),

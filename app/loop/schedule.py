@@ -48,7 +48,7 @@ def _phase_steps(experiment: Experiment) -> tuple[int, int] | None:
         return None
     s = experiment.switching
     if s.rule == "fixed":
-        return s.weight_steps, s.weight_steps
+        return s.weight_steps_per_phase, s.weight_steps_per_phase
     return max(s.weight_burn_in, 1), s.weight_max_steps
 
 

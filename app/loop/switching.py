@@ -9,7 +9,7 @@ def harness_phase_end(rule: Switching, best_success: list[float]) -> str | None:
     Asked before each proposing iteration."""
     done = len(best_success) - 1  # proposing iterations finished
     if rule.rule == "fixed":
-        return "fixed" if done >= rule.proposing_iterations else None
+        return "fixed" if done >= rule.proposing_iterations_per_phase else None
     if done >= rule.harness_max_iterations:
         return "cap"
     best = max(best_success)
@@ -28,7 +28,7 @@ def weight_phase_end(rule: Switching, mean_rewards: list[float]) -> str | None:
     minimum = 15, a phase whose best is its first checkpoint ends after step 15, not 16."""
     done = len(mean_rewards)
     if rule.rule == "fixed":
-        return "fixed" if done >= rule.weight_steps else None
+        return "fixed" if done >= rule.weight_steps_per_phase else None
     if done >= rule.weight_max_steps:
         return "cap"
     window = rule.weight_window

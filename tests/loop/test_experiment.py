@@ -30,11 +30,14 @@ def test_shipped_examples_parse(path: Path):
             "strategy: Input should be 'whale', 'weight_only'",
         ),
         (
-            'name = "x"\n[switching]\nweight_steps = 0',
-            "switching.weight_steps: Input should be greater than or equal to 1",
+            'name = "x"\n[switching]\nweight_steps_per_phase = 0',
+            "switching.weight_steps_per_phase: Input should be greater than or equal to 1",
         ),
         ('name = "x"\n[budget]\nrollout = 100', "budget.rollout: Extra inputs are not permitted"),
-        ('name = "x"\n[rft]\nsteps = 3', "rft.steps is not used here: set switching.weight_steps"),
+        (
+            'name = "x"\n[rft]\nsteps = 3',
+            "rft.steps is not used here: set switching.weight_steps_per_phase",
+        ),
         ('name = "x"\n[search]\niterations = 3', "search.iterations is not used here"),
         ('name = "x"\nstrategy = "stagewise"', "strategy stagewise needs budget.rollouts"),
         ('name = "x"\nseeds = [1, 1]', "seeds: distinct integers from 0 to"),

@@ -136,12 +136,12 @@ def test_the_dry_run_says_the_release_s_settings(path):
         assert switching["weight_patience"] == minimum and switching["weight_partial_windows"]
         assert budget["max_phases"] == 2 * r("adaptive_max_rounds")  # cycles of two phases
     elif strategy == "harness-only":
-        assert switching["proposing_iterations"] == r("mh_only_iterations")
+        assert switching["proposing_iterations_per_phase"] == r("mh_only_iterations")
         assert budget["proposing_iterations"] == r("mh_only_iterations")
     else:
-        assert switching["weight_steps"] == r("round_steps")
-        assert switching["proposing_iterations"] == r("round_mh_iters")
-        assert switching["proposing_iterations"] + 1 == r("harness_phase_i")
+        assert switching["weight_steps_per_phase"] == r("round_steps")
+        assert switching["proposing_iterations_per_phase"] == r("round_mh_iters")
+        assert switching["proposing_iterations_per_phase"] + 1 == r("harness_phase_i")
     if strategy == "weight-only":
         assert budget["weight_steps"] == r("total_steps_rsft_only")
     elif strategy != "harness-only":

@@ -175,7 +175,7 @@ def test_budgets_in_the_release_units_end_runs_as_its_launchers_do(
     budget.proposing_iterations."""
     settings = attached_settings(tmp_path / "home", model_server, model_cache)
     common = {
-        "switching": {"weight_steps": "2", "proposing_iterations": "1"},
+        "switching": {"weight_steps_per_phase": "2", "proposing_iterations_per_phase": "1"},
         "test": {"at_start": "false", "after_phase": "false"},
         "search": {"tasks": "2", "candidates": "1"},
     }

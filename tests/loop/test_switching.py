@@ -3,7 +3,7 @@
 from app.experiment_schema import Switching
 from app.loop.switching import harness_phase_end, weight_phase_end
 
-FIXED = Switching(weight_steps=3, proposing_iterations=2)
+FIXED = Switching(weight_steps_per_phase=3, proposing_iterations_per_phase=2)
 ADAPTIVE = Switching(
     rule="adaptive",
     harness_min_iterations=3,
@@ -95,8 +95,34 @@ def test_the_release_counts_iteration_zero_in_i_and_the_old_key_is_refused():
     try:
         parse('name = "x"\n[switching]\nharness_iterations = 6\n', "x.toml")
     except ExperimentError as exc:
-        assert "proposing_iterations = 5" in str(exc)
+        assert "proposing_iterations_per_phase = 5" in str(exc)
     else:
         raise AssertionError("the old key was taken")
     # a run stored before the rename resumes with the same number of proposing iterations
-    assert Switching.model_validate({"harness_iterations": 4}).proposing_iterations == 4
+    assert Switching.model_validate({"harness_iterations": 4}).proposing_iterations_per_phase == 4
+
+
+def test_a_phase_length_under_its_old_name_is_refused_in_a_file_and_read_in_a_stored_run():
+    """[switching]'s lengths are per phase, [budget]'s of the same stem per run: a file still
+    using the old, shared name is told the new one; a run stored before keeps its meaning."""
+    from app.experiment_schema import Experiment
+    from app.loop.experiment_file import ExperimentError, parse
+
+    for old, new in (
+        ("weight_steps", "weight_steps_per_phase"),
+        ("proposing_iterations", "proposing_iterations_per_phase"),
+    ):
+        try:
+            parse(f'name = "x"\n[switching]\n{old} = 3\n', "x.toml")
+        except ExperimentError as exc:
+            assert f"switching.{old} is now {new}" in str(exc)
+            assert f"budget.{old} is the run's total" in str(exc)
+        else:
+            raise AssertionError(f"switching.{old} was taken")
+    stored = Experiment.model_validate(
+        {"name": "x", "switching": {"weight_steps": 3, "proposing_iterations": 4}}
+    )
+    assert stored.switching.weight_steps_per_phase == 3
+    assert stored.switching.proposing_iterations_per_phase == 4
+    budget = parse('name = "x"\n[budget]\nweight_steps = 7\nproposing_iterations = 9\n', "x.toml")
+    assert (budget.budget.weight_steps, budget.budget.proposing_iterations) == (7, 9)
