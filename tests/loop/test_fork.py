@@ -31,6 +31,8 @@ SMALL = {
     "search": {"candidates": 2, "tasks": 2},
 }
 RUN_TIMEOUT = 1500  # s, one `whale run` on a loaded machine
+# one worker builds the module's three runs (the `forks` fixture, over a minute) for all its tests
+pytestmark = pytest.mark.xdist_group("forks")
 
 
 def run_json(proc) -> dict:
