@@ -23,9 +23,13 @@ each WHALE run's rollouts went (weight phases, harness phases, test; accepted pe
 Runs each experiment with `whale run --seeds` into one store (default: a fresh temporary one),
 then prints each strategy's mean over seeds with its interval, every strategy's difference from
 the first one paired by seed, writes the accuracy-vs-rollouts figure (seed bands) to
-docs/strategies.png and writes the tables to docs/benchmarks.md. Run it again with the same
---home after an interruption: the interrupted run resumes (finished ones would run again: list
-only the rest).
+docs/strategies.png and writes the tables to docs/benchmarks.md.
+
+A long sweep can take several sittings: run it again with the same `--home` and arguments, and
+the runs the store has finished are kept, an interrupted one resumes and the rest run; the
+tables cover them all. A store holds one commit's runs: the first sitting writes its commit to
+`--home`'s benchmark.json, and a sitting on another commit is refused, so a section never mixes
+the code of two commits.
 """
 
 import argparse
@@ -38,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, parse, report, table
+from benchmarks.common import REPO, commit, parse, report, table
 
 DEFAULT = [
     "stories-whale",
@@ -155,8 +159,13 @@ def main() -> None:
     if args.estimate:
         return
     started = time.monotonic()
+    earlier = pin_store(home)
     run_ids = {b: run_all(paths, args.seeds, env, home) for b, paths in sweep.items()}
-    wall = f"wall time {(time.monotonic() - started) / 60:.0f} minutes (estimated {guess / 60:.0f})"
+    minutes = earlier + (time.monotonic() - started) / 60
+    record_minutes(home, minutes)
+    wall = f"wall time {minutes:.0f} minutes (estimated {guess / 60:.0f})"
+    if earlier:
+        wall += ", over more than one sitting"
 
     where = f"{domain} from the {tag} seed harness" if args.harness else domain
     if not args.budgets:
@@ -178,21 +187,77 @@ def main() -> None:
 
 
 def run_all(paths: list[Path], seeds: str, env: dict, home: Path) -> list[int]:
-    """`whale run --seeds` each experiment into the store; the runs' ids in order."""
+    """`whale run --seeds` each experiment into the store, but for the seeds the store has
+    already finished; the runs' ids, by experiment and seed."""
     whale = str(Path(sys.executable).with_name("whale"))
+    wanted = [int(s) for s in seeds.split(",")]
     run_ids = []
     for path in paths:
-        print(f"== {path.name}, seeds {seeds} (store {home})", flush=True)
-        proc = subprocess.run(
-            [whale, "run", str(path), "--seeds", seeds, "--json"],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        if proc.returncode != 0:
-            sys.exit(f"{path.name} failed (exit {proc.returncode})")
-        run_ids += [r["run_id"] for r in json.loads(proc.stdout.strip().splitlines()[-1])["runs"]]
+        done = finished_runs(home, path, wanted)
+        rest = [s for s in wanted if s not in done]
+        kept = f"; seeds {sorted(done)} finished earlier (runs {sorted(done.values())})"
+        print(f"== {path.name}, seeds {rest} (store {home}{kept if done else ''})", flush=True)
+        if rest:
+            proc = subprocess.run(
+                [whale, "run", str(path), "--seeds", ",".join(map(str, rest)), "--json"],
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            if proc.returncode != 0:
+                sys.exit(f"{path.name} failed (exit {proc.returncode})")
+            runs = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+            done.update(zip(rest, [r["run_id"] for r in runs], strict=True))
+        run_ids += [done[s] for s in wanted]
     return run_ids
+
+
+def finished_runs(home: Path, path: Path, seeds: list[int]) -> dict[int, int]:
+    """Seed -> id of the run of this experiment file and seed that the store has finished: the
+    same name and the same file (the config hash `whale run` resumes by)."""
+    db = home / "whale.db"
+    if not db.exists():
+        return {}
+    from sqlmodel import select
+
+    from app.db import open_engine, read_session
+    from app.db.schema import Run
+    from app.loop.experiment_file import config_hash, parse
+
+    text = path.read_text()
+    names = {parse(text, str(path), seed=s).name: s for s in seeds}
+    engine = open_engine(db)
+    try:
+        with read_session(engine) as s:
+            runs = s.exec(select(Run).where(Run.status == "done").order_by(Run.id)).all()
+            return {
+                names[r.name]: r.id
+                for r in runs
+                if r.name in names and (r.config or {}).get("hash") == config_hash(text)
+            }
+    finally:
+        engine.dispose()
+
+
+def pin_store(home: Path) -> float:
+    """Tie the store to this commit (benchmark.json): refuse a store whose runs another commit
+    made; the minutes earlier sittings took."""
+    head, _ = commit()
+    marker = home / "benchmark.json"
+    found = json.loads(marker.read_text()) if marker.exists() else {"commit": head, "minutes": 0}
+    if found["commit"] != head:
+        sys.exit(
+            f"{home} holds runs made at commit {found['commit']}, this checkout is at {head}: "
+            "a section would mix the code of both. Check out that commit, or start another --home"
+        )
+    home.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(found))
+    return float(found["minutes"])
+
+
+def record_minutes(home: Path, minutes: float) -> None:
+    marker = home / "benchmark.json"
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "minutes": round(minutes, 1)}))
 
 
 def compare(run_ids: list[int], env: dict, figure: Path | None = None) -> tuple[list, dict]:

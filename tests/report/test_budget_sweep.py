@@ -1,9 +1,21 @@
 """The budget sweep of benchmarks/strategies.py: its experiment copies, its figure's data and
 the table of where each WHALE run's rollouts went, on a store the loop's writer filled."""
 
+import json
 import tomllib
 
-from benchmarks.strategies import REPO, allocation_table, plot_budget_sweep, variant
+import pytest
+
+from benchmarks.common import commit
+from benchmarks.strategies import (
+    REPO,
+    allocation_table,
+    finished_runs,
+    pin_store,
+    plot_budget_sweep,
+    record_minutes,
+    variant,
+)
 from tests.report.synthetic_experiments import PHASE_ROLLOUTS
 
 
@@ -44,3 +56,32 @@ def test_where_the_rollouts_went_is_read_from_the_store(workbench, filled):
     assert cells[0] == f"{whale.id} {whale.name}"
     assert cells[1:3] == [str(n) for n in PHASE_ROLLOUTS["whale"]]
     assert cells[4] == "WH" and cells[5] == "0/0"  # its one RFT step accepted nothing
+
+
+def test_a_sweep_resumed_in_its_store_keeps_the_runs_it_finished(workbench, store, tmp_path):
+    """A second sitting skips the seeds whose run of the same file is done; a run of that name
+    started from another file, or not finished, is run (resumed) again."""
+    from app.loop.experiment_file import config_hash
+
+    home = workbench.settings.home
+    path = variant(REPO / "experiments" / "stories-whale.toml", home, "b512", budget=512)
+    text = path.read_text()
+    name = "stories-whale-b512"
+    done = store.run(f"{name} seed 0", config={"hash": config_hash(text)})
+    store.run(f"{name} seed 1", status="paused", config={"hash": config_hash(text)})
+    store.run(f"{name} seed 2", config={"hash": config_hash(text + "\n# edited\n")})
+    store.run("stories-whale-b256 seed 2", config={"hash": config_hash(text)})
+    assert finished_runs(home, path, [0, 1, 2]) == {0: done.id}
+    assert finished_runs(tmp_path / "no-store", path, [0, 1, 2]) == {}
+
+
+def test_a_store_holds_one_commits_runs(tmp_path):
+    """The first sitting writes its commit; a later one adds its minutes; another commit's
+    sitting is refused before it runs anything."""
+    head, _ = commit()
+    assert pin_store(tmp_path) == 0
+    record_minutes(tmp_path, 42.5)
+    assert pin_store(tmp_path) == 42.5
+    (tmp_path / "benchmark.json").write_text(json.dumps({"commit": "0000000", "minutes": 3}))
+    with pytest.raises(SystemExit, match=f"made at commit 0000000, this checkout is at {head}"):
+        pin_store(tmp_path)
