@@ -34,9 +34,9 @@ rm -f "$vllm_python"
 export WHALE_REQUIRE_COMPONENTS=1
 # Two workers (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes and the one
 # model server the controller serves for both (tests/conftest.py); groups that share a module's
-# server stay on one worker (xdist_group marks). A third worker was faster (the model server
-# decodes on one core and batches more requests) but loaded two cores past what the load-bound
-# tests allow (docs/tests.md). One thread per torch process: two workers' training jobs each
+# server stay on one worker (xdist_group marks). A third worker was a little faster when the
+# model server decoded on one core with static batches, but loaded two cores past what the
+# load-bound tests allow (docs/tests.md). One thread per torch process: two workers' training jobs each
 # spinning two threads on two cores thrash. The model server takes its own count: most of the
 # suite waits on it, and `auto` (app/llm/cpu_share.py) decodes on both cores only while the rest
 # of the machine leaves them idle, on one as soon as it does not.
