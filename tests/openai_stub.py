@@ -3,7 +3,8 @@
 Replies come from a script: a string is the answer to every request; a list is consumed in
 order (an int there makes that request fail with that status; past its end, 503s). A dict in
 the list is a whole reply: the message's fields (content, reasoning_content, tool_calls) and
-optionally its `completion_tokens` and `finish_reason`.
+optionally its `completion_tokens` and `finish_reason`. `max_prompt_chars` plays a model's
+context window: a request whose messages hold more characters is refused with vLLM's HTTP 400.
 """
 
 import threading
@@ -18,7 +19,11 @@ from app.llm.local import free_port
 
 
 @contextmanager
-def openai_stub(script: str | list[str | int | dict], message_extra: dict | None = None):
+def openai_stub(
+    script: str | list[str | int | dict],
+    message_extra: dict | None = None,
+    max_prompt_chars: int | None = None,
+):
     """Yields (base_url, seen): each request's authorization header and body, in order.
     `message_extra` joins every answer's message (reasoning_content, tool_calls, ...)."""
     app = FastAPI()
@@ -29,6 +34,14 @@ def openai_stub(script: str | list[str | int | dict], message_extra: dict | None
     async def complete(request: Request):
         body = await request.json()
         seen.append({"authorization": request.headers.get("authorization"), "body": body})
+        prompt = sum(len(m.get("content") or "") for m in body["messages"])
+        if max_prompt_chars is not None and prompt > max_prompt_chars:
+            message = (
+                f"This model's maximum context length is {max_prompt_chars} tokens. However, "
+                f"your prompt contains at least {prompt} input tokens, which exceeds this limit."
+            )
+            error = {"message": message, "type": "BadRequestError", "code": 400}
+            return JSONResponse({"error": error}, status_code=400)
         reply = script if isinstance(script, str) else (queue.pop(0) if queue else 503)
         if isinstance(reply, int):
             return JSONResponse({"error": {"message": "scripted failure"}}, status_code=reply)

@@ -26,7 +26,7 @@ from app.search import traces
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
 from app.search.knobs import current_values, with_knob
-from app.search.llm_proposer import ask
+from app.search.llm_proposer import ask_fitting
 
 
 class GepaOptions(BaseModel):
@@ -164,16 +164,14 @@ class GepaProposer:
                 "(set [search.options] prompt_variable)"
             )
             return Candidate(name, None, parent_ids=[harness.id], error=error), None
-        attempts = "\n\n".join(traces.flatten(r) for r in shown) or "(no traces recorded)"
-        messages = [
-            {
-                "role": "user",
-                "content": f"{INSTRUCTIONS}\n\n## Instructions\n```\n{current or ''}\n```\n\n"
-                f"## Attempts\n{attempts}",
-            }
-        ]
+
+        def messages_with(rollouts) -> list[dict]:
+            attempts = "\n\n".join(traces.flatten(r) for r in rollouts) or "(no traces shown)"
+            content = f"{INSTRUCTIONS}\n\n## Instructions\n```\n{current or ''}\n```\n\n"
+            return [{"role": "user", "content": content + f"## Attempts\n{attempts}"}]
+
         try:
-            reply = await ask(self.llm, ctx, messages)
+            reply, seen = await ask_fitting(self.llm, ctx, messages_with, shown)
         except RuntimeError as exc:  # the endpoint failed this reflection; its siblings count
             return Candidate(name, None, parent_ids=[harness.id], error=str(exc)), None
         prompt = reply_prompt(reply.text, self.options.max_prompt_chars)
@@ -181,11 +179,12 @@ class GepaProposer:
             return Candidate(
                 name, None, parent_ids=[harness.id], error="the reply held no prompt"
             ), reply
+        fitted = f" ({len(shown)} chosen, halved to fit its context)" if seen < len(shown) else ""
         candidate = Candidate(
             name=name,
             code=with_knob(harness.code, var, prompt),
             axis=var,
-            hypothesis=f"reflection on {len(shown)} traces of #{harness.id}, "
+            hypothesis=f"reflection on {seen} traces of #{harness.id}{fitted}, "
             f"which wins {parent.wins} harness tasks",
             changes=f"{var} rewritten ({len(current or '')} -> {len(prompt)} characters)",
             parent_ids=[harness.id],

@@ -7,6 +7,7 @@ candidates in a fixed markdown shape, which `parse_candidates` reads leniently.
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlmodel import or_, select
@@ -107,6 +108,29 @@ async def ask(cfg: LLMProposerConfig, ctx: SearchContext, messages: list[dict]) 
     return Reply(text, model, p, c, cost)
 
 
+# how vLLM and OpenAI word a prompt longer than the model's context (an HTTP 400)
+CONTEXT_FULL = ("maximum context length", "context_length_exceeded")
+
+
+async def ask_fitting(
+    cfg: LLMProposerConfig,
+    ctx: SearchContext,
+    messages_with: Callable[[Sequence], list[dict]],
+    shown: Sequence,
+) -> tuple[Reply, int]:
+    """Ask with the traces `shown` in the prompt; a prompt the endpoint refuses as longer than
+    its model's context is asked again with half the traces, down to none (a small proposer
+    model, or long traces, would otherwise fail every reflection): the reply and how many
+    traces it saw."""
+    while True:
+        try:
+            return await ask(cfg, ctx, messages_with(shown)), len(shown)
+        except RuntimeError as exc:
+            if not shown or not any(words in str(exc) for words in CONTEXT_FULL):
+                raise
+            shown = shown[: len(shown) // 2]
+
+
 class LLMProposer:
     name = "llm"
 
@@ -114,33 +138,36 @@ class LLMProposer:
         self.cfg = cfg
 
     async def propose(self, ctx: SearchContext) -> Proposal:
-        messages = [
-            {
-                "role": "system",
-                "content": "You improve agent harnesses by reading their "
-                f"traces.\n\n{CONTRACT}\n\n{skill_of(ctx.domain)}\n\nRules:\n{RULES}",
-            },
-            {"role": "user", "content": self.prompt(ctx)},
-        ]
-        reply = await ask(self.cfg, ctx, messages)
-        return Proposal(
-            parse_candidates(reply.text, ctx.accepted.id),
-            reply.prompt_tokens,
-            reply.completion_tokens,
-            reply.cost_usd,
-            report=f"{reply.model}: {len(reply.text)} characters",
-        )
-
-    def prompt(self, ctx: SearchContext) -> str:
+        system = {
+            "role": "system",
+            "content": "You improve agent harnesses by reading their "
+            f"traces.\n\n{CONTRACT}\n\n{skill_of(ctx.domain)}\n\nRules:\n{RULES}",
+        }
         with ctx.workbench.session() as s:
-            harnesses = {h.id: h for h in s.exec(_phase_harnesses(ctx))}
+            harnesses = list(s.exec(_phase_harnesses(ctx)))
             shown = list(
                 traces.examples(
                     s, ctx.accepted.id, ctx.checkpoint_id, self.cfg.failures, self.cfg.successes
                 )
             )
+        reply, seen = await ask_fitting(
+            self.cfg,
+            ctx,
+            lambda rs: [system, {"role": "user", "content": self.prompt(ctx, harnesses, rs)}],
+            shown,
+        )
+        return Proposal(
+            parse_candidates(reply.text, ctx.accepted.id),
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            reply.cost_usd,
+            report=f"{reply.model}: {len(reply.text)} characters, {seen} of "
+            f"{len(shown)} traces shown",
+        )
+
+    def prompt(self, ctx: SearchContext, harnesses: list[Harness], shown: Sequence) -> str:
         rows = []
-        for h in harnesses.values():
+        for h in harnesses:
             score = ctx.scores.get(h.id)
             result = (
                 f"success {score.success:.3f}, turns {score.turns:.2f}"

@@ -97,3 +97,40 @@ def test_a_harness_without_the_prompt_variable_gets_a_clear_error(search):
     assert not candidate.valid and seen == []
     assert "assigns no module-level string SYSTEM_PROMPT" in candidate.error
     assert "[search.options] prompt_variable" in candidate.error
+
+
+def test_a_prompt_over_the_models_context_is_asked_again_with_fewer_traces():
+    """The endpoint refuses a prompt longer than its context (an HTTP 400 in vLLM's words): the
+    reflection is asked again with half the traces, down to none, and says how many it saw; a
+    prompt that does not fit even without traces fails with the endpoint's reason."""
+    import asyncio
+
+    from app.experiment_schema import LLMProposerConfig
+    from app.search.llm_proposer import ask_fitting
+
+    def messages_with(rollouts):
+        return [{"role": "user", "content": "instructions " + "trace " * 200 * len(rollouts)}]
+
+    shown = ["t1", "t2", "t3", "t4", "t5"]  # 5 traces: 6,013 characters; 2: 2,413; 1: 1,213
+    with openai_stub("```\nBetter.\n```", max_prompt_chars=2000) as (url, seen):
+        cfg = LLMProposerConfig(url=url, model="scripted")
+        reply, used = asyncio.run(ask_fitting(cfg, None, messages_with, shown))
+        assert (reply.text, used) == ("```\nBetter.\n```", 1)
+        asked = [len(r["body"]["messages"][0]["content"]) for r in seen]
+        assert asked == [6013, 2413, 1213]  # 5, then 2, then 1 trace
+    with openai_stub("unused", max_prompt_chars=10) as (url, seen):
+        cfg = LLMProposerConfig(url=url, model="scripted")
+        try:
+            asyncio.run(ask_fitting(cfg, None, messages_with, shown))
+        except RuntimeError as exc:
+            assert "maximum context length is 10 tokens" in str(exc)
+        else:
+            raise AssertionError("a prompt over the context without traces was answered")
+        assert len(seen) == 4  # 5, 2, 1, 0 traces
+    with openai_stub([500]) as (url, seen):  # another failure is not retried
+        cfg = LLMProposerConfig(url=url, model="scripted")
+        try:
+            asyncio.run(ask_fitting(cfg, None, messages_with, shown))
+        except RuntimeError:
+            pass
+        assert len(seen) == 1
