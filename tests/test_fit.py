@@ -229,6 +229,12 @@ def test_more_processes_than_the_trainers_gpus_are_refused():
     four = settings.model_copy(update={"vllm_gpus": None, "colocate": True})
     refused = fit.check(exp, four, host(gpus=4), two).refusals
     assert len(refused) == 1 and f"set num_processes = 4 in {FSDP}" in refused[0]
+    # multi-node.yaml's num_processes counts both machines' (16): 8 on this one
+    nodes = REPO / "configs/accelerate/multi-node.yaml"
+    eight_here = four.model_copy(update={"train_accelerate_config": nodes})
+    assert not fit.check(exp, eight_here, eight, two).refusals
+    refused = fit.check(exp, eight_here, host(gpus=4), two).refusals
+    assert len(refused) == 1 and f"set num_processes = 8 in {nodes}" in refused[0]
 
 
 def test_vllm_taking_every_gpu_leaves_the_trainer_none():
