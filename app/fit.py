@@ -36,6 +36,7 @@ class ModelShape:
     hidden: int
     layers: int
     kv_layers: int  # layers with a KV cache (a hybrid model's linear-attention layers have none)
+    heads: int
     kv_heads: int
     head_dim: int
     vocab: int
@@ -79,6 +80,7 @@ def shape_of(config: dict, source: str = "config.json") -> ModelShape:
         hidden=hidden,
         layers=layers,
         kv_layers=kv_layers,
+        heads=heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
         vocab=vocab,
@@ -402,7 +404,10 @@ def placement(settings, machine: Machine) -> Placement:
     n = len(machine.gpus)
     launch = accelerate_launch(settings)
     launched = settings.train_accelerate_config or settings.train_accelerate_args
-    vllm_gpus = gpu_list(settings.vllm_gpus, n) if n else []
+    try:
+        vllm_gpus = gpu_list(settings.vllm_gpus, n) if n else []
+    except ValueError:  # not ids ("0,1"): refused by _check_split
+        vllm_gpus = []
     if settings.backend != "vllm":
         vllm = "none"
     elif settings.vllm_urls:
@@ -490,6 +495,13 @@ def check(experiment, settings, machine: Machine | None = None, shape=False) -> 
                 f"{_gib(machine.disk_free)} free: set [rft] keep_last, keep_every or max_disk_gb"
             )
     _check_split(place, settings, machine, refusals)
+    micro = experiment.rft.micro_batch_size
+    if micro and (place.launch.sharding or "").startswith("ZeRO"):  # app/training/train.py
+        refusals.append(
+            f"[rft] micro_batch_size = {micro} is not supported under DeepSpeed (accelerate "
+            "steps its engine at every backward pass): unset it, or train under FSDP "
+            "(WHALE_TRAIN_ACCELERATE_CONFIG=configs/accelerate/fsdp.yaml)"
+        )
     return Fit(lines, refusals)
 
 
@@ -499,7 +511,12 @@ def _check_split(place, settings, machine, refusals) -> None:
     n = len(machine.gpus)
     if place.vllm == "gpu" and settings.vllm_gpus:
         absent = [i for i in place.vllm_gpus if not 0 <= i < n]
-        if absent:
+        if not place.vllm_gpus:
+            refusals.append(
+                f"WHALE_VLLM_GPUS={settings.vllm_gpus} is not a list of GPU ids: set it as "
+                f"WHALE_VLLM_GPUS=0,1 (ids of this machine's GPUs, 0 to {n - 1})"
+            )
+        elif absent:
             refusals.append(
                 f"WHALE_VLLM_GPUS={settings.vllm_gpus} names GPU {_ids(absent)}, which this "
                 f"machine lacks (it has GPUs {_ids(list(range(n)))}): name GPUs it has"
@@ -579,8 +596,8 @@ def _check_vllm(shape, settings, place, machine, lines, refusals) -> None:
     lines.append(f"vLLM: ≈ {_gib(need)} {at}: {_describe(parts)}; has {_gib(have)} ({where})")
     if weights > have:
         more = (
-            f"give it more GPUs: --tensor-parallel-size {-(-weights // per_gpu)} or more in "
-            "WHALE_VLLM_ARGS, with as many GPUs in WHALE_VLLM_GPUS"
+            f"give it more GPUs: --tensor-parallel-size {_tensor_parallel(shape, weights, per_gpu)}"
+            " in WHALE_VLLM_ARGS, with as many GPUs in WHALE_VLLM_GPUS"
             if place.vllm == "gpu" and per_gpu
             else "serve it on a machine with more memory, or a smaller model (WHALE_LLM_MODEL)"
         )
@@ -595,6 +612,13 @@ def _check_vllm(shape, settings, place, machine, lines, refusals) -> None:
             f"{longest} or less (the longest that fits), or give it more GPUs "
             "(--tensor-parallel-size in WHALE_VLLM_ARGS)"
         )
+
+
+def _tensor_parallel(shape: ModelShape, weights: int, per_gpu: int) -> int:
+    """The fewest GPUs whose share holds the weights that vLLM accepts: a tensor-parallel size
+    must divide the attention heads."""
+    least = -(-weights // per_gpu)
+    return next((k for k in range(least, shape.heads + 1) if shape.heads % k == 0), least)
 
 
 def _check_trainer(shape, experiment, settings, place, machine, lines, refusals) -> None:

@@ -244,7 +244,10 @@ def test_vllm_taking_every_gpu_leaves_the_trainer_none():
     assert "WHALE_VLLM_GPUS=0,1 gives vLLM every GPU of this machine" in refused[0]
     assert "no GPU is left to the trainer: set WHALE_VLLM_GPUS=0" in refused[0]
     assert "colocate = true" in refused[0]
-    # a GPU the machine lacks is named
+    # ids it cannot read, or a GPU the machine lacks, are named
+    unread = settings.model_copy(update={"vllm_gpus": "GPU-5d2c"})
+    refused = fit.check(exp, unread, host(gpus=2), shape("qwen3.5-2b-like")).refusals
+    assert any("WHALE_VLLM_GPUS=GPU-5d2c is not a list of GPU ids" in r for r in refused)
     absent = settings.model_copy(update={"vllm_gpus": "3"})
     refused = fit.check(exp, absent, host(gpus=2), shape("qwen3.5-2b-like")).refusals
     assert any("WHALE_VLLM_GPUS=3 names GPU 3, which this machine lacks" in r for r in refused)
@@ -274,7 +277,11 @@ def test_zero2_replicates_parameters_zero3_shards_them(tmp_path):
     refused = fit.check(exp, settings, forty, fourteen).refusals
     # its float32 weights whole, gradients and AdamW state split in 8: 5.5 bytes per parameter
     needs = f"the trainer needs ≈ {5.5 * fourteen.params / fit.GIB:.1f} GiB per process"
-    assert len(refused) == 1 and needs in refused[0]
+    assert len(refused) == 2 and needs in refused[0]
+    assert "train under FSDP on 6 GPUs or more" in refused[0]
+    # micro_batch_size fails at the first step under DeepSpeed (the paper's plan sets 2)
+    assert "micro_batch_size = 2 is not supported under DeepSpeed" in refused[1]
+    exp.rft.micro_batch_size = None
     parts = fit.trainer_memory(fourteen, exp.rft, 1, 1, processes=8, sharding="ZeRO-2")
     assert parts["weights"] == 4 * fourteen.params
     assert parts["AdamW state"] == 8 * fourteen.params // 8
@@ -322,7 +329,7 @@ def test_vllm_at_the_models_default_length_is_checked():
     small = host(gpus=2, gpu_bytes=int(weights / fit.VLLM_GPU_SHARE * 0.6))
     refused = fit.check(exp, settings, small, two).refusals
     assert any(
-        r.startswith("vLLM's weights alone need") and "--tensor-parallel-size 2 or more" in r
+        r.startswith("vLLM's weights alone need") and "--tensor-parallel-size 2 in" in r
         for r in refused
     )
 
@@ -335,6 +342,11 @@ def test_mixture_of_experts_configs():
     # a layout not counted here says so rather than giving a wrong figure
     deepseek = shape("deepseek-v3-like")
     assert deepseek.params is None and "deepseek_v3" in deepseek.uncounted
+    # Mixtral's 87 GiB of bfloat16 weights on 24 GiB GPUs: 4 would hold them, 8 divides its
+    # 32 attention heads
+    exp, settings = paper(vllm_gpus="0")
+    refused = fit.check(exp, settings, host(gpus=2, gpu_bytes=24 << 30), shape("mixtral-8x7b"))
+    assert any("--tensor-parallel-size 8 in WHALE_VLLM_ARGS" in r for r in refused.refusals)
     exp, settings = paper()
     lines = fit.check(exp, settings, host(), deepseek).lines
     assert any("parameters not estimated: a mixture-of-experts config" in x for x in lines)
