@@ -17,7 +17,7 @@ from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, SearchIteration, utc
 from app.loop.experiment_file import ExperimentError
-from app.read.forks import FORKABLE, boundary, phases_of
+from app.read.forks import FORKABLE, boundary, imported_fork, phases_of
 from app.rollout.usage import USAGE_FIELDS, carried, spent, weight_steps_done
 
 POINT = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
@@ -50,6 +50,12 @@ def fork_point(s: Session, run_id: int, n: int, domain: str) -> dict:
         raise ForkError(
             f"--from {run_id}:{n}: run {run_id} is {parent.status}; a fork starts from a "
             f"finished or paused run ({', '.join(FORKABLE)})"
+        )
+    if imported_fork(parent):
+        raise ForkError(
+            f"--from {run_id}:{n}: run {run_id} was imported as a fork of a run not in this store "
+            "(its rounds and spending before its fork point are only a record here): fork it in "
+            "the store it was made in"
         )
     if parent.domain != domain:
         raise ForkError(

@@ -226,3 +226,38 @@ def test_every_strategy_run_round_trips(filled, workbench, tmp_path):
 
 def _rows(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_imported_fork_is_not_forked_again_here(store, workbench, client, tmp_path):
+    """Its parent stayed in the store it was made in: the rounds and the spending before its
+    fork point are only a record here, so a fork of it would restart the one and drop the
+    other. It is refused by name, and its pages offer no "Fork from here"."""
+    from app.db.schema import Phase
+    from app.loop.fork import ForkError, fork_point
+
+    base = store.checkpoint()
+    fork = store.write(Run(name="a fork", kind="experiment", domain="arith", status="done"))
+    harness = store.harness(fork)
+    record = {"run_id": 1, "phase": 1, "kinds": ["weight"], "spent": {"rollouts": 8}}
+    start = {"harness_id": harness.id, "checkpoint_id": base.id}
+    store.write_values(fork, config={"start": start, "fork": record}, parent_run_id=None)
+    pair = dict(harness_in_id=harness.id, checkpoint_in_id=base.id, harness_out_id=harness.id)
+    store.write(Phase(kind="harness", round=1, run_id=fork.id, status="done", **pair))
+    home = workbench.settings.home
+    assert cli(home, "export", fork.id, "--out", tmp_path / "fork").exit_code == 0
+    imported = cli(home, "import", tmp_path / "fork")
+    new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+    with workbench.session() as s:
+        assert s.get(Run, new_id).config["forked_in_export"] == record
+        with pytest.raises(ForkError) as refused:
+            fork_point(s, new_id, 1, "arith")
+    assert str(refused.value) == (
+        f"--from {new_id}:1: run {new_id} was imported as a fork of a run not in this store "
+        "(its rounds and spending before its fork point are only a record here): fork it in "
+        "the store it was made in"
+    )
+    timeline = client.get(f"/api/runs/{new_id}").json()["dashboard"]["timeline"]
+    assert [p["fork_from"] for p in timeline] == [None]
+    assert "fork-link" not in client.get(f"/runs/{new_id}").text
+    with workbench.session() as s:  # the fork itself, in the store it was made in, still offers it
+        assert fork_point(s, fork.id, 1, "arith")["kinds"] == ["weight", "harness"]
