@@ -79,9 +79,17 @@ def run(
 
     try:
         point = parse_point(fork_from) if fork_from is not None else None
-        exp, text = load(experiment)
+        if point and (dry_run or rehearse):
+            flag = "--dry-run" if dry_run else "--rehearse"
+            raise ExperimentError(
+                f"--from with {flag}: neither opens the store the fork point is in, so a fork "
+                f"is not checked or rehearsed; run it without {flag}"
+            )
+        fork = point is not None  # a fork starts from its fork point's harness, not the file's
+        exp, text = load(experiment, fork=fork)
         group_seeds = _seed_list(seeds) if seeds is not None else exp.seeds
-        runs = [parse(text, str(experiment), seed=s) for s in group_seeds or []] or [exp]
+        runs = [parse(text, str(experiment), seed=s, fork=fork) for s in group_seeds or []]
+        runs = runs or [exp]
     except (ExperimentError, typer.BadParameter) as exc:
         raise fail(str(exc)) from None
     if rehearse:

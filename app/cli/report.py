@@ -245,7 +245,7 @@ def import_(
     try:
         run_id = asyncio.run(import_run(writer, folder))
     except NotAnExport as exc:
-        err.print(f"[red]{escape(str(exc))}[/red]; nothing was imported")
+        err.print(f"[red]{escape(str(exc))}[/red]; nothing was imported", soft_wrap=True)
         raise typer.Exit(BAD_INPUT) from None
     finally:
         writer.close()

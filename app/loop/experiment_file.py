@@ -173,13 +173,13 @@ def stored(experiment: Experiment) -> dict:
     return experiment.model_dump(mode="json")
 
 
-def load(path: Path) -> tuple[Experiment, str]:
-    """(experiment, its TOML text) from a file."""
+def load(path: Path, fork: bool = False) -> tuple[Experiment, str]:
+    """(experiment, its TOML text) from a file (`fork`: as parse takes it)."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise ExperimentError(f"{path}: {exc.strerror}") from None
-    return parse(text, str(path)), text
+    return parse(text, str(path), fork=fork), text
 
 
 def config_hash(text: str) -> str:

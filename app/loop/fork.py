@@ -10,17 +10,19 @@ phase) and where the child's curve starts on the parent's axes. The parent is on
 """
 
 import re
+import tomllib
 
 from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from app.db.schema import Checkpoint, Evaluation, Harness, Phase, Run, SearchIteration, utc
 from app.loop.experiment_file import ExperimentError
-from app.read.forks import FORKABLE, boundary, phases_of
+from app.read.forks import FORKABLE, boundary, imported_fork, phases_of
 from app.rollout.usage import USAGE_FIELDS, carried, spent, weight_steps_done
 
 POINT = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 AXES = ("rollouts", "weight_steps", "wall_s")  # the curve's x axes (app/read/curves.py)
+TABLE = re.compile(r"^\s*\[")  # a table's header: the top-level keys end there
 
 
 class ForkError(ExperimentError):
@@ -48,6 +50,12 @@ def fork_point(s: Session, run_id: int, n: int, domain: str) -> dict:
         raise ForkError(
             f"--from {run_id}:{n}: run {run_id} is {parent.status}; a fork starts from a "
             f"finished or paused run ({', '.join(FORKABLE)})"
+        )
+    if imported_fork(parent):
+        raise ForkError(
+            f"--from {run_id}:{n}: run {run_id} was imported as a fork of a run not in this store "
+            "(its rounds and spending before its fork point are only a record here): fork it in "
+            "the store it was made in"
         )
     if parent.domain != domain:
         raise ForkError(
@@ -120,3 +128,43 @@ def spent_by(s: Session, run: Run, phases: list[Phase]) -> dict[str, float]:
         "proposing_iterations": proposing,
         "wall_s": (end - utc(run.created_at)).total_seconds() if end else 0.0,
     }
+
+
+def experiment_as_it_ran(run: Run) -> str:
+    """The experiment text a fork of the run starts from (the start form's): the run's own. A
+    run of a seed group keeps the group's file as its source, so its own seed is set there
+    (the top-level `seed`, `seeds` gone); the rest of the text is kept byte for byte."""
+    config = run.config or {}
+    if not config.get("group"):
+        return config["source"]
+    return with_seed(config["source"], config["experiment"]["seed"])
+
+
+def with_seed(text: str, seed: int) -> str:
+    """The experiment text with its top-level `seed = N` (where its `seed` or `seeds` stood,
+    else after its last top-level key) and no `seeds`. A statement is read as TOML itself, so
+    one spanning lines (an array, a multi-line string) is kept or dropped whole."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    placed, after_keys, i = False, 0, 0
+    while i < len(lines) and not TABLE.match(lines[i]):
+        j = i + 1
+        while True:  # the text parsed before, so its first statement ends somewhere
+            try:
+                keys = tomllib.loads("".join(lines[i:j]))
+                break
+            except tomllib.TOMLDecodeError:
+                j += 1
+        if keys.keys() & {"seed", "seeds"}:
+            if not placed:
+                out.append(f"seed = {seed}\n")
+                placed = True
+        else:
+            out.extend(lines[i:j])
+            after_keys = len(out) if keys else after_keys
+        i = j
+    if not placed:
+        if after_keys and not out[after_keys - 1].endswith("\n"):
+            out[after_keys - 1] += "\n"
+        out.insert(after_keys, f"seed = {seed}\n")
+    return "".join(out + lines[i:])

@@ -59,10 +59,15 @@ def timeline(s: Session, run_id: int) -> list[dict[str, Any]]:
 
 def forkable(run: Run, phase_status: str) -> bool:
     """Whether a new run may start from the run's state after a phase in this status: a
-    finished phase of a finished or paused experiment run."""
-    from app.read.forks import FORKABLE
+    finished phase of a finished or paused experiment run (an imported fork's is refused)."""
+    from app.read.forks import FORKABLE, imported_fork
 
-    return run.kind == "experiment" and run.status in FORKABLE and phase_status == "done"
+    return (
+        run.kind == "experiment"
+        and run.status in FORKABLE
+        and phase_status == "done"
+        and not imported_fork(run)
+    )
 
 
 def budgets(s: Session, run: Run) -> list[dict[str, Any]]:

@@ -27,6 +27,13 @@ def boundary(run: Run, phases: list[Phase], n: int) -> tuple[int, int]:
     return harness_id, checkpoint_id
 
 
+def imported_fork(run: Run) -> bool:
+    """A run `whale import` brought in as a fork of a run of another store: its fork point is
+    only a record ("forked_in_export", app/report/import_run.py), which no fork of it goes on
+    from (the rounds before it, the spending), so it is not forked here."""
+    return "forked_in_export" in (run.config or {})
+
+
 def fork_of(run: Run) -> tuple[int, int] | None:
     """(parent run, phase) a run was forked from, or None."""
     return None if run.parent_run_id is None else (run.parent_run_id, run.fork_phase)

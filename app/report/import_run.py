@@ -18,8 +18,11 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, SQLModel
 
+from app.annotations import clean_names, clean_note
 from app.db.schema import (
     Checkpoint,
     Evaluation,
@@ -40,6 +43,7 @@ from app.db.schema import (
 )
 from app.db.steps import compact
 from app.db.writer import Writer
+from app.experiment_schema import describe
 from app.phases import close_open_work
 from app.read.dashboard import LIVE_STATUSES
 
@@ -48,27 +52,41 @@ from app.read.dashboard import LIVE_STATUSES
 UNFINISHED = "imported from an export taken before the run ended"
 
 
+# what a malformed export raises while it is read (a missing key, a value of the wrong type, a
+# missing file, a row the store's constraints refuse), each said as NotAnExport
+MALFORMED = (KeyError, TypeError, AttributeError, ValueError, OSError, IntegrityError)
+
+
 class NotAnExport(ValueError):
     """The folder is no export `whale import` can read; the message says what is wrong."""
 
 
-def _lines(folder: Path, name: str) -> Iterator[dict]:
+def _lines(folder: Path, name: str, ids: "_Ids") -> Iterator[dict]:
     path = folder / name
     if not path.exists():
         raise NotAnExport(f"{path}: missing; is {folder} a folder `whale export` wrote?")
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise NotAnExport(f"{path}, line {number}: not JSON ({exc})") from None
+            ids.where = f"{name}, line {number}"
+            yield _object(line, f"{path}, line {number}")
+
+
+def _object(text: str, where) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotAnExport(f"{where}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise NotAnExport(f"{where}: not a JSON object")
+    return value
 
 
 class _Ids:
-    """Old id -> new id, per table."""
+    """Old id -> new id, per table; and where in the export the reading is (a refusal says)."""
 
     def __init__(self):
         self.maps: dict[str, dict[int, int]] = {}
+        self.where = "run.json"
 
     def put(self, table: str, old: int, new: int) -> None:
         self.maps.setdefault(table, {})[old] = new
@@ -92,43 +110,43 @@ def _insert(s: Session, model: type[SQLModel], values: dict, ids: _Ids, table: s
     return row
 
 
-def _read(s: Session, folder: Path) -> int:
+def _read(s: Session, folder: Path, ids: _Ids) -> int:
     """Insert the export's rows in an order that respects the references; return the run's id."""
-    ids = _Ids()
-    exported = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    exported, tags, note = _run_json(folder)
     old_run = exported["id"]
-    annotations = {"tags": exported.pop("tags", []), "note": exported.pop("note", None)}
     # a fork's parent is not in the export (see _start_mapped)
     run = _insert(s, Run, {**exported, "parent_run_id": None, "fork_phase": None}, ids, "run")
 
     def own(old_run_id: int | None) -> int | None:
         return run.id if old_run_id == old_run else None
 
-    harnesses = list(_lines(folder, "harnesses.jsonl"))
-    for h in harnesses:  # parents and phase once every harness and phase has its id
-        code = (folder / h["file"]).read_text(encoding="utf-8")
+    harnesses, checkpoints = [], []
+    for h in _lines(folder, "harnesses.jsonl", ids):  # parents and phase once all have ids
+        harnesses.append(h)
+        code = _inside(folder, h["file"], ids).read_text(encoding="utf-8")
         values = {**h, "code": code, "run_id": own(h["run_id"])}
         values.update(parent_id=None, parent_ids=None, phase_id=None)
         _insert(s, Harness, values, ids, "harness")
-    checkpoints = list(_lines(folder, "checkpoints.jsonl"))
-    for c in checkpoints:  # parent and training job likewise, afterwards
+    for c in _lines(folder, "checkpoints.jsonl", ids):  # parent and training job likewise
+        checkpoints.append(c)
         values = {**c, "run_id": own(c["run_id"]), "parent_id": None, "training_job_id": None}
         _insert(s, Checkpoint, values, ids, "checkpoint")
-    for p in _lines(folder, "phases.jsonl"):
+    for p in _lines(folder, "phases.jsonl", ids):
         _insert(s, Phase, _mapped(p, ids, run.id), ids, "phase")
-    for e in _lines(folder, "evaluations.jsonl"):
+    for e in _lines(folder, "evaluations.jsonl", ids):
         _insert(s, Evaluation, _mapped(e, ids, run.id), ids, "evaluation")
-    for j in _lines(folder, "training_jobs.jsonl"):
+    for j in _lines(folder, "training_jobs.jsonl", ids):
         _insert(s, TrainingJob, _mapped(j, ids, run.id), ids, "training_job")
-    for i in _lines(folder, "search_iterations.jsonl"):
+    for i in _lines(folder, "search_iterations.jsonl", ids):
         _insert(s, SearchIteration, _iteration(i, ids, run.id), ids, "search_iteration")
-    for m in _lines(folder, "metrics.jsonl"):
+    for m in _lines(folder, "metrics.jsonl", ids):
         _insert(s, Metric, _mapped(m, ids, run.id), ids, "metric")
-    for e in _lines(folder, "events.jsonl"):
+    for e in _lines(folder, "events.jsonl", ids):
         _insert(s, Event, {**e, "run_id": run.id}, ids, "event")
-    for r in _lines(folder, "rollouts.jsonl"):
+    for r in _lines(folder, "rollouts.jsonl", ids):
         _rollout(s, r, ids, run.id)
 
+    ids.where = "harnesses.jsonl"
     for h in harnesses:
         row = s.get(Harness, ids.get("harness", h["id"]))
         row.parent_id = ids.get("harness", h["parent_id"])
@@ -136,6 +154,7 @@ def _read(s: Session, folder: Path) -> int:
         row.phase_id = (
             ids.get("phase", h["phase_id"]) if h["phase_id"] in _known(ids, "phase") else None
         )
+    ids.where = "checkpoints.jsonl"
     for c in checkpoints:
         row = s.get(Checkpoint, ids.get("checkpoint", c["id"]))
         row.parent_id = ids.get("checkpoint", c["parent_id"])
@@ -147,10 +166,37 @@ def _read(s: Session, folder: Path) -> int:
     if run.status in LIVE_STATUSES:  # `whale serve` would try to go on with it, here
         close_open_work(s, run.id, "stopped", UNFINISHED)
         run.status, run.desired, run.finished_at = "stopped", "stopped", run.finished_at or now()
-    s.add_all(RunTag(run_id=run.id, tag=tag) for tag in annotations["tags"])
-    if annotations["note"]:
-        s.add(RunNote(run_id=run.id, text=annotations["note"]))
+    s.add_all(RunTag(run_id=run.id, tag=tag) for tag in tags)
+    if note:
+        s.add(RunNote(run_id=run.id, text=note))
     return run.id
+
+
+def _run_json(folder: Path) -> tuple[dict, list[str], str | None]:
+    """The run's row as exported, and the tags and note people wrote on it."""
+    exported = _object((folder / "run.json").read_text(encoding="utf-8"), folder / "run.json")
+    tags = _names(exported.pop("tags", []), "tags")
+    return exported, tags, _note(exported.pop("note", None))
+
+
+def _inside(folder: Path, file: str, ids: _Ids) -> Path:
+    """A harness's file of the export: one inside its folder, links followed (an export that
+    names a file of this machine, "/etc/passwd" or "../../x", brings no code of it)."""
+    path = (folder / file).resolve()
+    if not path.is_relative_to(folder.resolve()):
+        raise NotAnExport(f"{folder / ids.where}: file {file!r} is outside the export folder")
+    return path
+
+
+def _names(values, what: str) -> list[str]:
+    """Tags or labels as typed ones are kept (app/annotations.py), or AnnotationError."""
+    if not isinstance(values, list):
+        raise TypeError(f"{what}: a list expected, got {values!r}")
+    return clean_names(values, what)
+
+
+def _note(text: str | None) -> str | None:
+    return None if text is None else clean_note(text)
 
 
 def _start_mapped(run: Run, ids: _Ids) -> dict:
@@ -211,7 +257,7 @@ def _iteration(values: dict, ids: _Ids, run_id: int) -> dict:
 
 def _rollout(s: Session, values: dict, ids: _Ids, run_id: int) -> None:
     steps = values.pop("steps", [])
-    labels, note = values.pop("labels", []), values.pop("note", None)
+    labels, note = _names(values.pop("labels", []), "labels"), _note(values.pop("note", None))
     rollout = _insert(s, Rollout, _mapped(values, ids, run_id), ids, "rollout")
     previous: list = []  # a model step is stored against the one before (app/db/steps.py)
     for step in steps:
@@ -234,4 +280,20 @@ async def import_run(writer: Writer, folder: Path) -> int:
     id. Raises NotAnExport naming what is wrong with the folder (nothing is written then)."""
     if not (folder / "run.json").is_file():
         raise NotAnExport(f"{folder}: no run.json; is it a folder `whale export` wrote?")
-    return await writer.run(lambda s: _read(s, folder))
+    ids = _Ids()
+    try:
+        return await writer.run(lambda s: _read(s, folder, ids))
+    except NotAnExport:
+        raise
+    except MALFORMED as exc:
+        raise NotAnExport(" ".join(f"{folder / ids.where}: {_why(exc)}".split())) from None
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"no {exc.args[0]!r}"
+    if isinstance(exc, ValidationError):
+        return describe(exc)
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.strerror}: {exc.filename}"
+    return str(exc)

@@ -90,7 +90,9 @@ async def start_form(
     except ExperimentError as exc:
         # the error names its source for a file ("x.toml: budget..."); the form is no file
         error = str(exc).removeprefix(f"{FORM_SOURCE}: ")
-        context = runs_data(s, error, experiment, preset, fork_from)
+        context = runs_data(
+            s, error=error, experiment=experiment, preset=preset, fork_from=fork_from
+        )
         return render(request, "_start_run.html", context, status_code=422)
     return Response(status_code=204, headers={"HX-Redirect": f"/runs/{run.id}"})
 

@@ -151,8 +151,9 @@ def runs_data(
 
 
 def fork_experiment(s, fork_from: str) -> tuple[str | None, str | None]:
-    """(the experiment text, None) of the run a fork point names, or (None, why not)."""
-    from app.loop.fork import ForkError, parse_point
+    """(the experiment text, None) of the run a fork point names, as it ran (a seed group's run
+    with its own seed), or (None, why not)."""
+    from app.loop.fork import ForkError, experiment_as_it_ran, parse_point
 
     try:
         run_id, _ = parse_point(fork_from)
@@ -162,7 +163,7 @@ def fork_experiment(s, fork_from: str) -> tuple[str | None, str | None]:
     source = (run.config or {}).get("source") if run is not None else None
     if run is None or run.kind != "experiment" or not source:
         return None, f"from: no experiment run {run_id} in this store"
-    return source, None
+    return experiment_as_it_ran(run), None
 
 
 @page("/runs", "runs.html", models.RunsPage, also=("/",))

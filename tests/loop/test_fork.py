@@ -215,12 +215,11 @@ def test_a_fork_of_a_fork_goes_on_from_the_lineage_and_its_budget(forks):
     assert (phase["kind"], phase["round"]) == ("weight", 2)
     assert phase["harness_in"] == child["phases"][0]["harness_out"]
     assert phase["checkpoint_in"] == child["phases"][0]["checkpoint_out"]
-    # its checkpoint chain runs back through the parent's checkpoint to the base weights
-    if phase["checkpoint_out"] != phase["checkpoint_in"]:
-        (up,) = rows(db, "SELECT parent_id FROM checkpoint WHERE id = ?", phase["checkpoint_out"])[
-            0
-        ]
-        assert up == parent["phases"][0]["checkpoint_out"]
+    # its checkpoint chain runs back through the parent's checkpoint to the base weights: the
+    # program solver's answers are accepted (as the parent's W1 step), so its step trains one
+    assert phase["checkpoint_out"] != phase["checkpoint_in"], "the fork's RFT step trained nothing"
+    [(up,)] = rows(db, "SELECT parent_id FROM checkpoint WHERE id = ?", phase["checkpoint_out"])
+    assert up == parent["phases"][0]["checkpoint_out"]
     # the budget continued the child's 8 rollouts: 16 - 8 left room for one RFT step (8)
     assert phase["rollouts"] == 8 and grandchild["ended"] == "budget used up"
     assert rollout_budget(db, grandchild["run_id"]) == (16, 16, 0)
@@ -474,3 +473,32 @@ def test_a_fork_point_that_is_no_boundary_is_refused_by_name(store, workbench): 
         [],
     )
     assert point["spent"]["rollouts"] == 0 and point["offset"]["rollouts"] == 0
+
+
+def test_a_fork_on_the_command_line_ignores_the_files_harness(tmp_path):
+    """The fork starts from its fork point's harness, so the file's `harness` is not read: it is
+    not refused for a file that is not there (the fork point is what is checked)."""
+    path = tmp_path / "fork.toml"
+    path.write_text(
+        quick_toml("fork").replace("\nseed = 0", '\nharness = "/nowhere/h.py"\nseed = 0')
+    )
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
+    plain = whale("run", str(path), env=env, timeout=120)
+    assert plain.returncode == 2 and "harness: no file /nowhere/h.py" in plain.stderr
+    for seeds in ((), ("--seeds", "1,2")):
+        fork = whale("run", str(path), "--from", "1:1", *seeds, env=env, timeout=120)
+        assert fork.returncode == 2 and "harness" not in fork.stderr, fork.stderr
+        assert "--from 1:1: no experiment run 1 in this store" in fork.stderr
+
+
+@pytest.mark.parametrize("flag", ["--dry-run", "--rehearse"])
+def test_a_fork_is_not_dry_run_or_rehearsed_silently(flag, tmp_path):
+    """Neither opens the store the fork point is in: the combination is refused, not run as a
+    plain run that ignores --from."""
+    path = tmp_path / "fork.toml"
+    path.write_text(quick_toml("fork"))
+    env = {**os.environ, "WHALE_HOME": str(tmp_path / "home")}
+    proc = whale("run", str(path), "--from", "1:1", flag, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"--from with {flag}: " in proc.stderr
+    assert not (tmp_path / "home").exists()

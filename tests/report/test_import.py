@@ -4,6 +4,7 @@ and filter there as they did; a folder that is no export is refused and nothing 
 
 import asyncio
 import json
+import shutil
 
 import pytest
 import typer
@@ -11,7 +12,7 @@ from sqlmodel import select
 from typer.testing import CliRunner
 
 from app.cli.report import export, import_
-from app.db.schema import Run, SearchIteration, Step
+from app.db.schema import Harness, Run, SearchIteration, Step
 from app.read.invariants import run_checks
 from app.read.rollouts import list_rollouts
 from app.read.runs import list_runs
@@ -226,3 +227,156 @@ def test_every_strategy_run_round_trips(filled, workbench, tmp_path):
 
 def _rows(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_an_imported_fork_is_not_forked_again_here(store, workbench, client, tmp_path):
+    """Its parent stayed in the store it was made in: the rounds and the spending before its
+    fork point are only a record here, so a fork of it would restart the one and drop the
+    other. It is refused by name, and its pages offer no "Fork from here"."""
+    from app.db.schema import Phase
+    from app.loop.fork import ForkError, fork_point
+
+    base = store.checkpoint()
+    fork = store.write(Run(name="a fork", kind="experiment", domain="arith", status="done"))
+    harness = store.harness(fork)
+    record = {"run_id": 1, "phase": 1, "kinds": ["weight"], "spent": {"rollouts": 8}}
+    start = {"harness_id": harness.id, "checkpoint_id": base.id}
+    store.write_values(fork, config={"start": start, "fork": record}, parent_run_id=None)
+    pair = dict(harness_in_id=harness.id, checkpoint_in_id=base.id, harness_out_id=harness.id)
+    store.write(Phase(kind="harness", round=1, run_id=fork.id, status="done", **pair))
+    home = workbench.settings.home
+    assert cli(home, "export", fork.id, "--out", tmp_path / "fork").exit_code == 0
+    imported = cli(home, "import", tmp_path / "fork")
+    new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+    with workbench.session() as s:
+        assert s.get(Run, new_id).config["forked_in_export"] == record
+        with pytest.raises(ForkError) as refused:
+            fork_point(s, new_id, 1, "arith")
+    assert str(refused.value) == (
+        f"--from {new_id}:1: run {new_id} was imported as a fork of a run not in this store "
+        "(its rounds and spending before its fork point are only a record here): fork it in "
+        "the store it was made in"
+    )
+    timeline = client.get(f"/api/runs/{new_id}").json()["dashboard"]["timeline"]
+    assert [p["fork_from"] for p in timeline] == [None]
+    assert "fork-link" not in client.get(f"/runs/{new_id}").text
+    with workbench.session() as s:  # the fork itself, in the store it was made in, still offers it
+        assert fork_point(s, fork.id, 1, "arith")["kinds"] == ["weight", "harness"]
+
+
+def refusal(home, folder) -> str:
+    """`whale import` of a folder it refuses: exit code 2, one line saying what is wrong and
+    that nothing was imported (no traceback), and no run more in the store."""
+    refused = cli(home, "import", folder)
+    assert refused.exit_code == 2 and isinstance(refused.exception, SystemExit), refused.output
+    [line] = refused.output.strip().splitlines()
+    assert line.endswith("; nothing was imported"), line
+    return line
+
+
+def rewritten(folder, name: str, change) -> None:
+    """One file of an export, its rows (or run.json) changed by `change`."""
+    path = folder / name
+    if name == "run.json":
+        path.write_text(json.dumps(change(json.loads(path.read_text()))))
+        return
+    rows = [change(json.loads(line)) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+@pytest.fixture
+def exported(annotated, workbench, tmp_path):
+    """A fresh copy of the annotated run's export for each change a test makes to it."""
+    lineage, _ = annotated
+    home = workbench.settings.home
+    assert cli(home, "export", lineage.run.id, "--out", tmp_path / "export").exit_code == 0
+    copies = iter(range(1000))
+
+    def copy():
+        out = tmp_path / f"copy{next(copies)}"
+        shutil.copytree(tmp_path / "export", out)
+        return out
+
+    return copy
+
+
+def runs_in(workbench) -> int:
+    with workbench.session() as s:
+        return len(s.exec(select(Run)).all())
+
+
+def test_a_harness_file_outside_the_export_is_refused_by_name(exported, workbench, tmp_path):
+    """A crafted export cannot bring a file of this machine into the store as harness code:
+    not by an absolute path, a path up and out, or a link inside the folder that points out."""
+    home, before = workbench.settings.home, runs_in(workbench)
+    (tmp_path / "secret.py").write_text("TOKEN = 'of this machine'\n")
+    linked = exported()
+    first = json.loads((linked / "harnesses.jsonl").read_text().splitlines()[0])["file"]
+    (linked / first).unlink()
+    (linked / first).symlink_to(tmp_path / "secret.py")
+    for file, folder in (("/etc/passwd", exported()), ("../secret.py", exported())):
+        rewritten(folder, "harnesses.jsonl", lambda h, file=file: {**h, "file": file})
+        line = refusal(home, folder)
+        assert f"file {file!r} is outside the export folder" in line
+    assert f"file {first!r} is outside the export folder" in refusal(home, linked)
+    assert runs_in(workbench) == before
+    with workbench.session() as s:  # nothing of the machine's files came in as code
+        codes = s.exec(select(Harness.code)).all()
+    assert not any("of this machine" in c or "root:" in c for c in codes)
+
+
+def test_imported_tags_labels_and_notes_pass_the_typed_limits(exported, workbench):
+    """What people wrote comes in only as they could have typed it (app/annotations.py)."""
+    home, before = workbench.settings.home, runs_in(workbench)
+    changes = {
+        "run.json: tags: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' is 41 characters; at most 40": (
+            "run.json",
+            lambda r: {**r, "tags": ["x" * 41]},
+        ),
+        "run.json: note: control characters are not allowed (U+001B)": (
+            "run.json",
+            lambda r: {**r, "note": "a\x1b[31mred"},
+        ),
+        "rollouts.jsonl, line 1: labels: 'a, b' has a comma": (
+            "rollouts.jsonl",
+            lambda r: {**r, "labels": ["a, b"]} if r["labels"] else r,
+        ),
+    }
+    for why, (name, change) in changes.items():
+        folder = exported()
+        rewritten(folder, name, change)
+        assert why in refusal(home, folder)
+    assert runs_in(workbench) == before
+    folder = exported()  # trimmed and collapsed as typed ones are
+    rewritten(folder, "run.json", lambda r: {**r, "tags": ["  two   words ", "two words"]})
+    imported = cli(home, "import", folder)
+    new_id = int(imported.stdout.split("imported as run ")[1].split()[0])
+    with workbench.session() as s:
+        assert next(r for r in list_runs(s) if r["id"] == new_id)["tags"] == ["two words"]
+
+
+def test_a_malformed_export_is_refused_in_one_line(exported, workbench):
+    """Whatever is wrong with the files, the import says what and where, and writes nothing."""
+    home, before = workbench.settings.home, runs_in(workbench)
+    folder = exported()
+    (folder / "run.json").write_text("{not json")
+    assert "run.json: not JSON" in refusal(home, folder)
+    folder = exported()
+    rewritten(folder, "run.json", lambda r: {k: v for k, v in r.items() if k != "id"})
+    assert "run.json: no 'id'" in refusal(home, folder)
+    folder = exported()
+    rewritten(folder, "run.json", lambda r: {**r, "created_at": "yesterday"})
+    assert "run.json: created_at: Input should be a valid datetime" in refusal(home, folder)
+    folder = exported()
+    (folder / json.loads((folder / "harnesses.jsonl").read_text().splitlines()[1])["file"]).unlink()
+    assert "harnesses.jsonl, line 2: No such file" in refusal(home, folder)
+    folder = exported()
+    rewritten(folder, "phases.jsonl", lambda p: {k: v for k, v in p.items() if k != "kind"})
+    assert "phases.jsonl, line 1: kind: Field required" in refusal(home, folder)
+    folder = exported()
+    (folder / "run.json").write_text("[1, 2]")
+    assert "run.json: not a JSON object" in refusal(home, folder)
+    folder = exported()
+    (folder / "metrics.jsonl").write_text('"a metric"\n')
+    assert "metrics.jsonl, line 1: not a JSON object" in refusal(home, folder)
+    assert runs_in(workbench) == before
