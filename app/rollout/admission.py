@@ -140,10 +140,10 @@ class Admission:
         wait until it ends. What a colocated training turn holds while vLLM sleeps (a sleeping
         server refuses every call); the turns of several runs take turns."""
         async with self._pausing:
-            async with self._changed:
-                self.closed = True
-                await self._changed.wait_for(lambda: self.in_flight == 0)
             try:
+                async with self._changed:
+                    self.closed = True
+                    await self._changed.wait_for(lambda: self.in_flight == 0)
                 yield
             finally:
                 async with self._changed:

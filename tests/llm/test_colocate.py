@@ -353,3 +353,41 @@ def test_sampling_of_another_run_waits_while_vllm_sleeps(tmp_path, model_cache):
     assert names[:2] == ["sleep level=1", "wake_up"] and set(names[2:]) == {"chat"}, names
     assert not [c for c in calls if c[2]], "a request reached the server while it slept"
     assert len(statuses) == 3 and "infra" not in statuses and "error" not in statuses, statuses
+
+
+def test_a_training_turn_waits_for_rollouts_in_flight_and_holds_new_ones_until_it_ends():
+    from app.rollout.admission import Admission
+
+    async def main():
+        admission = Admission(4)
+        order = []
+
+        async def rollout(name: str, hold_s: float):
+            async with admission.slot():
+                order.append(f"{name} starts")
+                await asyncio.sleep(hold_s)
+                order.append(f"{name} ends")
+
+        async def turn(step_s: float):
+            async with admission.paused():
+                order.append("asleep")
+                later = asyncio.create_task(rollout("b", 0))
+                await asyncio.sleep(step_s)
+                order.append("awake")
+            return later
+
+        first = asyncio.create_task(rollout("a", 0.3))
+        await asyncio.sleep(0.05)
+        await (await turn(0.2))
+        await first
+        assert order == ["a starts", "a ends", "asleep", "awake", "b starts", "b ends"]
+        # a turn stopped while it waits for the rollouts in flight holds nothing back after
+        held = asyncio.create_task(rollout("c", 0.5))
+        await asyncio.sleep(0.05)
+        waiting = asyncio.create_task(turn(0))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        await asyncio.wait_for(rollout("d", 0), 0.3)  # c is still in flight: d did not wait
+        await held
+
+    asyncio.run(main())
