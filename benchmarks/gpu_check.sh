@@ -3,7 +3,8 @@
 # the embedded model, evaluate the arith seed, run one WHALE round (experiments/gpu-check.toml),
 # time a full fine-tune's RFT step with a training process per step and with one kept
 # (benchmarks.trainer_overhead) and sampling throughput against the cap on rollouts in flight
-# (benchmarks.in_flight), then print the figures and add them to docs/benchmarks.md.
+# (benchmarks.in_flight), run the round again and a full fine-tune's step colocated (vLLM asleep
+# while the trainer trains on its GPU), then print the figures and add them to docs/benchmarks.md.
 #   bash benchmarks/gpu_check.sh                          # needs nvidia-smi and a python with vllm
 #   WHALE_GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh    # the same on vLLM's CPU build, small sizes
 #   WHALE_GPU_CHECK_LOCAL=1 bash benchmarks/gpu_check.sh  # a GPU host without vLLM: the kept
@@ -173,7 +174,8 @@ else
     run_limit=420
     # WHALE_TRAIN_ACCELERATE_ARGS is not set here: a plain training process trains on the CPU,
     # as the workbench does beside a launched vLLM that holds the GPU; step 8b trains on the GPU
-    trains_on="on the CPU: vLLM holds the GPU; the colocated rounds (8b) train on it"
+    trains_on="on the CPU: vLLM holds the GPU; the colocated steps (8b) train on it"
+    [[ $cpu == 1 ]] && trains_on="on the CPU"
 fi
 
 # 5. evaluate the arith seed harness (the model server starts, serves the evaluation, stops)
