@@ -191,8 +191,12 @@ class Workbench:
             pass
 
     async def _model_up(self) -> None:
+        """Before each rollout's try: the model server is up, and awake (a failed wake left
+        vLLM asleep: it is woken, or the try fails saying why)."""
         if self.supervised:
             await self.supervised.until_up()
+        if self.vllm:
+            await self.vllm.ensure_awake()
 
     @property
     def base_model(self) -> str:
@@ -269,16 +273,36 @@ class Workbench:
         the trainer share the GPUs, as verl's hybrid engine runs them: vLLM sleeps (level 1)
         before the step and wakes after it, and the training process ends with the step, since
         it would hold its GPU memory while vLLM samples the next one; its optimizer state
-        carries over on disk. The new weights are then loaded in place (serve_checkpoint)."""
+        carries over on disk. The new weights are then loaded in place (serve_weights).
+
+        While the servers sleep no rollout samples: the turn holds the admission's pause, so the
+        rollouts of other runs in flight finish first and new ones wait for the wake (and two
+        runs' turns take turns). vLLM wakes on every way out; when the step or the trainer's
+        end failed, a failed wake is logged and recorded and the step's error is raised."""
         if not (self.settings.colocate and self.vllm):
             yield
             return
-        await self.vllm.sleep()
-        try:
-            yield
-        finally:
-            await trainer.close()
+        async with self.admission.paused():
+            await self.vllm.sleep()
+            try:
+                yield
+                await trainer.close()
+            except BaseException:
+                await self._wake_after_failed_turn(trainer)
+                raise
             await self.vllm.wake_up()
+
+    async def _wake_after_failed_turn(self, trainer) -> None:
+        """The trainer ended and vLLM woken after a failed training step; what fails here is
+        logged and recorded (vllm_wake_failed), not raised over the step's own error."""
+        try:
+            await trainer.close()
+        except Exception as exc:
+            log.warning("the training process did not end cleanly: %r", exc)
+        try:
+            await self.vllm.wake_up()
+        except Exception as exc:  # the next sampling tries again (VLLMBackend.ensure_awake)
+            self.record_fault("vllm_wake_failed", {"why": str(exc)})
 
     async def evaluate_file(
         self,

@@ -3,7 +3,8 @@
 # the embedded model, evaluate the arith seed, run one WHALE round (experiments/gpu-check.toml),
 # time a full fine-tune's RFT step with a training process per step and with one kept
 # (benchmarks.trainer_overhead) and sampling throughput against the cap on rollouts in flight
-# (benchmarks.in_flight), then print the figures and add them to docs/benchmarks.md.
+# (benchmarks.in_flight), run the round again and a full fine-tune's step colocated (vLLM asleep
+# while the trainer trains on its GPU), then print the figures and add them to docs/benchmarks.md.
 #   bash benchmarks/gpu_check.sh                          # needs nvidia-smi and a python with vllm
 #   WHALE_GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh    # the same on vLLM's CPU build, small sizes
 #   WHALE_GPU_CHECK_LOCAL=1 bash benchmarks/gpu_check.sh  # a GPU host without vLLM: the kept
@@ -168,15 +169,21 @@ if [[ $local_only == 1 ]]; then
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv >&2  # the server on the GPU
 
     run_limit=600  # the local server decodes slower than vLLM
+    trains_on="on the GPU, under accelerate launch"
 else
     run_limit=420
+    # WHALE_TRAIN_ACCELERATE_ARGS is not set here: a plain training process trains on the CPU,
+    # as the workbench does beside a launched vLLM that holds the GPU; step 8b trains on the GPU
+    trains_on="on the CPU: vLLM holds the GPU; the colocated steps (8b) train on it"
+    [[ $cpu == 1 ]] && trains_on="on the CPU"
 fi
 
 # 5. evaluate the arith seed harness (the model server starts, serves the evaluation, stops)
 step eval 240 .venv/bin/whale eval harness_archive/seeds/arith/seed.py --domain arith "${eval_args[@]}" --json
 eval_wall=$wall
 
-# 6. one WHALE round: a weight phase, then a harness phase (training on the GPU)
+# 6. one WHALE round: a weight phase, then a harness phase
+say "the WHALE round trains $trains_on"
 step run "$run_limit" .venv/bin/whale run "$experiment" --json
 run_wall=$wall
 
@@ -188,12 +195,17 @@ if [[ $local_only != 1 ]]; then
 # 8. sampling throughput against the cap on rollouts in flight (its own vLLM, through sandboxes)
 step in_flight 300 .venv/bin/python -m benchmarks.in_flight --caps "$caps" "${stamp[@]}"
 
-# 8b. colocation: the WHALE round again with vLLM asleep during each training step, on the
-# same GPUs as the trainer (docs/gpu-hosts.md, Colocation: unverified until this step passes)
+# 8b. colocation: vLLM asleep during each training step, the trainer on the same GPU under
+# accelerate launch (docs/gpu-hosts.md, Colocation: unverified until these steps pass). The
+# WHALE round again (LoRA: the adapter hot-loaded after each wake), then one full fine-tune's
+# step (the new weights loaded into the woken server in place, reload_weights), each tested
+# after on the weights it trained.
 if [[ $cpu != 1 ]]; then
+    on_gpu="--num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no"
     step colocate 420 env WHALE_COLOCATE=1 WHALE_HOME="$home/colocate" \
-        WHALE_TRAIN_ACCELERATE_ARGS="--num_processes 1 --num_machines 1 --mixed_precision no --dynamo_backend no" \
-        .venv/bin/whale run "$experiment" --json
+        WHALE_TRAIN_ACCELERATE_ARGS="$on_gpu" .venv/bin/whale run "$experiment" --json
+    step colocate_full 240 env WHALE_COLOCATE=1 WHALE_HOME="$home/colocate-full" \
+        WHALE_TRAIN_ACCELERATE_ARGS="$on_gpu" .venv/bin/whale run experiments/gpu-check-full.toml --json
 fi
 fi
 

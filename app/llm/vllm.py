@@ -366,6 +366,10 @@ class VLLMBackend:
         self.endpoint: ReplicaEndpoint | None = None
         self.adapters: dict[str, Path] = {}  # loaded on every replica, reloaded after a crash
         self.served_name: str | None = None  # what the servers call their model (--model)
+        # Whether a server may be asleep with nothing left to wake it: attached ones (a workbench
+        # that ended mid-step leaves them so), or after a wake that failed. ensure_awake asks.
+        self.maybe_asleep = False
+        self._waking = asyncio.Lock()
 
     @classmethod
     def from_settings(cls, settings, model_path: Path | None = None, say=log.info) -> "VLLMBackend":
@@ -397,6 +401,8 @@ class VLLMBackend:
         if self.urls:
             self.model = await self._attach()
             self.say(f"model: attached to vLLM at {', '.join(self.urls)} ({self.model})")
+            self.maybe_asleep = True
+            await self.ensure_awake()
         else:
             self.model = await self._launch(timeout)
         self.endpoint = ReplicaEndpoint(self.urls, self.model)
@@ -592,6 +598,7 @@ class VLLMBackend:
     async def restore_base(self) -> None:
         """Load the base weights into the attached servers in place (a rehearsal before this one
         may have left a fine-tune's there). Raises VLLMError."""
+        await self.ensure_awake()  # a sleeping server refuses the reload
         why = await self._reload_in_place(self.base_model_path)
         if why is not None:
             raise VLLMError(f"cannot load the base weights back: {why}")
@@ -600,29 +607,88 @@ class VLLMBackend:
         """Free the GPUs for a training step: every replica sleeps at level 1 (weights offloaded
         to CPU memory, KV cache dropped) through `POST /sleep?level=1`, which needs the server
         started with `--enable-sleep-mode` and VLLM_SERVER_DEV_MODE=1 (a launched one has both
-        when colocated). A sleeping server refuses requests: none may be in flight."""
-        await self._all("sleep", {"level": "1"})
+        when colocated). A sleeping server refuses requests: none may be in flight.
+        All or none: when one replica cannot sleep, those already asleep are woken again."""
+        asleep = []
+        async with httpx.AsyncClient(timeout=600) as client:
+            for url in self.urls:
+                why = await self._call(client, url, "sleep", {"level": "1"})
+                if why is not None:
+                    failed = await self._wake(client, asleep)
+                    if failed:
+                        self.maybe_asleep = True
+                        why += "; waking again those that slept failed: " + "; ".join(failed)
+                    elif asleep:
+                        why += f"; {', '.join(map(_root, asleep))} woken again"
+                    raise VLLMError(why)
+                asleep.append(url)
 
     async def wake_up(self) -> None:
         """After the training step: the weights back on the GPUs, the KV cache reallocated
-        (`POST /wake_up`); the new weights are loaded in place after (serve_weights)."""
-        await self._all("wake_up", {})
-
-    async def _all(self, action: str, params: dict) -> None:
+        (`POST /wake_up`); the new weights are loaded in place after (serve_weights). Every
+        replica is asked, whichever fails; a failure names each replica that stays asleep."""
         async with httpx.AsyncClient(timeout=600) as client:
-            for url in self.urls:
-                root = _root(url)
-                try:
-                    response = await client.post(f"{root}/{action}", params=params)
-                except httpx.HTTPError as exc:
-                    raise VLLMError(f"{action} at {root}: no answer: {exc!r}") from None
-                if response.status_code == 404:
-                    raise VLLMError(
-                        f"{root} has no /{action}: colocation needs vLLM started with "
-                        "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1"
-                    )
-                if response.status_code != 200:
-                    raise VLLMError(f"{action} at {root}: {_error_message(response)}")
+            failed = await self._wake(client, self.urls)
+        if failed:
+            self.maybe_asleep = True  # ensure_awake tries again before the next sampling
+            raise VLLMError("vLLM did not wake: " + "; ".join(failed))
+
+    async def ensure_awake(self) -> None:
+        """Wake every replica that says it sleeps (`GET /is_sleeping`), when one may
+        (`maybe_asleep`); a server without sleep mode (404) never sleeps. Raises VLLMError
+        naming the replicas that stay asleep."""
+        async with self._waking:  # the rollouts of an evaluation ask at once: one asks vLLM
+            if not self.maybe_asleep:
+                return
+            async with httpx.AsyncClient(timeout=600) as client:
+                asleep = [url for url in self.urls if await self._is_sleeping(client, url)]
+                failed = await self._wake(client, asleep)
+            if failed:
+                raise VLLMError("vLLM is asleep and did not wake: " + "; ".join(failed))
+            if asleep:
+                self.say(f"model: woke vLLM at {', '.join(map(_root, asleep))} (found asleep)")
+            self.maybe_asleep = False
+
+    @staticmethod
+    async def _is_sleeping(client: httpx.AsyncClient, url: str) -> bool:
+        root = _root(url)
+        try:
+            response = await client.get(f"{root}/is_sleeping")
+        except httpx.HTTPError as exc:
+            raise VLLMError(f"is_sleeping at {root}: no answer: {exc!r}") from None
+        if response.status_code == 404:  # no sleep mode (or no VLLM_SERVER_DEV_MODE): awake
+            return False
+        try:
+            response.raise_for_status()
+            return bool(response.json()["is_sleeping"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            raise VLLMError(f"is_sleeping at {root}: {_error_message(response)}") from None
+
+    async def _wake(self, client: httpx.AsyncClient, urls: list[str]) -> list[str]:
+        """Ask each of `urls` to wake, whichever fails; the failures, each naming its replica."""
+        failed = []
+        for url in urls:
+            why = await self._call(client, url, "wake_up", {})
+            if why is not None:
+                failed.append(why)
+        return failed
+
+    @staticmethod
+    async def _call(client: httpx.AsyncClient, url: str, action: str, params: dict) -> str | None:
+        """POST a sleep-mode call to one replica; None when done, else why not (naming it)."""
+        root = _root(url)
+        try:
+            response = await client.post(f"{root}/{action}", params=params)
+        except httpx.HTTPError as exc:
+            return f"{action} at {root}: no answer: {exc!r}"
+        if response.status_code == 404:
+            return (
+                f"{root} has no /{action}: colocation needs vLLM started with "
+                "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1"
+            )
+        if response.status_code != 200:
+            return f"{action} at {root}: {_error_message(response)}"
+        return None
 
     async def stop(self) -> None:
         if self.endpoint:

@@ -19,7 +19,8 @@ of a GPU-sized step fill the batch, and the queue still holds the window back.
 full), not requests that will join it then.
 
 A backend without such metrics (a hosted endpoint) is admitted up to `upper`, as before. One
-Admission serves every evaluation of the process, since they share the model server.
+Admission serves every evaluation of the process, since they share the model server; while a
+colocated training turn has vLLM asleep it gives no slot at all (`paused`).
 """
 
 import asyncio
@@ -108,18 +109,21 @@ class Admission:
         self.held_s = 0.0  # time rollouts waited for a slot, summed
         self._changed = asyncio.Condition()
         self._polled = 0.0
+        self.closed = False  # paused(): no slot is given until it ends
+        self._pausing = asyncio.Lock()  # one paused() at a time
 
     @asynccontextmanager
     async def slot(self):
         """Hold one rollout slot while the block runs."""
         asked = time.monotonic()
         async with self._changed:
-            while self.in_flight >= min(self.window, self.upper):
+            while self.closed or self.in_flight >= min(self.window, self.upper):
                 try:
                     await asyncio.wait_for(self._changed.wait(), self.poll_s)
                 except TimeoutError:
                     pass
-                await self._poll()
+                if not self.closed:
+                    await self._poll()
             self.in_flight += 1
             self.peak = max(self.peak, self.in_flight)
         self.held_s += time.monotonic() - asked
@@ -128,7 +132,23 @@ class Admission:
         finally:
             async with self._changed:
                 self.in_flight -= 1
-                self._changed.notify()
+                self._changed.notify_all()  # a paused() waiting for none in flight, too
+
+    @asynccontextmanager
+    async def paused(self):
+        """No rollout holds a slot while the block runs: those in flight finish first, new ones
+        wait until it ends. What a colocated training turn holds while vLLM sleeps (a sleeping
+        server refuses every call); the turns of several runs take turns."""
+        async with self._pausing:
+            try:
+                async with self._changed:
+                    self.closed = True
+                    await self._changed.wait_for(lambda: self.in_flight == 0)
+                yield
+            finally:
+                async with self._changed:
+                    self.closed = False
+                    self._changed.notify_all()
 
     async def _poll(self) -> None:
         """Move the window by what the server's queue says (at most once per poll_s)."""

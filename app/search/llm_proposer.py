@@ -5,6 +5,7 @@ failing and passing traces of the accepted harness flattened to text; it replies
 candidates in a fixed markdown shape, which `parse_candidates` reads leniently.
 """
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -90,10 +91,13 @@ async def ask(cfg: LLMProposerConfig, ctx: SearchContext, messages: list[dict]) 
         endpoint, model, owned = ChatEndpoint(cfg.url, cfg.model or "", key), cfg.model or "", True
     else:
         endpoint, model, owned = ctx.workbench.endpoint, cfg.model or _served_name(ctx), False
+    # on the run's own server, a slot like a rollout's: none is given while it sleeps (colocated)
+    admission = None if owned else getattr(ctx.workbench, "admission", None)
     try:
-        reply = await endpoint.chat(
-            model, messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens
-        )
+        async with admission.slot() if admission else contextlib.nullcontext():
+            reply = await endpoint.chat(
+                model, messages, temperature=cfg.temperature, max_tokens=cfg.max_tokens
+            )
     except BackendError as exc:
         raise RuntimeError(f"the proposer endpoint {endpoint.base_url} failed: {exc}") from None
     finally:

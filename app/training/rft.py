@@ -318,16 +318,18 @@ async def _train(
     trainer = trainer or phase_trainer(workbench, job.run_id, job.phase_id)
     try:
         failed = 0
-        async with workbench.training_turn(trainer):  # colocated: vLLM sleeps meanwhile
-            while True:
-                await _clean_slate(workbench.writer, job.id, out)
-                try:
+        while True:
+            await _clean_slate(workbench.writer, job.id, out)
+            try:
+                # colocated, vLLM sleeps through each try, and is awake while a failed try's
+                # run is paused (other work samples meanwhile)
+                async with workbench.training_turn(trainer):
                     wall = time.monotonic()
                     result = await trainer.step(spec, job_dir, on_batch)
                     result["wall_seconds"] = time.monotonic() - wall
-                    return result
-                except TrainingError as exc:
-                    failed = await _after_failed_try(workbench, job, out, exc, failed)
+                return result
+            except TrainingError as exc:
+                failed = await _after_failed_try(workbench, job, out, exc, failed)
     finally:
         if own_trainer:
             await trainer.close()

@@ -2,6 +2,7 @@
 endpoints the workbench calls on vLLM over HTTP (health, models, chat completions, /sleep,
 /wake_up, /is_sleeping, /collective_rpc, /reset_prefix_cache, the adapter API), records every
 call in order, and, as vLLM does, refuses a chat completion or a weight load while asleep (503).
+A sleep or a wake can be made to fail, as one does when the GPU's memory is taken meanwhile.
 """
 
 from collections.abc import Callable
@@ -15,16 +16,33 @@ from tests.openai_stub import served
 ASLEEP = {"error": {"message": "the model is sleeping"}}
 
 
+FAILED = {"error": {"message": "CUDA error: out of memory", "type": "InternalServerError"}}
+
+
 @contextmanager
-def sleepy_vllm(model: str, probe: Callable[[], object] = lambda: None):
+def sleepy_vllm(
+    model: str, probe: Callable[[], object] = lambda: None, fail: dict[str, int] | None = None
+):
     """Yields (base_url, calls): each call as (endpoint, what `probe()` returned then, whether
-    it was refused), in order."""
+    it was refused), in order. `fail` (the caller may change it while it serves): how many of
+    the next /sleep or /wake_up calls fail (HTTP 500, the state unchanged), by endpoint."""
     app = FastAPI()
     calls: list[tuple[str, object, bool]] = []
     state = {"asleep": False}
+    fail = fail if fail is not None else {}
 
     def record(name: str, refused: bool = False) -> None:
         calls.append((name, probe(), refused))
+
+    def turn(action: str, name: str, asleep: bool):
+        """A /sleep or /wake_up: failed while `fail` says so (the state unchanged), else done."""
+        if fail.get(action, 0) > 0:
+            fail[action] -= 1
+            record(name, True)
+            return JSONResponse(FAILED, status_code=500)
+        record(name)
+        state["asleep"] = asleep
+        return {}
 
     @app.get("/health")
     async def health():
@@ -40,15 +58,11 @@ def sleepy_vllm(model: str, probe: Callable[[], object] = lambda: None):
 
     @app.post("/sleep")
     async def sleep(level: int = 1):
-        record(f"sleep level={level}")
-        state["asleep"] = True
-        return {}
+        return turn("sleep", f"sleep level={level}", True)
 
     @app.post("/wake_up")
     async def wake_up():
-        record("wake_up")
-        state["asleep"] = False
-        return {}
+        return turn("wake_up", "wake_up", False)
 
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request):
