@@ -132,7 +132,12 @@ class Admission:
         finally:
             async with self._changed:
                 self.in_flight -= 1
-                self._changed.notify_all()  # a paused() waiting for none in flight, too
+                # one waiter takes the freed slot; all of them only while a paused() waits for
+                # none in flight (waking thousands of queued rollouts per release costs CPU)
+                if self.closed:
+                    self._changed.notify_all()
+                else:
+                    self._changed.notify()
 
     @asynccontextmanager
     async def paused(self):
