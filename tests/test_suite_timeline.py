@@ -1,0 +1,33 @@
+"""benchmarks/suite_timeline.py reads the timeline tests/conftest.py writes (WHALE_TEST_TIMELINE)
+and says where the suite's time went: per worker, per module, per test."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+
+def test_the_timeline_says_which_worker_idled_and_which_module_took_the_time(tmp_path):
+    rows = [
+        {"worker": "gw0", "test": "tests/a/test_slow.py::test_one", "start": 100.0, "end": 160.0},
+        {"worker": "gw0", "test": "tests/a/test_slow.py::test_two", "start": 160.0, "end": 190.0},
+        {"worker": "gw1", "test": "tests/b/test_fast.py::test_x", "start": 100.0, "end": 110.0},
+    ]
+    timeline = tmp_path / "timeline.jsonl"
+    timeline.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.suite_timeline", str(timeline), "--top", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.splitlines()
+    assert out[0] == "3 tests, 90 s from the first start to the last end"
+    assert out[1] == "  gw0: 2 tests, busy 90 s, done 0 s before the last worker"
+    assert out[2] == "  gw1: 1 tests, busy 10 s, done 80 s before the last worker"
+    assert out[3] == "modules by time (of 100 s of tests in all):"
+    assert out[4].split() == ["90.0", "s", "90.0%", "tests/a/test_slow.py"]
+    assert out[-2].split() == ["60.0", "s", "gw0", "tests/a/test_slow.py::test_one"]
