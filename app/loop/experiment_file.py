@@ -3,7 +3,8 @@ experiments/*.toml and docs/loop.md; every key it may hold is in app/experiment_
 `parse` and `load` read one, `incoming_harness` finds its harness, `dry_run` says its plan.
 
 Every key is checked before anything starts; an unknown or invalid key is named in the error
-together with the file, e.g. `x.toml: switching.weight_steps_per_phase: Input should be greater than 0`.
+together with the file, e.g.
+`x.toml: switching.weight_steps_per_phase: Input should be greater than or equal to 1`.
 
 The incoming harness is one of: `harness` (a file), `harness_id` (a harness the store holds),
 `harness_code` (the code itself), or by default the domain's seed. An experiment that came over
@@ -280,7 +281,8 @@ def planned_work(experiment: Experiment, sizes: dict[str, int]) -> dict:
     if budget.rollouts is not None:
         work["rollout_budget"] = budget.rollouts
     set_lengths = switching.rule == "fixed"  # each phase as long as [switching] says
-    # per run ([budget]); switching.weight_steps_per_phase and .proposing_iterations_per_phase are per phase
+    # per run ([budget]); [switching]'s weight_steps_per_phase and
+    # proposing_iterations_per_phase are per phase
     run_steps, run_iterations = budget.weight_steps, budget.proposing_iterations
     strategy = experiment.strategy
     if strategy in ("whale", "fast_slow") and run_steps and set_lengths:

@@ -154,6 +154,8 @@ def with_seed(text: str, seed: int) -> str:
                 keys = tomllib.loads("".join(lines[i:j]))
                 break
             except tomllib.TOMLDecodeError:
+                if j >= len(lines):  # not so: say it rather than loop
+                    raise
                 j += 1
         if keys.keys() & {"seed", "seeds"}:
             if not placed:
