@@ -11,6 +11,7 @@ verdict (docs/loop.md, "Rehearsal").
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,10 @@ def rehearse(path: Path, url: str) -> dict:
         return {"file": str(path), "phases": "", "result": f"failed: {tail[0][:200]}", "check": "-"}
     row = json.loads(lines[-1])
     row.setdefault("wall_s", round(time.monotonic() - start, 1))
+    # a store keeps its full fine-tunes' weights, about 2 GB a file: 18 of them fill a laptop's
+    # disk (it happened); the store's database and logs stay for reading
+    for heavy in ("checkpoints", "models"):
+        shutil.rmtree(Path(row["home"]) / heavy, ignore_errors=True)
     return row
 
 

