@@ -40,8 +40,8 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-# The fields of [sampling] that shape the distribution a token is drawn from: what `fixed`
-# holds over every call of a run, so a harness cannot change how the model is sampled.
+# The fields of [sampling] that shape the distribution a token is drawn from: what
+# `override_harness` holds over every call of a run, so a harness cannot change how the model is sampled.
 DECODING_FIELDS = (
     "temperature",
     "top_p",
@@ -55,12 +55,12 @@ DECODING_FIELDS = (
 
 class Sampling(_Strict):
     """[sampling]: each field set here is sent on every call whose harness leaves it unset.
-    With `fixed = true` the decoding fields set here (DECODING_FIELDS) are sent on every call
+    With `override_harness = true` the decoding fields set here (DECODING_FIELDS) are sent on every call
     whatever the harness sets, for training, harness evaluation and test alike, as the paper
     samples (temperature 1.0, top_p 1.0, top_k 20): a harness at temperature 0 would make
     mean@k one greedy sample k times, and a proposer could "improve" a harness by decoding."""
 
-    fixed: bool = Field(
+    override_harness: bool = Field(
         default=False, description="the decoding fields set here override the harness's own"
     )
 
@@ -82,22 +82,34 @@ class Sampling(_Strict):
 
     def defaults(self) -> dict[str, Any]:
         """What a call gets where it sets nothing itself."""
-        return self.model_dump(exclude_none=True, exclude={"fixed"})
+        return self.model_dump(exclude_none=True, exclude={"override_harness"})
 
     def forced(self) -> dict[str, Any]:
-        """What every call gets whatever it sets (nothing unless `fixed`): the decoding fields
+        """What every call gets whatever it sets (nothing unless `override_harness`): the decoding fields
         set here, and `chat_template_kwargs` always, since thinking on or off changes what is
         sampled as much as they do (None: the chat template's own default, and no harness's)."""
-        if not self.fixed:
+        if not self.override_harness:
             return {}
         given = self.defaults()
         forced = {k: given[k] for k in DECODING_FIELDS if k in given}
         return {**forced, "chat_template_kwargs": self.chat_template_kwargs}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_name(cls, data: Any) -> Any:
+        """Runs stored before the key was renamed (it was `fixed`, a word [switching]'s rule
+        uses too) keep its meaning; a file that says it now is refused in parse()."""
+        if isinstance(data, dict) and "fixed" in data:
+            data = dict(data)
+            data.setdefault("override_harness", data.pop("fixed"))
+        return data
+
     @model_validator(mode="after")
     def _fixed_decoding_needs_a_value(self):
-        if self.fixed and not any(getattr(self, k) is not None for k in DECODING_FIELDS):
-            raise ValueError(f"fixed = true fixes nothing: set one of {', '.join(DECODING_FIELDS)}")
+        if self.override_harness and not any(getattr(self, k) is not None for k in DECODING_FIELDS):
+            raise ValueError(
+                f"override_harness = true overrides nothing: set one of {', '.join(DECODING_FIELDS)}"
+            )
         return self
 
 

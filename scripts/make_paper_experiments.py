@@ -240,7 +240,7 @@ k = 8
 every_weight_steps = {TEST_EVERY}
 
 [sampling]
-fixed = true                # every call, training, harness search and test alike
+override_harness = true     # every call, training, harness search and test alike
 temperature = 1.0
 top_p = 1.0
 top_k = 20

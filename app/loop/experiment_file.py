@@ -42,6 +42,10 @@ ELSEWHERE = {
     "phase's length; budget.proposing_iterations is the run's total)",
     ("switching", "weight_steps"): "is now weight_steps_per_phase (a weight phase's length; "
     "budget.weight_steps is the run's total)",
+    (
+        "sampling",
+        "fixed",
+    ): "is now override_harness (the decoding fields of [sampling] override the harness's own on every call)",
     ("rft", "steps"): "is not used here: set switching.weight_steps_per_phase",
     ("search", "iterations"): "is not used here: set switching.proposing_iterations_per_phase",
 }
@@ -232,7 +236,7 @@ def dry_run(experiment: Experiment, settings, source: str = "experiment") -> dic
         "budget": experiment.budget.model_dump(exclude_none=True),
         "sampling": {
             **experiment.sampling.defaults(),
-            "fixed": sorted(experiment.sampling.forced()) or False,
+            "override_harness": sorted(experiment.sampling.forced()) or False,
         },
         "rollout": experiment.rollout.model_dump(exclude_none=True),
         "work": planned_work(experiment, sizes),

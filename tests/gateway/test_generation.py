@@ -92,10 +92,12 @@ def test_rft_temperature_overrides_a_harness_that_samples_greedily(store):
 
 
 def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
-    """[sampling] fixed = true, the paper's decoding: a harness asking for greedy decoding on
+    """[sampling] override_harness = true, the paper's decoding: a harness asking for greedy decoding on
     the test split still samples at temperature 1.0, top_p 1.0, top_k 20, and the step records
     what the harness asked for."""
-    declared = {"sampling": {"fixed": True, "temperature": 1.0, "top_p": 1.0, "top_k": 20}}
+    declared = {
+        "sampling": {"override_harness": True, "temperature": 1.0, "top_p": 1.0, "top_k": 20}
+    }
     for split in ("train", "harness", "test"):
         got = generation_for(Declared.of_config(declared), split, "vllm", {})
         # and the chat template's own thinking default: no harness switches it
@@ -110,7 +112,7 @@ def test_fixed_decoding_holds_every_split_whatever_the_harness_sets(store):
         20,
     )
     assert steps[0]["harness_asked"] == {"temperature": 0.0, "top_k": 1}
-    # without `fixed` the same section only fills what the harness leaves unset
+    # without `override_harness` the same section only fills what the harness leaves unset
     loose = generation_for(
         Declared.of_config({"sampling": {"temperature": 1.0}}), "test", "vllm", {}
     )
@@ -122,7 +124,9 @@ def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
     """The paper samples with thinking on: under fixed decoding a harness that switches it off
     (or leaves it unset) still gets the experiment's chat_template_kwargs, and the step records
     what it asked for; with none declared, the harness's own are dropped."""
-    declared = {"sampling": {"fixed": True, "temperature": 1.0, "chat_template_kwargs": THINKING}}
+    declared = {
+        "sampling": {"override_harness": True, "temperature": 1.0, "chat_template_kwargs": THINKING}
+    }
     test = generation_for(Declared.of_config(declared), "test", "vllm", {})
     off = {"enable_thinking": False}
     bodies = [{"messages": HELLO, "chat_template_kwargs": off}, {"messages": HELLO}]
@@ -130,7 +134,7 @@ def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
     assert [r["chat_template_kwargs"] for r in received] == [THINKING, THINKING]
     assert steps[0]["harness_asked"] == {"chat_template_kwargs": off}
     assert "harness_asked" not in steps[1]
-    none_declared = {"sampling": {"fixed": True, "temperature": 1.0}}
+    none_declared = {"sampling": {"override_harness": True, "temperature": 1.0}}
     test = generation_for(Declared.of_config(none_declared), "test", "vllm", {})
     _, received, steps = call(store, test, bodies[0])
     assert "chat_template_kwargs" not in received[0]  # the template's default
@@ -142,10 +146,12 @@ def test_fixed_decoding_holds_thinking_on_whatever_the_harness_sets(store):
 def test_fixed_decoding_needs_a_value_and_agrees_with_rft_temperature():
     from app.loop.experiment_file import ExperimentError, parse
 
-    with pytest.raises(ValueError, match="fixes nothing"):
-        Sampling(fixed=True, max_tokens=100)
+    with pytest.raises(ValueError, match="overrides nothing"):
+        Sampling(override_harness=True, max_tokens=100)
     with pytest.raises(ExperimentError, match=r"rft.temperature \(0.7\) differs"):
-        parse('name = "x"\n[rft]\ntemperature = 0.7\n[sampling]\nfixed = true\ntemperature = 1.0\n')
+        parse(
+            'name = "x"\n[rft]\ntemperature = 0.7\n[sampling]\noverride_harness = true\ntemperature = 1.0\n'
+        )
 
 
 def test_max_tokens_stays_within_the_call_cap_and_the_completion_budget(store):
@@ -223,3 +229,14 @@ def test_the_local_backend_is_listed_with_exactly_the_fields_its_server_implemen
     # return_token_ids is the gateway's own field (it records the ids), never a harness's
     fields = set(ChatRequest.model_fields) - {"model", "messages", "return_token_ids"}
     assert fields == BACKEND_FIELDS["local"]
+
+
+def test_fixed_decoding_under_its_old_name_is_refused_in_a_file_and_read_in_a_stored_run():
+    """`[sampling] fixed` was renamed override_harness (`fixed` is also a switching rule): a
+    file saying it is told the new name, a run stored before keeps its meaning."""
+    from app.loop.experiment_file import ExperimentError, parse
+
+    with pytest.raises(ExperimentError, match="sampling.fixed is now override_harness"):
+        parse('name = "x"\n[sampling]\nfixed = true\ntemperature = 1.0\n', "x.toml")
+    stored = Sampling.model_validate({"fixed": True, "temperature": 1.0})
+    assert stored.override_harness and stored.forced()["temperature"] == 1.0

@@ -102,7 +102,12 @@ def test_the_dry_run_says_the_release_s_settings(path):
 
     # decoding fixed for every call, and the same for training, harness search and test
     sampling = plan["sampling"]
-    assert set(sampling["fixed"]) == {"temperature", "top_p", "top_k", "chat_template_kwargs"}
+    assert set(sampling["override_harness"]) == {
+        "temperature",
+        "top_p",
+        "top_k",
+        "chat_template_kwargs",
+    }
     assert {"temperature", "top_p", "top_k"} <= set(DECODING_FIELDS)  # thinking is held too
     for temperature, top_p, top_k in (
         ("rollout_temperature", "rollout_top_p", "rollout_top_k"),
