@@ -36,12 +36,25 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def renamed(data: Any, names: dict[str, str]) -> Any:
+    """A stored section with its keys of earlier names (old -> new) under their new ones: a run
+    stored before a rename keeps its meaning (a file saying an old name is refused in parse())."""
+    if not (isinstance(data, dict) and names.keys() & data.keys()):
+        return data
+    data = dict(data)
+    for old, new in names.items():
+        if old in data:
+            data.setdefault(new, data.pop(old))
+    return data
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 # The fields of [sampling] that shape the distribution a token is drawn from: what
-# `override_harness` holds over every call of a run, so a harness cannot change how the model is sampled.
+# `override_harness` holds over every call of a run, so a harness cannot change how the model
+# is sampled.
 DECODING_FIELDS = (
     "temperature",
     "top_p",
@@ -55,8 +68,8 @@ DECODING_FIELDS = (
 
 class Sampling(_Strict):
     """[sampling]: each field set here is sent on every call whose harness leaves it unset.
-    With `override_harness = true` the decoding fields set here (DECODING_FIELDS) are sent on every call
-    whatever the harness sets, for training, harness evaluation and test alike, as the paper
+    With `override_harness = true` the decoding fields set here (DECODING_FIELDS) are sent on
+    every call whatever the harness sets, for training, harness evaluation and test alike, as the paper
     samples (temperature 1.0, top_p 1.0, top_k 20): a harness at temperature 0 would make
     mean@k one greedy sample k times, and a proposer could "improve" a harness by decoding."""
 
@@ -85,8 +98,8 @@ class Sampling(_Strict):
         return self.model_dump(exclude_none=True, exclude={"override_harness"})
 
     def forced(self) -> dict[str, Any]:
-        """What every call gets whatever it sets (nothing unless `override_harness`): the decoding fields
-        set here, and `chat_template_kwargs` always, since thinking on or off changes what is
+        """What every call gets whatever it sets (nothing unless `override_harness`): the
+        decoding fields set here, and `chat_template_kwargs` always, since thinking on or off changes what is
         sampled as much as they do (None: the chat template's own default, and no harness's)."""
         if not self.override_harness:
             return {}
@@ -99,10 +112,7 @@ class Sampling(_Strict):
     def _earlier_name(cls, data: Any) -> Any:
         """Runs stored before the key was renamed (it was `fixed`, a word [switching]'s rule
         uses too) keep its meaning; a file that says it now is refused in parse()."""
-        if isinstance(data, dict) and "fixed" in data:
-            data = dict(data)
-            data.setdefault("override_harness", data.pop("fixed"))
-        return data
+        return renamed(data, {"fixed": "override_harness"})
 
     @model_validator(mode="after")
     def _fixed_decoding_needs_a_value(self):
@@ -429,12 +439,7 @@ class Switching(_Strict):
     def _earlier_names(cls, data: Any) -> Any:
         """Runs stored before the keys were renamed kept them under their old names, with the
         same meaning; a file that says one now is refused in parse() (EARLIER_NAMES)."""
-        if isinstance(data, dict) and EARLIER_NAMES.keys() & data.keys():
-            data = dict(data)
-            for old, new in EARLIER_NAMES.items():
-                if old in data:
-                    data.setdefault(new, data.pop(old))
-        return data
+        return renamed(data, EARLIER_NAMES)
 
 
 class TestSchedule(_Strict):
