@@ -35,16 +35,25 @@ def summary(rows: list[dict], top: int) -> str:
             f"  {worker}: {len(mine)} tests, busy {busy:.0f} s, done {last - ended:.0f} s "
             "before the last worker"
         )
-    by_module = defaultdict(float)
+    by_module, cpu_by_module = defaultdict(float), defaultdict(float)
     for row in rows:
         by_module[row["test"].split("::")[0]] += row["end"] - row["start"]
+        cpu_by_module[row["test"].split("::")[0]] += row.get("cpu", 0.0)
     total = sum(by_module.values())
+    with_cpu = all("cpu" in r for r in rows)  # timelines written before cpu was recorded
+    if with_cpu:
+        lines.append(
+            f"processor time of the workers and their children: {sum(cpu_by_module.values()):.0f} s"
+            " (the model server the workers share and Docker's containers not counted)"
+        )
     lines.append(f"modules by time (of {total:.0f} s of tests in all):")
     for module, seconds in sorted(by_module.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"  {seconds:7.1f} s  {100 * seconds / total:4.1f}%  {module}")
+        cpu = f"  cpu {cpu_by_module[module]:6.1f} s" if with_cpu else ""
+        lines.append(f"  {seconds:7.1f} s  {100 * seconds / total:4.1f}%{cpu}  {module}")
     lines.append("slowest tests:")
     for row in sorted(rows, key=lambda r: r["start"] - r["end"])[:top]:
-        lines.append(f"  {row['end'] - row['start']:7.1f} s  {row['worker']}  {row['test']}")
+        cpu = f"  cpu {row['cpu']:6.1f} s" if with_cpu else ""
+        lines.append(f"  {row['end'] - row['start']:7.1f} s{cpu}  {row['worker']}  {row['test']}")
     return "\n".join(lines)
 
 

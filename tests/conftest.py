@@ -8,6 +8,7 @@ import html
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,16 +52,32 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = f"{reason} (required: WHALE_REQUIRE_COMPONENTS=1)"
 
 
+def _cpu_seconds() -> float:
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """WHALE_TEST_TIMELINE=FILE: a JSON line per test (worker, test, start, end), for
-    `python -m benchmarks.suite_timeline FILE`: where the suite's time goes, worker by worker."""
-    start = time.time()
+    """WHALE_TEST_TIMELINE=FILE: a JSON line per test (worker, test, start, end, cpu), for
+    `python -m benchmarks.suite_timeline FILE`: where the suite's time goes, worker by worker.
+    cpu is the processor time of the worker and of the child processes it waited for during the
+    test (a process started by a fixture of wider scope counts where it ends)."""
+    start, cpu = time.time(), _cpu_seconds()
     yield
     path = os.environ.get("WHALE_TEST_TIMELINE")
     if path:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        line = {"worker": worker, "test": item.nodeid, "start": start, "end": time.time()}
+        line = {
+            "worker": worker,
+            "test": item.nodeid,
+            "start": start,
+            "end": time.time(),
+            "cpu": round(_cpu_seconds() - cpu, 3),
+        }
         with open(path, "a") as out:  # one short write per line: the workers' lines stay whole
             out.write(json.dumps(line) + "\n")
 

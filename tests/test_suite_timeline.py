@@ -11,9 +11,27 @@ from tests.conftest import REPO
 
 def test_the_timeline_says_which_worker_idled_and_which_module_took_the_time(tmp_path):
     rows = [
-        {"worker": "gw0", "test": "tests/a/test_slow.py::test_one", "start": 100.0, "end": 160.0},
-        {"worker": "gw0", "test": "tests/a/test_slow.py::test_two", "start": 160.0, "end": 190.0},
-        {"worker": "gw1", "test": "tests/b/test_fast.py::test_x", "start": 100.0, "end": 110.0},
+        {
+            "worker": "gw0",
+            "test": "tests/a/test_slow.py::test_one",
+            "start": 100.0,
+            "end": 160.0,
+            "cpu": 50.0,
+        },
+        {
+            "worker": "gw0",
+            "test": "tests/a/test_slow.py::test_two",
+            "start": 160.0,
+            "end": 190.0,
+            "cpu": 5.0,
+        },
+        {
+            "worker": "gw1",
+            "test": "tests/b/test_fast.py::test_x",
+            "start": 100.0,
+            "end": 110.0,
+            "cpu": 1.5,
+        },
     ]
     timeline = tmp_path / "timeline.jsonl"
     timeline.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -28,6 +46,52 @@ def test_the_timeline_says_which_worker_idled_and_which_module_took_the_time(tmp
     assert out[0] == "3 tests, 90 s from the first start to the last end"
     assert out[1] == "  gw0: 2 tests, busy 90 s, done 0 s before the last worker"
     assert out[2] == "  gw1: 1 tests, busy 10 s, done 80 s before the last worker"
-    assert out[3] == "modules by time (of 100 s of tests in all):"
-    assert out[4].split() == ["90.0", "s", "90.0%", "tests/a/test_slow.py"]
-    assert out[-2].split() == ["60.0", "s", "gw0", "tests/a/test_slow.py::test_one"]
+    assert out[3].startswith("processor time of the workers and their children: 56 s")
+    assert out[4] == "modules by time (of 100 s of tests in all):"
+    assert out[5].split() == ["90.0", "s", "90.0%", "cpu", "55.0", "s", "tests/a/test_slow.py"]
+    assert out[-2].split() == [
+        "60.0",
+        "s",
+        "cpu",
+        "50.0",
+        "s",
+        "gw0",
+        "tests/a/test_slow.py::test_one",
+    ]
+
+
+def test_the_timeline_counts_the_processor_time_of_a_test_s_child_processes(tmp_path):
+    """The hook in tests/conftest.py, run by a pytest of its own: a test whose child process
+    spins for a second is charged about a second, one that sleeps nearly nothing."""
+    (tmp_path / "test_inner.py").write_text(
+        "import subprocess, sys, time\n"
+        "def test_spins():\n"
+        "    subprocess.run([sys.executable, '-c',"
+        " 'import time\\nt = time.process_time()\\nwhile time.process_time() - t < 1: pass'])\n"
+        "def test_sleeps():\n"
+        "    time.sleep(1)\n"
+    )
+    timeline = tmp_path / "timeline.jsonl"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path / "test_inner.py"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO), "WHALE_TEST_TIMELINE": str(timeline)},
+    )
+    cpu = {
+        json.loads(line)["test"].split("::")[1]: json.loads(line)["cpu"]
+        for line in timeline.read_text().splitlines()
+    }
+    assert 0.9 <= cpu["test_spins"] < 3
+    assert cpu["test_sleeps"] < 0.2
