@@ -19,7 +19,6 @@ from app.read.compare import NotCompared, baseline_of, compare_runs, groups
 from app.read.curves import X_LABELS, mixed_scales
 from app.read.runs import UnknownRuns
 from app.report.export import export_run
-from app.report.plot import plot_accuracy_vs_rollouts
 
 
 @contextmanager
@@ -172,6 +171,8 @@ def compare(
         ) from None
     with store_session() as session:
         rows = compare_runs(session, run_ids, baseline)
+        from app.report.plot import plot_accuracy_vs_rollouts  # matplotlib: only here
+
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
         seed_groups = groups(session, rows, baseline)
     if as_json:

@@ -52,7 +52,9 @@ def _cache_is_complete(folder: Path) -> bool:
                 return False
         from safetensors import safe_open
 
-        with safe_open(folder / "model.safetensors", "pt") as f:
+        # "np": listing keys needs no tensors, and "pt" would import torch into every
+        # command that only checks the cache (about a second of processor time each)
+        with safe_open(folder / "model.safetensors", "np") as f:
             return len(list(f.keys())) > 0
     except Exception:  # noqa: BLE001 - any unreadable cache is rebuilt
         return False

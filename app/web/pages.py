@@ -233,7 +233,7 @@ def run_live(
 def run_export(run_id: RowId, s: SessionDep) -> FileResponse:
     """The run as `whale export RUN` writes it (run.json, the harnesses' code, a JSON lines file
     per table), packed as a .tar.gz download."""
-    from app.report.export import export_archive  # app.report loads matplotlib: only here
+    from app.report.export import export_archive
 
     if s.get(Run, run_id) is None:
         raise NotFound("run", run_id)

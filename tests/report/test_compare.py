@@ -2,7 +2,8 @@
 
 import pytest
 
-from app.report import UnknownRuns, compare_runs
+from app.read.compare import compare_runs
+from app.read.runs import UnknownRuns
 
 
 def test_summaries_in_the_order_asked(session, filled):

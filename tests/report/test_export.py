@@ -20,8 +20,8 @@ from app.db.schema import (
     Step,
     TrainingJob,
 )
-from app.report import UnknownRuns, export_run
-from app.report.export import rollouts_with_steps
+from app.read.runs import UnknownRuns
+from app.report.export import export_run, rollouts_with_steps
 
 
 def lines(path) -> list[dict]:

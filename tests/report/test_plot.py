@@ -8,9 +8,8 @@ from matplotlib.image import imread
 from app.db.schema import Metric, Run
 from app.read.compare import seed_bands
 from app.read.curves import curve
-from app.read.runs import get_runs
-from app.report import UnknownRuns, plot_accuracy_vs_rollouts
-from app.report.plot import accuracy_figure, run_colors
+from app.read.runs import UnknownRuns, get_runs
+from app.report.plot import accuracy_figure, plot_accuracy_vs_rollouts, run_colors
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
