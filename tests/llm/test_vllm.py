@@ -533,8 +533,9 @@ def test_attached_servers_that_cannot_load_weights_in_place_say_how_to_switch(
     model_server, tmp_path, base
 ):
     """A server without vLLM's weight-loading endpoint (here the local model server, attached
-    as vLLM would be) is not silently left on the old weights: the error says what to do."""
-    backend = VLLMBackend([model_server.base_url])
+    as vLLM would be) is not silently left on the old weights: the error says what to do. The
+    model is named: other workers' tests load their checkpoints into the same server meanwhile."""
+    backend = VLLMBackend([model_server.base_url], model=model_server.model)
 
     async def attempt():
         await backend.start()

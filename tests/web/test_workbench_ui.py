@@ -4,6 +4,7 @@ its curve, then follow a researcher's path: the lineage, a diff, the failing tra
 two traces side by side. Every page's screenshot is kept in test-artifacts/ui-*.png."""
 
 import re
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,21 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{MISSING}no Chro
 def shot(page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"ui-{name}.png"), full_page=True)
+
+
+def rollout_with_another_harness(db: Path, run_id: int) -> int:
+    """A rollout of the run, failing if one is, whose task some other harness also ran."""
+    with sqlite3.connect(db) as con:
+        (rollout_id,) = con.execute(
+            """SELECT r.id FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+                WHERE r.run_id = ? AND e.split = 'harness' AND EXISTS (
+                      SELECT 1 FROM rollout o JOIN evaluation oe ON oe.id = o.evaluation_id
+                       WHERE o.task_id = r.task_id AND oe.split = 'harness'
+                         AND o.harness_id != r.harness_id AND o.status IN ('pass', 'fail'))
+                ORDER BY r.status != 'fail', r.id LIMIT 1""",
+            (run_id,),
+        ).fetchone()
+    return rollout_id
 
 
 @pytest.mark.slow
@@ -82,6 +98,10 @@ def test_a_researcher_drives_a_run_from_the_browser(whale_env, page):
         expect(page.locator("h1 .badge")).to_have_text("fail")
         expect(page.locator("article.step-model").first).to_contain_text("model call")
         shot(page, "trace")
+        # side by side from a failing rollout of a task that another harness also ran: the
+        # harness phases score their candidates on the same tasks, whatever the model answered
+        # (a test rollout has none when the run ended on the weights and harness it began with)
+        page.goto(f"{url}/rollouts/{rollout_with_another_harness(db, run_id)}")
         page.locator("#compare-with ~ table a", has_text="compare side by side").first.click()
         expect(page.locator(".trace-column")).to_have_count(2)
         shot(page, "traces-side-by-side")
