@@ -69,9 +69,10 @@ DECODING_FIELDS = (
 class Sampling(_Strict):
     """[sampling]: each field set here is sent on every call whose harness leaves it unset.
     With `override_harness = true` the decoding fields set here (DECODING_FIELDS) are sent on
-    every call whatever the harness sets, for training, harness evaluation and test alike, as the paper
-    samples (temperature 1.0, top_p 1.0, top_k 20): a harness at temperature 0 would make
-    mean@k one greedy sample k times, and a proposer could "improve" a harness by decoding."""
+    every call whatever the harness sets, for training, harness evaluation and test alike, as
+    the paper samples (temperature 1.0, top_p 1.0, top_k 20): a harness at temperature 0 would
+    make mean@k one greedy sample k times, and a proposer could "improve" a harness by
+    decoding."""
 
     override_harness: bool = Field(
         default=False, description="the decoding fields set here override the harness's own"
@@ -99,8 +100,9 @@ class Sampling(_Strict):
 
     def forced(self) -> dict[str, Any]:
         """What every call gets whatever it sets (nothing unless `override_harness`): the
-        decoding fields set here, and `chat_template_kwargs` always, since thinking on or off changes what is
-        sampled as much as they do (None: the chat template's own default, and no harness's)."""
+        decoding fields set here, and `chat_template_kwargs` always, since thinking on or off
+        changes what is sampled as much as they do (None: the chat template's own default, and
+        no harness's)."""
         if not self.override_harness:
             return {}
         given = self.defaults()
@@ -117,9 +119,8 @@ class Sampling(_Strict):
     @model_validator(mode="after")
     def _fixed_decoding_needs_a_value(self):
         if self.override_harness and not any(getattr(self, k) is not None for k in DECODING_FIELDS):
-            raise ValueError(
-                f"override_harness = true overrides nothing: set one of {', '.join(DECODING_FIELDS)}"
-            )
+            fields = ", ".join(DECODING_FIELDS)
+            raise ValueError(f"override_harness = true overrides nothing: set one of {fields}")
         return self
 
 

@@ -9,29 +9,16 @@ import sys
 from tests.conftest import REPO
 
 
+def row(worker: str, test: str, start: float, end: float, cpu: float) -> dict:
+    """A timeline line as tests/conftest.py writes it."""
+    return {"worker": worker, "test": test, "start": start, "end": end, "cpu": cpu}
+
+
 def test_the_timeline_says_which_worker_idled_and_which_module_took_the_time(tmp_path):
     rows = [
-        {
-            "worker": "gw0",
-            "test": "tests/a/test_slow.py::test_one",
-            "start": 100.0,
-            "end": 160.0,
-            "cpu": 50.0,
-        },
-        {
-            "worker": "gw0",
-            "test": "tests/a/test_slow.py::test_two",
-            "start": 160.0,
-            "end": 190.0,
-            "cpu": 5.0,
-        },
-        {
-            "worker": "gw1",
-            "test": "tests/b/test_fast.py::test_x",
-            "start": 100.0,
-            "end": 110.0,
-            "cpu": 1.5,
-        },
+        row("gw0", "tests/a/test_slow.py::test_one", 100.0, 160.0, cpu=50.0),
+        row("gw0", "tests/a/test_slow.py::test_two", 160.0, 190.0, cpu=5.0),
+        row("gw1", "tests/b/test_fast.py::test_x", 100.0, 110.0, cpu=1.5),
     ]
     timeline = tmp_path / "timeline.jsonl"
     timeline.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -89,9 +76,7 @@ def test_the_timeline_counts_the_processor_time_of_a_test_s_child_processes(tmp_
         check=True,
         env={**os.environ, "PYTHONPATH": str(REPO), "WHALE_TEST_TIMELINE": str(timeline)},
     )
-    cpu = {
-        json.loads(line)["test"].split("::")[1]: json.loads(line)["cpu"]
-        for line in timeline.read_text().splitlines()
-    }
+    lines = [json.loads(line) for line in timeline.read_text().splitlines()]
+    cpu = {line["test"].split("::")[1]: line["cpu"] for line in lines}
     assert 0.9 <= cpu["test_spins"] < 3
     assert cpu["test_sleeps"] < 0.2

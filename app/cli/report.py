@@ -159,6 +159,8 @@ def compare(
     ] = None,
 ):
     """Runs side by side: best and final test mean@k, rollouts to the best; plus a figure."""
+    from app.report.plot import plot_accuracy_vs_rollouts  # loads matplotlib: only this command
+
     if x not in X_LABELS:
         raise typer.BadParameter(
             f"{x!r} is not an x axis; use {' | '.join(X_LABELS)}", param_hint="--x"
@@ -171,8 +173,6 @@ def compare(
         ) from None
     with store_session() as session:
         rows = compare_runs(session, run_ids, baseline)
-        from app.report.plot import plot_accuracy_vs_rollouts  # matplotlib: only here
-
         plot_accuracy_vs_rollouts(session, run_ids, plot, x)
         seed_groups = groups(session, rows, baseline)
     if as_json:

@@ -8,9 +8,9 @@ The sections themselves are in app/experiment_schema.py.
   release counts them, the per-call completion cap, the wall-clock limit).
 - `[rft] temperature`: RFT samples at it whatever the harness sets, since a harness that
   hard-codes temperature 0 would turn n samples of a prompt into one sample n times.
-- `[sampling] override_harness = true`: the decoding fields of [sampling] and its `chat_template_kwargs`
-  (thinking on or off; unset: the template's default) are sent on every call of every split
-  whatever the harness sets (the paper's fixed decoding).
+- `[sampling] override_harness = true`: the decoding fields of [sampling] and its
+  `chat_template_kwargs` (thinking on or off; unset: the template's default) are sent on every
+  call of every split whatever the harness sets (the paper's fixed decoding).
 
 A field the backend does not take is refused with its name and the backend's, when the
 experiment is started and again when a harness sends it.
@@ -163,9 +163,8 @@ def generation_for(
     [rollout], the process-wide limits where those are unset, and [rft] temperature forced on
     RFT's sampling (the train split). `harness_turns`: the harness's declared MAX_TURNS, its own
     call budget within `max_calls` (the clamp)."""
-    forced = (
-        declared.sampling.forced()
-    )  # [sampling] override_harness = true: every split, every call
+    # [sampling] override_harness = true: every split, every call
+    forced = declared.sampling.forced()
     if split == "train" and declared.rft_temperature is not None:
         forced["temperature"] = declared.rft_temperature
     given = {k: v for k, v in declared.rollout.model_dump().items() if v is not None}

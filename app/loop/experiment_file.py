@@ -42,10 +42,8 @@ ELSEWHERE = {
     "phase's length; budget.proposing_iterations is the run's total)",
     ("switching", "weight_steps"): "is now weight_steps_per_phase (a weight phase's length; "
     "budget.weight_steps is the run's total)",
-    (
-        "sampling",
-        "fixed",
-    ): "is now override_harness (the decoding fields of [sampling] override the harness's own on every call)",
+    ("sampling", "fixed"): "is now override_harness (the decoding fields of [sampling] override "
+    "the harness's own on every call)",
     ("rft", "steps"): "is not used here: set switching.weight_steps_per_phase",
     ("search", "iterations"): "is not used here: set switching.proposing_iterations_per_phase",
 }
