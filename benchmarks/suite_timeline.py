@@ -21,6 +21,28 @@ def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+BUSY = ("prefill_seconds", "decode_seconds", "model_load_seconds")
+
+
+def server_shares(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Each test's share of the shared model server's work (the counters its line holds at its
+    start and end): between two consecutive readings, the server's work is split evenly between
+    the tests running through that stretch. Work outside every test counts under "" (none)."""
+    readings = sorted(
+        (row[edge], row["server"][key])
+        for row in rows
+        if "server" in row
+        for edge, key in (("start", "start"), ("end", "end"))
+    )
+    shares: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (t0, before), (t1, after) in zip(readings, readings[1:]):
+        running = [r["test"] for r in rows if r["start"] <= t0 and r["end"] >= t1] or [""]
+        for name in after.keys() & before.keys():
+            for test in running:
+                shares[test][name] += (after[name] - before[name]) / len(running)
+    return shares
+
+
 def summary(rows: list[dict], top: int) -> str:
     first = min(r["start"] for r in rows)
     last = max(r["end"] for r in rows)
@@ -46,14 +68,39 @@ def summary(rows: list[dict], top: int) -> str:
             f"processor time of the workers and their children: {sum(cpu_by_module.values()):.0f} s"
             " (the model server the workers share and Docker's containers not counted)"
         )
+    shares = server_shares(rows)
+    busy = lambda work: sum(work.get(k, 0.0) for k in BUSY)  # noqa: E731
+    server_by_module = defaultdict(float)
+    for test, work in shares.items():
+        server_by_module[test.split("::")[0]] += busy(work)
+    if shares:
+        work = defaultdict(float)
+        for share in shares.values():
+            for name, value in share.items():
+                work[name] += value
+        lines.append(
+            f"the shared model server: busy {busy(work):.0f} s (prefill {work['prefill_seconds']:.0f}"
+            f" s, decode {work['decode_seconds']:.0f} s, {work['model_loads']:.0f} model loads "
+            f"{work['model_load_seconds']:.0f} s); {work['prompt_tokens']:.0f} prompt tokens, "
+            f"{work['generation_tokens']:.0f} generated. Server columns: each test's share of its "
+            "busy time, split evenly between the tests running at the time"
+        )
     lines.append(f"modules by time (of {total:.0f} s of tests in all):")
     for module, seconds in sorted(by_module.items(), key=lambda kv: -kv[1])[:top]:
         cpu = f"  cpu {cpu_by_module[module]:6.1f} s" if with_cpu else ""
-        lines.append(f"  {seconds:7.1f} s  {100 * seconds / total:4.1f}%{cpu}  {module}")
+        server = f"  server {server_by_module[module]:6.1f} s" if shares else ""
+        lines.append(f"  {seconds:7.1f} s  {100 * seconds / total:4.1f}%{cpu}{server}  {module}")
+    if shares:
+        lines.append("modules by the model server's time:")
+        for module, seconds in sorted(server_by_module.items(), key=lambda kv: -kv[1])[:top]:
+            lines.append(f"  {seconds:7.1f} s  {module or '(between tests)'}")
     lines.append("slowest tests:")
     for row in sorted(rows, key=lambda r: r["start"] - r["end"])[:top]:
         cpu = f"  cpu {row['cpu']:6.1f} s" if with_cpu else ""
-        lines.append(f"  {row['end'] - row['start']:7.1f} s{cpu}  {row['worker']}  {row['test']}")
+        server = f"  server {busy(shares.get(row['test'], {})):6.1f} s" if shares else ""
+        lines.append(
+            f"  {row['end'] - row['start']:7.1f} s{cpu}{server}  {row['worker']}  {row['test']}"
+        )
     return "\n".join(lines)
 
 

@@ -60,15 +60,30 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _server_work(server: dict | None) -> dict[str, float]:
+    """The shared model server's work counters so far (its /metrics), or {} without one."""
+    if not server:
+        return {}
+    try:
+        text = httpx.get(f"http://127.0.0.1:{server['port']}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return {}  # a test that stops the server does not lose its timeline line
+    found = re.findall(r"(?m)^whale:(\w+)_total (\S+)$", text)
+    return {name: float(value) for name, value in found}
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """WHALE_TEST_TIMELINE=FILE: a JSON line per test (worker, test, start, end, cpu), for
     `python -m benchmarks.suite_timeline FILE`: where the suite's time goes, worker by worker.
     cpu is the processor time of the worker and of the child processes it waited for during the
-    test (a process started by a fixture of wider scope counts where it ends)."""
-    start, cpu = time.time(), _cpu_seconds()
-    yield
+    test (a process started by a fixture of wider scope counts where it ends); server holds the
+    work counters of the workers' shared model server (/metrics: tokens, loads, seconds) at the
+    test's start and end, which the report splits between the tests that ran at the time."""
     path = os.environ.get("WHALE_TEST_TIMELINE")
+    server = getattr(item.config, "workerinput", {}).get("whale_model_server") if path else None
+    start, cpu, work = time.time(), _cpu_seconds(), _server_work(server)
+    yield
     if path:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         line = {
@@ -78,6 +93,10 @@ def pytest_runtest_protocol(item, nextitem):
             "end": time.time(),
             "cpu": round(_cpu_seconds() - cpu, 3),
         }
+        if work:
+            after = _server_work(server)
+            if after:
+                line["server"] = {"start": work, "end": after}
         with open(path, "a") as out:  # one short write per line: the workers' lines stay whole
             out.write(json.dumps(line) + "\n")
 

@@ -80,3 +80,25 @@ def test_the_timeline_counts_the_processor_time_of_a_test_s_child_processes(tmp_
     cpu = {line["test"].split("::")[1]: line["cpu"] for line in lines}
     assert 0.9 <= cpu["test_spins"] < 3
     assert cpu["test_sleeps"] < 0.2
+
+
+def test_the_model_server_s_work_is_split_between_the_tests_running_at_the_time():
+    from benchmarks.suite_timeline import server_shares
+
+    def reading(decode: float) -> dict:
+        return {"decode_seconds": decode, "generation_tokens": 10 * decode}
+
+    a = row("gw0", "tests/a.py::test_a", 0.0, 10.0, cpu=1.0)
+    b = row("gw1", "tests/b.py::test_b", 5.0, 15.0, cpu=1.0)
+    c = row("gw0", "tests/c.py::test_c", 20.0, 25.0, cpu=1.0)
+    a["server"] = {"start": reading(0), "end": reading(30)}
+    b["server"] = {"start": reading(10), "end": reading(40)}
+    c["server"] = {"start": reading(46), "end": reading(50)}
+    shares = server_shares([a, b, c])
+    # 0-5 s: a alone (10 s of decoding); 5-10 s: a and b (20, split); 10-15 s: b alone (10)
+    assert shares["tests/a.py::test_a"]["decode_seconds"] == 20
+    assert shares["tests/b.py::test_b"]["decode_seconds"] == 20
+    assert shares["tests/b.py::test_b"]["generation_tokens"] == 200
+    # 15-20 s no test ran: the server's work then is nobody's
+    assert shares[""]["decode_seconds"] == 6
+    assert shares["tests/c.py::test_c"]["decode_seconds"] == 4

@@ -22,7 +22,8 @@ import os
 import queue
 import secrets
 import threading
-from collections import OrderedDict, deque
+import time
+from collections import Counter, OrderedDict, deque
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any
@@ -244,6 +245,9 @@ class Engine:
         self.kv = _BatchKV()  # the running rows' caches, row i in slot i
         self.model_name: str | None = None
         self.submitted = self.answered = 0  # for /metrics
+        # also for /metrics: what the decoding thread did, in tokens, loads and seconds of its
+        # wall time (its CPU time would miss torch's other threads)
+        self.work: Counter[str] = Counter()
         threading.Thread(target=self._loop, daemon=True, name="decode").start()
 
     def submit(self, request) -> Future:
@@ -267,11 +271,14 @@ class Engine:
 
     def _load(self, path: str):
         if path not in self.models:
+            started = time.perf_counter()
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = self.load_weights(path, self.dtype).eval()
             model.set_attn_implementation("whale_batch")
             eos = {tokenizer.eos_token_id, *_ids(model.generation_config.eos_token_id)}
             self.models[path] = (model, tokenizer, eos - {None})
+            self.work["model_loads"] += 1
+            self.work["model_load_seconds"] += time.perf_counter() - started
             while len(self.models) > MAX_MODELS:
                 self.models.popitem(last=False)
         self.models.move_to_end(path)
@@ -350,7 +357,10 @@ class Engine:
         if key in self.prefixes:
             self.prefixes.move_to_end(key)
             return self.prefixes[key]
+        started = time.perf_counter()
         output = model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=1)
+        self.work["prompt_tokens"] += len(ids)
+        self.work["prefill_seconds"] += time.perf_counter() - started
         layers = output.cache.layers
         if not all(type(layer) is DynamicLayer for layer in layers):
             raise ValueError("the local server decodes models whose layers all attend in full")
@@ -371,6 +381,7 @@ class Engine:
         rows = self.rows
         if not rows:
             return
+        started = time.perf_counter()
         model, tokenizer, eos = self.models[self.model_name]
         fed = rows * 2 if len(rows) == 1 else rows  # see _StepCache: a lone row runs twice
         positions = self.kv.lengths * 2 if len(rows) == 1 else self.kv.lengths
@@ -388,7 +399,9 @@ class Engine:
                 ended.append(i)
             else:
                 row.pending = token
+        self.work["generation_tokens"] += len(chosen)
         self._leave(ended)
+        self.work["decode_seconds"] += time.perf_counter() - started
 
     def _leave(self, slots: list[int]) -> None:
         """Drop these rows and their caches (highest slot first, so each move is still valid)."""

@@ -44,6 +44,15 @@ from app.llm.tool_calls import parse_tool_calls
 # Decoding a small model on a CPU reads every weight once per token: bfloat16 halves what is read
 # (1.3-1.8x the tokens per second on a CPU with bf16 instructions); float32 is the exact one.
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+# The engine's work counters /metrics reports (Engine.work), each as whale:<name>_total.
+WORK = (
+    "prompt_tokens",
+    "generation_tokens",
+    "model_loads",
+    "prefill_seconds",
+    "decode_seconds",
+    "model_load_seconds",
+)
 
 
 def load_weights(path: str | Path, dtype: torch.dtype) -> torch.nn.Module:
@@ -87,13 +96,19 @@ def create_app(dtype: str = "bfloat16") -> FastAPI:
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics():
-        """The queue, as Prometheus text under the name admission reads (app/rollout/admission.py)."""
-        return (
-            "# TYPE whale:num_requests_waiting gauge\n"
-            f"whale:num_requests_waiting {engine.waiting}\n"
-            "# TYPE whale:num_requests_running gauge\n"
-            f"whale:num_requests_running {engine.running}\n"
-        )
+        """The queue, as Prometheus text under the name admission reads (app/rollout/admission.py),
+        and the work done so far: tokens prefilled and generated, models loaded, and the
+        decoding thread's seconds in each (how a shared server's time splits, e.g. in the test
+        suite's timeline)."""
+        gauges = {"num_requests_waiting": engine.waiting, "num_requests_running": engine.running}
+        lines = [
+            f"# TYPE whale:{name} gauge\nwhale:{name} {value}" for name, value in gauges.items()
+        ]
+        lines += [
+            f"# TYPE whale:{name}_total counter\nwhale:{name}_total {engine.work[name]:g}"
+            for name in WORK
+        ]
+        return "\n".join(lines) + "\n"
 
     @app.get("/v1/models")
     def models():

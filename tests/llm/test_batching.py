@@ -2,6 +2,7 @@
 their own, with the same completion as alone, ending where they should."""
 
 import asyncio
+import secrets
 
 import httpx
 
@@ -149,3 +150,33 @@ def test_token_ids_only_when_asked(model_server):
 
     reply = _run(main).json()
     assert "prompt_token_ids" not in reply and "token_ids" not in reply["choices"][0]
+
+
+def _work(metrics: str) -> dict[str, float]:
+    return {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("whale:") and "_total " in line
+    }
+
+
+def test_metrics_count_the_tokens_prefilled_and_generated(model_server):
+    """/metrics counts the server's work (the suite's timeline splits it between tests). The
+    server may be shared with other workers' tests: their work can only add to the counts."""
+    metrics_url = model_server.base_url.removesuffix("/v1") + "/metrics"
+
+    async def main(client):
+        before = _work((await client.get(metrics_url)).text)
+        reply = await _ask(
+            client, model_server, f"Count to ten. ({secrets.token_hex(4)})", max_tokens=12
+        )
+        return before, reply, _work((await client.get(metrics_url)).text)
+
+    before, reply, after = _run(main)
+    grew = {name: after[name] - before[name] for name in after}
+    # a fresh prompt is prefilled, not taken from the prompt store
+    assert grew["whale:prompt_tokens_total"] >= len(reply["prompt_token_ids"])
+    # the first token comes from the prefill, each later one from a decoding step
+    assert grew["whale:generation_tokens_total"] >= len(reply["choices"][0]["token_ids"]) - 1
+    assert grew["whale:prefill_seconds_total"] > 0 and grew["whale:decode_seconds_total"] > 0
+    assert after["whale:model_loads_total"] >= 1  # the base model, at the latest for this request

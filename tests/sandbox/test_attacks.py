@@ -23,7 +23,7 @@ SECRET = "s3cret-in-the-server-env"
 # busy with other tests can hold a rollout's process for seconds. One meant to run forever is
 # given HANG_S, to end soon.
 ANSWER_S = 30
-HANG_S = 8
+HANG_S = 4
 # Put before a harness whose rollouts must overlap: all_up(n) waits until n - 1 siblings (the
 # other workers of the same runner server) are running and returns their pids, or [] after 6 s;
 # all_done(pids) marks this rollout done and waits until those siblings are done or gone. Events
