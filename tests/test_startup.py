@@ -36,3 +36,17 @@ def test_a_command_s_start_a_cache_check_and_an_interval_import_nothing_heavy(mo
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout) == []
+
+
+def test_the_training_process_loads_no_store_or_web_packages():
+    """A weight phase starts a training process; it writes files, never the store, so it does
+    not pay for importing SQLAlchemy, SQLModel or FastAPI (half a second a start)."""
+    probe = "import json, sys\nimport app.training.train\n" + (
+        "print(json.dumps(sorted(m for m in ('sqlalchemy', 'sqlmodel', 'fastapi') "
+        "if m in sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout) == []

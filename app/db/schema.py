@@ -87,11 +87,6 @@ class Harness(SQLModel, table=True):
     parent_ids: list | None = zjson()
 
 
-# In a trained checkpoint's folder (its `path`) beside the weights: the AdamW state the next
-# step continues from. The trainer writes it, retention drops it, the checkpoint page shows it.
-OPTIMIZER_FILE = "optimizer.pt"
-
-
 class Checkpoint(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     run_id: int | None = Field(default=None, foreign_key="run.id")

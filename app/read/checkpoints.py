@@ -5,10 +5,11 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from app.db.schema import OPTIMIZER_FILE, Checkpoint, Evaluation, TrainingJob
+from app.db.schema import Checkpoint, Evaluation, TrainingJob
 from app.read.common import NotFound, as_dict, step_numbers
 from app.read.evaluations import evaluation_rows
 from app.read.weights_download import download_of
+from app.training.job import OPTIMIZER_FILE
 
 
 def checkpoint_ref(checkpoint: Checkpoint) -> dict[str, Any]:

@@ -14,6 +14,9 @@ from app.children import die_with_parent
 # Tells the training process to die with its parent: under `accelerate launch` the parent is the
 # launcher, whose workers run in sessions of their own and would outlive it.
 SUPERVISED = "WHALE_TRAIN_SUPERVISED"
+# In a trained checkpoint's folder (its `path`) beside the weights: the AdamW state the next
+# step continues from. The trainer writes it, retention drops it, the checkpoint page shows it.
+OPTIMIZER_FILE = "optimizer.pt"
 
 
 class TrainingError(RuntimeError):

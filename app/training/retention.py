@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session, col, select
 
 from app.db.queries import weights_needed
-from app.db.schema import OPTIMIZER_FILE, Checkpoint, TrainingJob, now
+from app.db.schema import Checkpoint, TrainingJob, now
 from app.experiment_schema import RFTConfig
+from app.training.job import OPTIMIZER_FILE
 from app.training.rft import pause_until_resumed
 
 if TYPE_CHECKING:

@@ -27,7 +27,6 @@ from sqlmodel import select
 
 from app import control
 from app.db.schema import (
-    OPTIMIZER_FILE,
     Checkpoint,
     Evaluation,
     Event,
@@ -44,7 +43,7 @@ from app.llm.generation import Declared, declared_by, generation_for
 from app.rollout.evaluate import RunStopped
 from app.rollout.usage import usage
 from app.training.examples import examples_from_rollouts
-from app.training.job import Trainer, TrainingError, trainer_command
+from app.training.job import OPTIMIZER_FILE, Trainer, TrainingError, trainer_command
 
 if TYPE_CHECKING:
     from app.workbench import Workbench

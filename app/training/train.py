@@ -39,9 +39,8 @@ from accelerate import Accelerator, DistributedType
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from app.children import die_with_parent
-from app.db.schema import OPTIMIZER_FILE
 from app.training.examples import encode_all
-from app.training.job import SUPERVISED
+from app.training.job import OPTIMIZER_FILE, SUPERVISED
 
 
 def emit(**event) -> None:
