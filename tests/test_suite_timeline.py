@@ -102,3 +102,33 @@ def test_the_model_server_s_work_is_split_between_the_tests_running_at_the_time(
     # 15-20 s no test ran: the server's work then is nobody's
     assert shares[""]["decode_seconds"] == 6
     assert shares["tests/c.py::test_c"]["decode_seconds"] == 4
+
+
+def test_a_new_report_keeps_the_run_it_replaces_as_a_row_of_the_runs_table():
+    from benchmarks.suite_timeline import RUNS, RUNS_HEAD, TITLE, run_rows
+
+    def timeline(stamp: str, commit: str, tests: int, span: int, workers: int) -> str:
+        gws = "".join(
+            f"  gw{i}: 9 tests, busy 9 s, done 0 s before the last worker\n" for i in range(workers)
+        )
+        return (
+            f"\n## {TITLE}\n{stamp}; x86_64, 2 cores, load 1.9; commit {commit}\n\n```\n"
+            f"{tests} tests, {span} s from the first start to the last end\n{gws}```\n"
+        )
+
+    page = "# Benchmarks\n" + timeline("2026-12-05 23:00 UTC", "9f2752a", 1231, 1606, 2)
+    first = run_rows(page)
+    assert first == ["| 2026-12-05 23:00 UTC | 9f2752a | 2 | 1231 | 1606 s |"]
+    # the next report wrote the table and a new timeline; the one after keeps both runs
+    page = (
+        "# Benchmarks\n"
+        + timeline("2026-12-06 01:40 UTC", "0123abc", 1236, 1150, 3)
+        + f"\n## {RUNS}\nstamp\n\n{RUNS_HEAD}\n{first[0]}\n"
+    )
+    assert run_rows(page) == [first[0], "| 2026-12-06 01:40 UTC | 0123abc | 3 | 1236 | 1150 s |"]
+    # reporting the same run twice adds no row
+    page += "| 2026-12-06 01:40 UTC | 0123abc | 3 | 1236 | 1150 s |\n"
+    assert len(run_rows(page)) == 2
+    # a run on a tree no commit holds says so
+    dirty = timeline("2026-12-06 02:00 UTC", "0123abc + uncommitted tree (--allow-dirty)", 9, 9, 1)
+    assert run_rows(dirty) == ["| 2026-12-06 02:00 UTC | 0123abc + uncommitted | 1 | 9 | 9 s |"]
