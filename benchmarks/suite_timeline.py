@@ -29,6 +29,7 @@ def load(path: Path) -> list[dict]:
 
 
 BUSY = ("prefill_seconds", "decode_seconds", "model_load_seconds")
+EDGES = ("start", "end")
 
 
 def server_shares(rows: list[dict]) -> dict[str, dict[str, float]]:
@@ -36,17 +37,16 @@ def server_shares(rows: list[dict]) -> dict[str, dict[str, float]]:
     start and end): between two consecutive readings, the server's work is split evenly between
     the tests running through that stretch. Work outside every test counts under "" (none)."""
     readings = sorted(
-        (row[edge], row["server"][key])
-        for row in rows
-        if "server" in row
-        for edge, key in (("start", "start"), ("end", "end"))
+        ((row[edge], row["server"][edge]) for row in rows if "server" in row for edge in EDGES),
+        key=lambda reading: reading[0],
     )
     shares: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for (t0, before), (t1, after) in zip(readings, readings[1:]):
         running = [r["test"] for r in rows if r["start"] <= t0 and r["end"] >= t1] or [""]
         for name in after.keys() & before.keys():
             for test in running:
-                shares[test][name] += (after[name] - before[name]) / len(running)
+                # a server started again counts from zero: its first stretch is lost, not negative
+                shares[test][name] += max(0.0, after[name] - before[name]) / len(running)
     return shares
 
 

@@ -102,6 +102,10 @@ def test_the_model_server_s_work_is_split_between_the_tests_running_at_the_time(
     # 15-20 s no test ran: the server's work then is nobody's
     assert shares[""]["decode_seconds"] == 6
     assert shares["tests/c.py::test_c"]["decode_seconds"] == 4
+    # two readings at the same moment (one worker's test ending as another's starts) are fine
+    d = row("gw1", "tests/d.py::test_d", 25.0, 30.0, cpu=1.0)
+    d["server"] = {"start": reading(50.5), "end": reading(51.5)}
+    assert server_shares([a, b, c, d])["tests/d.py::test_d"]["decode_seconds"] >= 1
 
 
 def test_a_new_report_keeps_the_run_it_replaces_as_a_row_of_the_runs_table():

@@ -18,7 +18,6 @@ from app import control
 from app.cli.loop import print_summary, summary
 from app.config import Settings
 from app.db.schema import (
-    OPTIMIZER_FILE,
     Checkpoint,
     Evaluation,
     Event,
@@ -33,6 +32,7 @@ from app.domains import get_domain
 from app.experiment_schema import RFTConfig
 from app.read.invariants import run_checks
 from app.server import create_app
+from app.training.job import OPTIMIZER_FILE
 from app.training.retention import GB, DiskBudgetExceeded, disk_bytes, retain
 from app.training.weight_phase import train_file
 from app.workbench import Workbench
