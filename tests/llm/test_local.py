@@ -56,7 +56,8 @@ def test_each_request_keeps_its_own_sampling_parameters(model_server):
     assert len(set(unseeded)) > 1  # independent draws, not one sample four times
     greedy = _texts(_chat(model_server, 3, temperature=0.0, max_tokens=16))
     assert len(set(greedy)) == 1
-    (short,) = _chat(model_server, 1, temperature=1.0, max_tokens=3)
+    # seeded: an unseeded draw can end on its own within 3 tokens (one did, in a full run)
+    (short,) = _chat(model_server, 1, temperature=1.0, seed=7, max_tokens=3)
     assert short["usage"]["completion_tokens"] <= 3
     assert short["choices"][0]["finish_reason"] == "length"
 
