@@ -14,22 +14,27 @@ def row(worker: str, test: str, start: float, end: float, cpu: float) -> dict:
     return {"worker": worker, "test": test, "start": start, "end": end, "cpu": cpu}
 
 
-def test_the_timeline_says_which_worker_idled_and_which_module_took_the_time(tmp_path):
-    rows = [
-        row("gw0", "tests/a/test_slow.py::test_one", 100.0, 160.0, cpu=50.0),
-        row("gw0", "tests/a/test_slow.py::test_two", 160.0, 190.0, cpu=5.0),
-        row("gw1", "tests/b/test_fast.py::test_x", 100.0, 110.0, cpu=1.5),
-    ]
+def report_of(tmp_path, lines: list[dict], *args: str) -> list[str]:
+    """What `python -m benchmarks.suite_timeline` prints for a timeline of these lines."""
     timeline = tmp_path / "timeline.jsonl"
-    timeline.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite_timeline", str(timeline), "--top", "2"],
+    timeline.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.suite_timeline", str(timeline), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         check=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     ).stdout.splitlines()
+
+
+def test_the_timeline_says_which_worker_idled_and_which_module_took_the_time(tmp_path):
+    rows = [
+        row("gw0", "tests/a/test_slow.py::test_one", 100.0, 160.0, cpu=50.0),
+        row("gw0", "tests/a/test_slow.py::test_two", 160.0, 190.0, cpu=5.0),
+        row("gw1", "tests/b/test_fast.py::test_x", 100.0, 110.0, cpu=1.5),
+    ]
+    out = report_of(tmp_path, rows, "--top", "2")
     assert out[0] == "3 tests, 90 s from the first start to the last end"
     assert out[1] == "  gw0: 2 tests, busy 90 s, done 0 s before the last worker"
     assert out[2] == "  gw1: 1 tests, busy 10 s, done 80 s before the last worker"
@@ -145,20 +150,8 @@ def test_a_new_report_keeps_the_run_it_replaces_as_a_row_of_the_runs_table():
 
 def test_the_whole_script_s_time_is_read_from_the_line_test_sh_adds(tmp_path):
     """scripts/test.sh appends the time it took in all to the timeline; the report says it."""
-    timeline = tmp_path / "timeline.jsonl"
     rows = [row("gw0", "tests/a.py::test_a", 100.0, 160.0, cpu=1.0)]
-    timeline.write_text(
-        "".join(json.dumps(r) + "\n" for r in rows)
-        + '{"script": "scripts/test.sh", "seconds": 75}\n'
-    )
-    out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.suite_timeline", str(timeline)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    ).stdout.splitlines()
+    out = report_of(tmp_path, [*rows, {"script": "scripts/test.sh", "seconds": 75}])
     assert out[0] == (
         "1 tests, 60 s from the first start to the last end; "
         "scripts/test.sh took 75 s in all, setting up included"
