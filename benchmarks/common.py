@@ -107,6 +107,16 @@ def parse(
     return args
 
 
+def section_span(text: str, title: str) -> tuple[int, int] | None:
+    """Where the `## title` section of a Markdown page starts and ends (at the next `## `
+    heading or the page's end), or None without one."""
+    start = text.find(f"\n## {title}\n")
+    if start < 0:
+        return None
+    end = text.find("\n## ", start + 1)
+    return start, end if end >= 0 else len(text)
+
+
 def report(
     title: str,
     body: str,
@@ -135,10 +145,9 @@ def report(
     section = f"\n## {title}\n{where}\n\n{body}\n" + (f"\n{notes}\n" if notes else "")
     print(section)
     text = path.read_text()
-    start = text.find(f"\n## {title}\n")
-    if replace and start >= 0:
-        end = text.find("\n## ", start + 1)
-        path.write_text(text[:start] + section + (text[end:] if end >= 0 else ""))
+    span = section_span(text, title)
+    if replace and span:
+        path.write_text(text[: span[0]] + section + text[span[1] :])
     else:
         with open(path, "a") as f:
             f.write(section)

@@ -17,7 +17,7 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.common import REPO, parse, report
+from benchmarks.common import REPO, parse, report, section_span
 
 TITLE = "Test suite: where the time goes"
 RUNS = "Test suite: runs"
@@ -120,12 +120,9 @@ def summary(rows: list[dict], top: int, whole: int | None = None) -> str:
 
 
 def section(text: str, title: str) -> str:
-    """The body of the `## title` section of a Markdown page, or ""."""
-    start = text.find(f"\n## {title}\n")
-    if start < 0:
-        return ""
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
+    """The `## title` section of a Markdown page, or ""."""
+    span = section_span(text, title)
+    return text[span[0] : span[1]] if span else ""
 
 
 def run_rows(text: str) -> list[str]:
