@@ -20,6 +20,7 @@ from benchmarks.strategies import (
     variant,
 )
 from tests.report.synthetic_experiments import PHASE_ROLLOUTS
+from tests.test_benchmark_stamp import git
 
 
 def test_a_budget_copy_changes_only_the_budget_and_the_name(tmp_path):
@@ -76,16 +77,6 @@ def test_a_sweep_resumed_in_its_store_keeps_the_runs_it_finished(workbench, stor
     store.run("stories-whale-b256 seed 2", config={"hash": config_hash(text)})
     assert finished_runs(home, path, [0, 1, 2]) == {0: done.id}
     assert finished_runs(tmp_path / "no-store", path, [0, 1, 2]) == {}
-
-
-def git(repo, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
 
 
 def commit_files(repo, files: dict[str, str]) -> str:
