@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from app.llm.local import prepare_model
 from app.llm.local_server import load_weights
 from app.llm.vllm import check_adapter
 from app.training.examples import encode
@@ -41,9 +40,9 @@ def test_the_command_is_plain_unless_accelerate_is_configured():
     ]
 
 
-def test_two_processes_train_one_checkpoint_written_once(tmp_path, model_cache, monkeypatch):
+def test_two_processes_train_one_checkpoint_written_once(tmp_path, tiny_model, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # CPU processes, on a GPU host too
-    base = prepare_model(model_cache)
+    base = tiny_model
     spec = spec_for(tmp_path, base, epochs=2)
     with open(spec["examples"], "a") as f:  # 5 examples: the last step has one for one process
         f.write(json.dumps(FIFTH) + "\n")
@@ -73,12 +72,12 @@ def test_two_processes_train_one_checkpoint_written_once(tmp_path, model_cache, 
 
 
 def test_a_per_rank_mini_batch_steps_on_batch_size_times_the_processes(
-    tmp_path, model_cache, monkeypatch
+    tmp_path, tiny_model, monkeypatch
 ):
     """batch_scope "rank" (verl's SFT mini-batch): each process takes batch_size examples a
     step, so 2 processes at 2 each step on 4: 5 examples make 2 optimizer steps, not 3."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    base = prepare_model(model_cache)
+    base = tiny_model
     spec = spec_for(tmp_path, base, epochs=1, batch_scope="rank")
     with open(spec["examples"], "a") as f:
         f.write(json.dumps(FIFTH) + "\n")

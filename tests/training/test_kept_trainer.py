@@ -9,7 +9,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from app.llm.local import prepare_model
 from app.training.job import Trainer, run_trainer
 from tests.training.test_train import spec_for
 
@@ -51,8 +50,8 @@ def assert_same_weights(a, b) -> None:
     [(True, "phase"), (False, "phase"), (True, "step")],
     ids=["lora", "full", "lora-fresh-adamw"],
 )
-def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, model_cache, lora, optimizer):
-    base = prepare_model(model_cache)
+def test_a_kept_trainer_trains_as_separate_processes_do(tmp_path, tiny_model, lora, optimizer):
+    base = tiny_model
     kept, apart = tmp_path / "kept", tmp_path / "apart"
     kept.mkdir(), apart.mkdir()
 
@@ -85,11 +84,11 @@ def adam_steps(checkpoint) -> set[float]:
     return {float(p["step"]) for p in state.values()}
 
 
-def test_a_killed_trainer_is_started_again_from_the_checkpoint_on_disk(tmp_path, model_cache):
+def test_a_killed_trainer_is_started_again_from_the_checkpoint_on_disk(tmp_path, tiny_model):
     """Killed between two steps, the trainer comes back from the first step's checkpoint and
     its AdamW state, and ends where a trainer that was never killed ends: the same weights and
     the same optimizer step count (not only the trainer's own word that it continued)."""
-    base = prepare_model(model_cache)
+    base = tiny_model
     killed, unkilled = tmp_path / "killed", tmp_path / "unkilled"
     killed.mkdir(), unkilled.mkdir()
     first, second = two_steps(killed, base, lora=True)

@@ -1,4 +1,5 @@
-"""The training process on the real model: it learns what it is shown and saves whole checkpoints."""
+"""The training process: on the real model it learns what it is shown and saves whole checkpoints;
+on the small one (conftest.py) its optimizer and batches are counted as the spec asks."""
 
 import asyncio
 import json
@@ -84,10 +85,10 @@ def test_training_lowers_the_loss_on_its_examples_and_saves_its_adapter(tmp_path
 
 
 @pytest.mark.slow
-def test_a_phase_carries_one_optimizer_from_step_to_step(tmp_path, model_cache):
+def test_a_phase_carries_one_optimizer_from_step_to_step(tmp_path, tiny_model):
     """optimizer_state "phase": each step saves AdamW's state with its checkpoint and the next
     step continues it (its step count and moments go on); "step": a fresh AdamW, nothing kept."""
-    base = prepare_model(model_cache)
+    base = tiny_model
 
     def adam_steps(folder) -> set[int]:
         state = torch.load(folder / "optimizer.pt", weights_only=True)["state"]
@@ -145,12 +146,12 @@ def test_rollout_mini_batches_hold_whole_rollouts_and_calls_alone_otherwise():
 
 
 def test_a_rollout_step_trains_its_calls_together_and_micro_batches_change_nothing(
-    tmp_path, model_cache
+    tmp_path, tiny_model
 ):
     """Through the training process: 4 examples from 2 rollouts at batch_size 1 are 2 optimizer
     steps of 2 calls each; one forward per call (micro_batch_size 1) gives the same token-mean
     loss as both calls at once; [rft] weight_decay is AdamW's (verl's default 0.01)."""
-    base = prepare_model(model_cache)
+    base = tiny_model
     examples = [{**e, "rollout_id": 7 + i // 2} for i, e in enumerate(EXAMPLES)]
 
     def train(name, **overrides):
