@@ -76,8 +76,13 @@ def test_the_command_line_comes_from_the_settings(tmp_path):
     assert cmd[-2:] == ["--max-model-len", "2048"]
     assert server.env()["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
     assert server.env()["VLLM_SERVER_DEV_MODE"] == "1"  # weights loaded in place
-    gpu = VLLMServer("python", tmp_path, tmp_path / "log", cpu=False).command()
-    assert not cpu_only & set(gpu)
+    gpu = VLLMServer("python", tmp_path, tmp_path / "log", cpu=False)
+    assert not cpu_only & set(gpu.command())
+    # the CPU build's engine runs in the server's process; a GPU's in its own, as vLLM chooses
+    assert server.env()["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert gpu.env().get("VLLM_ENABLE_V1_MULTIPROCESSING") == os.environ.get(
+        "VLLM_ENABLE_V1_MULTIPROCESSING"
+    )
 
 
 def test_a_launched_server_parses_tool_calls_for_its_model(tmp_path):
