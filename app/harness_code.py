@@ -8,6 +8,8 @@ error without spending a rollout, and catches imports on code paths a smoke roll
 
 import ast
 
+from app.syntax_tree import parse
+
 
 def static_error(code: str | None, forbidden_modules: frozenset[str], max_bytes: int) -> str | None:
     """Why the code cannot be a harness, or None when it may go on to the smoke rollout."""
@@ -16,7 +18,7 @@ def static_error(code: str | None, forbidden_modules: frozenset[str], max_bytes:
     if len(code.encode()) > max_bytes:
         return f"too large: {len(code.encode())} bytes (limit {max_bytes})"
     try:
-        tree = ast.parse(code)
+        tree = parse(code)
     except SyntaxError as exc:
         return f"syntax error: line {exc.lineno}: {exc.msg}"
     if not any(isinstance(n, ast.FunctionDef) and n.name == "run" for n in tree.body):
@@ -39,7 +41,7 @@ def declared_turns(code: str | None) -> int | None:
     None when it declares none or not as a plain integer. The run's `[rollout] max_calls` clamps
     it (docs/harness.md, "Turn budget")."""
     try:
-        tree = ast.parse(code or "")
+        tree = parse(code or "")
     except SyntaxError:
         return None
     found = None
@@ -65,7 +67,7 @@ def fixed_parts_error(code: str | None, reference: str | None, names: list[str])
 
     def functions(text: str | None) -> dict[str, str]:
         try:
-            tree = ast.parse(text or "")
+            tree = parse(text or "")
         except SyntaxError:
             return {}
         found = {}

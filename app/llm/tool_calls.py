@@ -8,11 +8,12 @@ before the first block as its content. A block that cannot be read leaves the wh
 plain content, as vLLM does, so the harness sees what the model wrote.
 """
 
-import ast
 import json
 import re
 import secrets
 from typing import Any
+
+from app.syntax_tree import literal
 
 BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
 FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.S)
@@ -87,7 +88,7 @@ def _typed(value: str, kind: Any) -> Any:
             return value
     if kind == "boolean" and value.strip().lower() in ("true", "false"):
         return value.strip().lower() == "true"
-    for read in (json.loads, ast.literal_eval):  # arrays, objects, untyped parameters
+    for read in (json.loads, literal):  # arrays, objects, untyped parameters
         try:
             return read(value.strip())
         except (ValueError, SyntaxError, MemoryError, RecursionError):

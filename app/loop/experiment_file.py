@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from app import ROOT
+from app import ROOT, syntax_tree
 from app.experiment_schema import HARNESS_KEYS, Experiment, describe
 from app.llm.generation import refused_fields
 
@@ -161,7 +161,7 @@ def incoming_harness(
     error = static_error(code, domain.forbidden_modules, experiment.search.max_code_bytes)
     if error:
         raise ExperimentError(f"{source}: {key}: not a harness: {error}")
-    defined = {n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)}
+    defined = {n.name for n in syntax_tree.parse(code).body if isinstance(n, ast.FunctionDef)}
     missing = [f for f in experiment.search.fixed_functions if f not in defined]
     if missing:  # a fixed runner the incoming harness lacks would fix nothing
         raise ExperimentError(

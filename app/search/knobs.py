@@ -13,11 +13,12 @@ import json
 
 from app.search.candidate import Candidate, Proposal
 from app.search.context import SearchContext
+from app.syntax_tree import parse
 
 
 def declared_params(code: str) -> dict[str, list]:
     """PARAMS of the harness, {} when it declares none (or they are not literals)."""
-    for node in ast.parse(code).body:
+    for node in parse(code).body:
         if isinstance(node, ast.Assign) and _target(node) == "PARAMS":
             try:
                 params = ast.literal_eval(node.value)
@@ -29,7 +30,7 @@ def declared_params(code: str) -> dict[str, list]:
 
 def current_values(code: str) -> dict[str, object]:
     values = {}
-    for node in ast.parse(code).body:
+    for node in parse(code).body:
         if isinstance(node, ast.Assign) and _target(node):
             try:
                 values[_target(node)] = ast.literal_eval(node.value)
@@ -42,7 +43,7 @@ def with_knob(code: str, name: str, value) -> str:
     """The code with the value of the module-level assignment of `name` replaced by `value`,
     and nothing else touched: the line's comment and the file's quote style stay, so the diff
     shows the one change."""
-    for node in ast.parse(code).body:
+    for node in parse(code).body:
         if isinstance(node, ast.Assign) and _target(node) == name:
             old = ast.get_source_segment(code, node.value) or ""
             start = _offset(code, node.value.lineno, node.value.col_offset)
