@@ -56,11 +56,15 @@ def wait_for(db, sql: str, timeout: float = 600) -> None:
     raise AssertionError(f"timed out waiting for: {sql}")
 
 
-MID_HARNESS = """SELECT count(*) FROM phase p WHERE p.kind = 'harness' AND p.status = 'running'
+# Mid harness phase: some of its rollouts done and more pending than can finish before the kill
+# lands (the first server runs IN_FLIGHT at a time, so at least one pending rollout has not
+# started; with every rollout in flight, the writer could commit the last ones in between).
+IN_FLIGHT = 2
+MID_HARNESS = f"""SELECT count(*) FROM phase p WHERE p.kind = 'harness' AND p.status = 'running'
     AND EXISTS (SELECT 1 FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
                 WHERE e.phase_id = p.id AND r.status != 'pending')
-    AND EXISTS (SELECT 1 FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
-                WHERE e.phase_id = p.id AND r.status = 'pending')"""
+    AND (SELECT count(*) FROM rollout r JOIN evaluation e ON e.id = r.evaluation_id
+         WHERE e.phase_id = p.id AND r.status = 'pending') > {IN_FLIGHT}"""
 MID_TRAINING = "SELECT count(*) FROM training_job WHERE status = 'training'"
 
 
@@ -79,7 +83,8 @@ def test_kill_9_and_resume(moment, tmp_path, whale_env):
         "crash", strategy, rollouts, rft={"samples_per_prompt": 4}, search={"tasks": 6}
     )
     text = text.replace('domain = "arith"', f'domain = "arith"\nharness_code = {harness}')
-    proc, url = serve(whale_env)
+    limited = {**whale_env, "WHALE_CONCURRENCY": str(IN_FLIGHT)}
+    proc, url = serve(limited if moment == "harness" else whale_env)
     try:
         response = httpx.post(
             url + "/api/runs", headers=csrf_headers(url), json={"experiment": text}, timeout=300
