@@ -78,9 +78,11 @@ def test_readme_order_with_empty_caches_leaves_the_tests_runnable(tmp_path):
     """setup.sh, then setup.sh --test, against an empty WHALE_CACHE (pip's download cache is
     used): afterwards pytest and ruff run from the clone's .venv."""
     clone = _clone(tmp_path)
-    # PIP_NO_COMPILE: the two environments' bytecode is not what this test is about, and
-    # compiling torch's and the others' thousands of files took a good part of its time
-    env = {**os.environ, "WHALE_CACHE": str(tmp_path / "cache"), "PIP_NO_COMPILE": "1"}
+    # No bytecode: the two environments' .pyc files are not what this test is about, and
+    # compiling torch's and the others' thousands of files took most of pip's time. PIP_COMPILE,
+    # not PIP_NO_COMPILE: pip reads PIP_NO_COMPILE=1 as `--no-compile` set to true, which it
+    # stores as compile=true (seen: it wrote the .pyc files).
+    env = {**os.environ, "WHALE_CACHE": str(tmp_path / "cache"), "PIP_COMPILE": "false"}
     for args in ([], ["--test"]):
         done = subprocess.run(
             ["bash", "scripts/setup.sh", *args],
