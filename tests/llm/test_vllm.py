@@ -78,7 +78,8 @@ def test_the_command_line_comes_from_the_settings(tmp_path):
     assert server.env()["VLLM_SERVER_DEV_MODE"] == "1"  # weights loaded in place
     gpu = VLLMServer("python", tmp_path, tmp_path / "log", cpu=False)
     assert not cpu_only & set(gpu.command())
-    # the CPU build's engine runs in the server's process; a GPU's in its own, as vLLM chooses
+    # the CPU build's engine core runs the model itself (no worker process); a GPU's as vLLM
+    # chooses
     assert server.env()["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert gpu.env().get("VLLM_ENABLE_V1_MULTIPROCESSING") == os.environ.get(
         "VLLM_ENABLE_V1_MULTIPROCESSING"
@@ -305,6 +306,24 @@ def test_seed_harness_rollouts_run_through_sandbox_gateway_and_vllm(vllm, tmp_pa
     assert len(steps) == 12  # one model call per rollout, each answered by vLLM
     assert all(kind == "model" and error is None and tokens > 0 for kind, error, tokens in steps)
     assert _checkpoint_name(home, out["run_id"]) == str(vllm.model_path)
+
+
+@needs_vllm
+def test_the_cpu_build_runs_its_model_in_the_engine_core_process(vllm):
+    """VLLM_ENABLE_V1_MULTIPROCESSING=0 (VLLMServer.env): the engine core process runs the
+    model; no worker process of its own is started beside it."""
+    group = os.getpgid(vllm.server.proc.pid)
+    names = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, rest = stat.read_text().split(" (", 1)
+        except OSError:  # ended meanwhile
+            continue
+        name, fields = rest.rsplit(") ", 1)
+        if int(fields.split()[2]) == group:
+            names.append(name)
+    # the kernel keeps 15 characters of a process's name: VLLM::EngineCore, not VLLM::Worker
+    assert [n for n in names if n.startswith("VLLM::")] == ["VLLM::EngineCor"], names
 
 
 @needs_vllm
