@@ -80,8 +80,8 @@ def test_readme_order_with_empty_caches_leaves_the_tests_runnable(tmp_path):
     clone = _clone(tmp_path)
     # No bytecode: the two environments' .pyc files are not what this test is about, and
     # compiling torch's and the others' thousands of files took most of pip's time. PIP_COMPILE,
-    # not PIP_NO_COMPILE: pip reads PIP_NO_COMPILE=1 as `--no-compile` set to true, which it
-    # stores as compile=true (seen: it wrote the .pyc files).
+    # not PIP_NO_COMPILE: pip stores a variable's value in its option's destination as it is,
+    # and --no-compile's is `compile`, so PIP_NO_COMPILE=1 compiles (seen: it wrote the .pyc).
     env = {**os.environ, "WHALE_CACHE": str(tmp_path / "cache"), "PIP_COMPILE": "false"}
     for args in ([], ["--test"]):
         done = subprocess.run(

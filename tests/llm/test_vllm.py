@@ -316,7 +316,7 @@ def test_the_cpu_build_runs_its_model_in_the_engine_core_process(vllm):
     names = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            pid, rest = stat.read_text().split(" (", 1)
+            _, rest = stat.read_text().split(" (", 1)
         except OSError:  # ended meanwhile
             continue
         name, fields = rest.rsplit(") ", 1)
