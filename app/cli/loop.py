@@ -1,7 +1,10 @@
 """`whale run EXPERIMENT.toml` (headless; `--rehearse`: the experiment's whole loop at CPU size, in
 a store of its own, as app/loop/rehearse.py shrinks it) and the control commands: pause, resume,
 stop, skip, force, promote. Control commands write to the store; the process running the loop (`whale
-serve` or `whale run`) picks them up within a second."""
+serve` or `whale run`) picks them up within a second.
+
+The store's and the reads' modules are imported by the functions that use them: a dry run starts
+without them."""
 
 import asyncio
 import json
@@ -13,21 +16,15 @@ import typer
 import uvloop  # the event loop of every command: the gateway and evaluator run on it
 from rich.console import Console
 from rich.table import Table
-from sqlmodel import select
 
-from app import control
 from app.cli.base import fail
 from app.cli.report import format_group, interval
 from app.config import Settings
-from app.db.schema import Event, Phase, Run, TrainingJob
 from app.experiment_schema import MAX_SEED, Experiment, distinct_seeds
 from app.interrupts import TERMINATED, end_on_sigterm
 from app.loop.experiment_file import ExperimentError, config_hash, load, parse
 from app.loop.experiment_file import dry_run as describe_run
 from app.progress import err, phase_progress, progress_bars
-from app.read.compare import group_summary, summarize
-from app.read.curves import intervals, test_points
-from app.read.training_jobs import TIMING_PARTS
 
 if TYPE_CHECKING:
     from app.workbench import Workbench
@@ -74,11 +71,14 @@ def run(
     An unfinished run of the same experiment (same name, same file) is resumed. With seeds
     (`--seeds` or the file's `seeds`), one run per seed, one after the other, then the group's
     mean and interval over seeds."""
-    from app.loop.fork import parse_point
     from app.loop.lock import StoreBusy, StoreLock
 
     try:
-        point = parse_point(fork_from) if fork_from is not None else None
+        point = None
+        if fork_from is not None:
+            from app.loop.fork import parse_point  # the store's modules: not for a dry run
+
+            point = parse_point(fork_from)
         if point and (dry_run or rehearse):
             flag = "--dry-run" if dry_run else "--rehearse"
             raise ExperimentError(
@@ -108,6 +108,7 @@ def run(
     group = {"name": exp.name, "seeds": group_seeds} if group_seeds else None
 
     async def main():
+        from app.read.compare import group_summary
         from app.workbench import Workbench
 
         end_on_sigterm(asyncio.current_task(), f"`whale run {experiment}` resumes the run")
@@ -298,6 +299,12 @@ def format_schedule(schedule: dict) -> list[str]:
 
 def summary(s, run_id: int) -> dict:
     """The run's phases and test points, and its headline figures as `whale compare` has them."""
+    from sqlmodel import select
+
+    from app.db.schema import Event, Phase, Run, TrainingJob
+    from app.read.compare import summarize
+    from app.read.curves import intervals, test_points
+
     run = s.get(Run, run_id)
     phases = s.exec(select(Phase).where(Phase.run_id == run_id).order_by(Phase.id)).all()
     points = test_points(s, run_id)
@@ -361,6 +368,8 @@ def summary(s, run_id: int) -> dict:
 
 
 def print_summary(result: dict) -> None:
+    from app.read.training_jobs import TIMING_PARTS
+
     out = Console()
     table = Table(title=f"run {result['run_id']} · {result['name']} · {result['strategy']}")
     for column in (
@@ -462,6 +471,7 @@ def rehearse_file(path: Path, exp, text: str, as_json: bool = False) -> dict:
 
 
 def _control(run_id: int, action: str, reason: str, **args) -> None:
+    from app import control
     from app.db import Writer, open_engine
 
     settings = Settings()

@@ -1,5 +1,8 @@
 """`whale eval`, `whale train`, `whale search`: one evaluation, one weight phase or one harness
-phase of a harness file, each as a run of its own."""
+phase of a harness file, each as a run of its own.
+
+The store's, the reads' and the proposers' modules are imported by the commands that use them:
+`whale --help`, a dry run and the control commands start without them."""
 
 import json
 import tomllib
@@ -17,8 +20,6 @@ from app.domains import get_domain, scoring_of
 from app.experiment_schema import RolloutLimits, Sampling, describe
 from app.llm.generation import refused_fields
 from app.progress import phase_progress, progress_bars
-from app.read.benchmarks import benchmarks_line, evaluation_benchmarks
-from app.search.proposers import ProposerError
 
 
 async def evaluate(
@@ -60,6 +61,7 @@ async def evaluate(
 def stored_benchmarks(evaluation_id: int) -> dict | None:
     """The evaluation's per-benchmark figures (app/read/benchmarks.py), read from the store."""
     from app.db import open_engine, read_session
+    from app.read.benchmarks import evaluation_benchmarks
 
     with read_session(open_engine(Settings().db_path)) as s:
         return evaluation_benchmarks(s, evaluation_id)
@@ -115,6 +117,8 @@ def eval_(
     ] = None,
 ):
     """Evaluate any harness file: progress bar, then mean@k and failures by reason."""
+    from app.read.benchmarks import benchmarks_line
+
     try:
         get_domain(domain).tasks(split)
         scoring = scoring_of(get_domain(domain), scoring)
@@ -284,7 +288,7 @@ def search(
 
     from app.experiment_schema import SearchConfig, describe
     from app.search.harness_phase import search_file
-    from app.search.proposers import proposer_factory
+    from app.search.proposers import ProposerError, proposer_factory
 
     try:  # an unknown or broken proposer is named before any work, on one line
         proposer_factory(proposer)

@@ -1,5 +1,8 @@
 """`whale compare`, `whale export` and `whale import`: the report functions as commands over
-$WHALE_HOME."""
+$WHALE_HOME.
+
+The read and report modules (numpy, FastAPI's parameters) are imported by the commands that use
+them, so that every other `whale` command starts without them."""
 
 import json
 from contextlib import contextmanager
@@ -15,16 +18,13 @@ from rich.table import Table
 from app.cli.base import BAD_INPUT
 from app.config import Settings
 from app.progress import err
-from app.read.compare import NotCompared, baseline_of, compare_runs, groups
-from app.read.curves import X_LABELS, mixed_scales
-from app.read.runs import UnknownRuns
-from app.report.export import export_run
 
 
 @contextmanager
 def store_session():
     """A read session on the store; unknown runs or no store end the command with a message."""
     from app.db import open_engine, read_session
+    from app.read.runs import UnknownRuns
 
     path = Settings().db_path
     if not path.exists():  # opening would create an empty store
@@ -159,6 +159,8 @@ def compare(
     ] = None,
 ):
     """Runs side by side: best and final test mean@k, rollouts to the best; plus a figure."""
+    from app.read.compare import NotCompared, baseline_of, compare_runs, groups
+    from app.read.curves import X_LABELS, mixed_scales
     from app.report.plot import plot_accuracy_vs_rollouts  # loads matplotlib: only this command
 
     if x not in X_LABELS:
@@ -195,6 +197,8 @@ def export(
     ] = None,
 ):
     """A run as plain files: run.json, harness .py files, one JSON lines file per table."""
+    from app.report.export import export_run
+
     out = out or Path(f"whale-export-run-{run_id}")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):  # never mix two exports
         err.print(f"[red]{out} is not empty[/red]; choose another --out")
