@@ -3,8 +3,8 @@ a store of its own, as app/loop/rehearse.py shrinks it) and the control commands
 stop, skip, force, promote. Control commands write to the store; the process running the loop (`whale
 serve` or `whale run`) picks them up within a second.
 
-The store's and the reads' modules are imported by the functions that use them: a dry run starts
-without them."""
+The store's and the reads' modules are imported by the functions that use them, so that a command
+that needs neither starts without them."""
 
 import asyncio
 import json
@@ -76,7 +76,7 @@ def run(
     try:
         point = None
         if fork_from is not None:
-            from app.loop.fork import parse_point  # the store's modules: not for a dry run
+            from app.loop.fork import parse_point  # loads the store's modules
 
             point = parse_point(fork_from)
         if point and (dry_run or rehearse):

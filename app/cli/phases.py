@@ -1,8 +1,8 @@
 """`whale eval`, `whale train`, `whale search`: one evaluation, one weight phase or one harness
 phase of a harness file, each as a run of its own.
 
-The store's, the reads' and the proposers' modules are imported by the commands that use them:
-`whale --help`, a dry run and the control commands start without them."""
+The reads' and the proposers' modules are imported by the commands that use them, so that a
+command that needs neither starts without them."""
 
 import json
 import tomllib
