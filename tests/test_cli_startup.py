@@ -1,6 +1,6 @@
 """What every `whale` command loads before its own work: the command line's modules only. The
 store's ORM, numpy and the proposers' HTTP client are loaded by the commands that use them, so
-`whale --help`, the control commands and a dry run start in a fraction of a second's work."""
+that `whale --help` and the commands that need none of them start without them."""
 
 import subprocess
 import sys
