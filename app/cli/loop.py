@@ -74,11 +74,7 @@ def run(
     from app.loop.lock import StoreBusy, StoreLock
 
     try:
-        point = None
-        if fork_from is not None:
-            from app.loop.fork import parse_point  # loads the store's modules
-
-            point = parse_point(fork_from)
+        point = _fork_point(fork_from)
         if point and (dry_run or rehearse):
             flag = "--dry-run" if dry_run else "--rehearse"
             raise ExperimentError(
@@ -131,6 +127,15 @@ def run(
     except asyncio.CancelledError:  # SIGTERM: the run stays unfinished, to be resumed
         raise typer.Exit(TERMINATED) from None
     _print_results(results, group, aggregate, as_json)
+
+
+def _fork_point(text: str | None):
+    """`--from RUN:PHASE` parsed, or None without it (the fork module loads the store's)."""
+    if text is None:
+        return None
+    from app.loop.fork import parse_point
+
+    return parse_point(text)
 
 
 def _print_plan(exp: Experiment, settings: Settings, path: Path, as_json: bool) -> None:
