@@ -27,9 +27,13 @@ docs/strategies.png and writes the tables to docs/benchmarks.md.
 
 A long sweep can take several sittings: run it again with the same `--home` and arguments, and
 the runs the store has finished are kept, an interrupted one resumes and the rest run; the
-tables cover them all. A store holds one commit's runs: the first sitting writes its commit to
-`--home`'s benchmark.json, and a sitting on another commit is refused, so a section never mixes
-the code of two commits.
+tables cover them all, and the wall time is the runs' own, read from the store's start, resume,
+interruption and end events (the time between sittings is not counted). A store holds the runs
+of one commit's code: the first sitting writes its commit to `--home`'s benchmark.json, and a
+sitting whose checkout runs other code is refused, so a section never mixes two versions of what
+the runs execute. A later sitting may differ from that commit only outside the run code
+(NOT_RUN_CODE: docs, tests, the benchmarks' own reporting), and the experiment files copied into
+the store must be unchanged; the section names both commits.
 """
 
 import argparse
@@ -158,14 +162,13 @@ def main() -> None:
     )
     if args.estimate:
         return
-    started = time.monotonic()
-    earlier = pin_store(home)
+    pinned = pin_store(home)
     run_ids = {b: run_all(paths, args.seeds, env, home) for b, paths in sweep.items()}
-    minutes = earlier + (time.monotonic() - started) / 60
-    record_minutes(home, minutes)
-    wall = f"wall time {minutes:.0f} minutes (estimated {guess / 60:.0f})"
-    if earlier:
-        wall += ", over more than one sitting"
+    every_run = [i for ids in run_ids.values() for i in ids]
+    wall = (
+        f"the runs' own wall time {run_minutes(home / 'whale.db', every_run):.0f} minutes "
+        f"(estimated {guess / 60:.0f}); runs made with the code of commit {pinned}"
+    )
 
     where = f"{domain} from the {tag} seed harness" if args.harness else domain
     if not args.budgets:
@@ -239,25 +242,65 @@ def finished_runs(home: Path, path: Path, seeds: list[int]) -> dict[int, int]:
         engine.dispose()
 
 
-def pin_store(home: Path) -> float:
-    """Tie the store to this commit (benchmark.json): refuse a store whose runs another commit
-    made; the minutes earlier sittings took."""
-    head, _ = commit()
+# Paths a later sitting's checkout may change (git pathspecs): what the runs execute is
+# everything else (the workbench, sandbox, harnesses, experiment files, dependencies).
+NOT_RUN_CODE = ("docs", "tests", "benchmarks", "*.md")
+
+
+def pin_store(home: Path, repo: Path = REPO) -> str:
+    """Tie the store to the code its runs are made with (benchmark.json: the first sitting's
+    commit); refuse a checkout whose run code differs from it. Returns that commit."""
+    head, _ = commit(repo)
     marker = home / "benchmark.json"
-    found = json.loads(marker.read_text()) if marker.exists() else {"commit": head, "minutes": 0}
-    if found["commit"] != head:
+    pinned = json.loads(marker.read_text())["commit"] if marker.exists() else head
+    if pinned != head and not same_run_code(pinned, repo):
         sys.exit(
-            f"{home} holds runs made at commit {found['commit']}, this checkout is at {head}: "
-            "a section would mix the code of both. Check out that commit, or start another --home"
+            f"{home} holds runs made at commit {pinned}; this checkout ({head}) runs other code "
+            f"(git diff {pinned} outside {', '.join(NOT_RUN_CODE)}): a section would mix the "
+            "two. Check out that commit, or start another --home"
         )
     home.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps(found))
-    return float(found["minutes"])
+    marker.write_text(json.dumps({"commit": pinned}))
+    return pinned
 
 
-def record_minutes(home: Path, minutes: float) -> None:
-    marker = home / "benchmark.json"
-    marker.write_text(json.dumps({**json.loads(marker.read_text()), "minutes": round(minutes, 1)}))
+def same_run_code(pinned: str, repo: Path = REPO) -> bool:
+    """Whether HEAD differs from `pinned` only in NOT_RUN_CODE (an unknown commit: no)."""
+    excluded = [f":(exclude){path}" for path in NOT_RUN_CODE]
+    diff = subprocess.run(
+        ["git", "diff", "--quiet", pinned, "HEAD", "--", ".", *excluded],
+        cwd=repo,
+        capture_output=True,
+    )
+    return diff.returncode == 0
+
+
+def run_minutes(db: Path, run_ids: list[int]) -> float:
+    """Minutes the runs ran, from the store: from each start or resume to the next interruption
+    or end. Sittings' gaps are not counted; a run killed without an interruption event counts to
+    its last event before it resumed."""
+    import sqlite3
+    from datetime import datetime
+
+    total = 0.0
+    with sqlite3.connect(db) as con:
+        for run_id in run_ids:
+            since = last = None
+            for kind, at in con.execute(
+                "SELECT kind, created_at FROM event WHERE run_id = ? ORDER BY id", (run_id,)
+            ):
+                at = datetime.fromisoformat(at)
+                if kind in ("run_start", "run_resumed"):
+                    if since is not None:  # killed with no word: it ran to its last event
+                        total += (last - since).total_seconds()
+                    since = at
+                elif kind in ("run_interrupted", "run_end") and since is not None:
+                    total += (at - since).total_seconds()
+                    since = None
+                last = at
+            if since is not None:
+                total += (last - since).total_seconds()
+    return total / 60
 
 
 def compare(run_ids: list[int], env: dict, figure: Path | None = None) -> tuple[list, dict]:
@@ -344,6 +387,11 @@ def variant(
         assert budgeted == 1, f"{experiment}: no [budget] rollouts line"
     home.mkdir(parents=True, exist_ok=True)
     copy = home / f"{experiment.stem}-{tag}.toml"
+    if copy.exists() and copy.read_text() != text:  # a later sitting: its runs' file is kept
+        sys.exit(
+            f"{copy} differs from the copy of {experiment} this checkout makes: the store's "
+            "runs were made from the earlier one. Start another --home"
+        )
     copy.write_text(text)
     return copy
 

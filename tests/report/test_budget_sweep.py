@@ -2,18 +2,18 @@
 the table of where each WHALE run's rollouts went, on a store the loop's writer filled."""
 
 import json
+import subprocess
 import tomllib
 
 import pytest
 
-from benchmarks.common import commit
 from benchmarks.strategies import (
     REPO,
     allocation_table,
     finished_runs,
     pin_store,
     plot_budget_sweep,
-    record_minutes,
+    run_minutes,
     variant,
 )
 from tests.report.synthetic_experiments import PHASE_ROLLOUTS
@@ -75,13 +75,85 @@ def test_a_sweep_resumed_in_its_store_keeps_the_runs_it_finished(workbench, stor
     assert finished_runs(tmp_path / "no-store", path, [0, 1, 2]) == {}
 
 
-def test_a_store_holds_one_commits_runs(tmp_path):
-    """The first sitting writes its commit; a later one adds its minutes; another commit's
-    sitting is refused before it runs anything."""
-    head, _ = commit()
-    assert pin_store(tmp_path) == 0
-    record_minutes(tmp_path, 42.5)
-    assert pin_store(tmp_path) == 42.5
-    (tmp_path / "benchmark.json").write_text(json.dumps({"commit": "0000000", "minutes": 3}))
-    with pytest.raises(SystemExit, match=f"made at commit 0000000, this checkout is at {head}"):
-        pin_store(tmp_path)
+def git(repo, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def commit_files(repo, files: dict[str, str]) -> str:
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "change")
+    return git(repo, "rev-parse", "--short", "HEAD")
+
+
+def test_a_store_holds_the_runs_of_one_version_of_the_run_code(tmp_path):
+    """The first sitting writes its commit; a later checkout that changed only docs, tests or
+    the benchmarks' reporting may go on (the pinned commit stays); one that changed what the
+    runs execute is refused before it runs anything, as is a commit git does not know."""
+    repo, home = tmp_path / "repo", tmp_path / "home"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    first = commit_files(repo, {"app/loop.py": "v1\n", "docs/a.md": "a\n"})
+    assert pin_store(home, repo) == first
+    commit_files(repo, {"docs/a.md": "b\n", "benchmarks/strategies.py": "report\n"})
+    commit_files(repo, {"tests/test_x.py": "t\n", "README.md": "r\n"})
+    assert pin_store(home, repo) == first
+    assert json.loads((home / "benchmark.json").read_text()) == {"commit": first}
+    changed = commit_files(repo, {"app/loop.py": "v2\n"})
+    with pytest.raises(SystemExit, match=f"made at commit {first}; this checkout \\({changed}\\)"):
+        pin_store(home, repo)
+    (home / "benchmark.json").write_text(json.dumps({"commit": "0000000"}))
+    with pytest.raises(SystemExit, match="made at commit 0000000"):
+        pin_store(home, repo)
+
+
+def test_a_later_sitting_keeps_the_experiment_copies_its_runs_were_made_from(tmp_path):
+    source = REPO / "experiments" / "stories-whale.toml"
+    copy = variant(source, tmp_path, "b512", budget=512)
+    assert variant(source, tmp_path, "b512", budget=512) == copy  # the same text: fine
+    copy.write_text(copy.read_text() + "# edited\n")
+    with pytest.raises(SystemExit, match="differs from the copy"):
+        variant(source, tmp_path, "b512", budget=512)
+
+
+def test_the_wall_time_is_the_runs_own_over_sittings(workbench, store):
+    """From each start or resume to the next interruption or end; a run killed with no word
+    counts to its last event; the hours between sittings do not count."""
+    from datetime import UTC, datetime, timedelta
+
+    from app.db.schema import Event
+
+    t0 = datetime(2026, 12, 5, 20, 0, tzinfo=UTC)
+
+    def events(run, *timeline):
+        store.write(
+            *[
+                Event(run_id=run.id, kind=kind, created_at=t0 + timedelta(minutes=m))
+                for kind, m in timeline
+            ]
+        )
+
+    interrupted = store.run("a seed 0")
+    events(
+        interrupted,
+        ("run_start", 0),
+        ("phase_start", 1),
+        ("run_interrupted", 10),
+        ("run_resumed", 130),  # two hours later, the next sitting
+        ("run_end", 135),
+    )
+    killed = store.run("a seed 1")
+    events(killed, ("run_start", 140), ("phase_end", 146), ("run_resumed", 300), ("run_end", 302))
+    workbench.writer.flush()
+    db = workbench.settings.db_path
+    assert run_minutes(db, [interrupted.id]) == pytest.approx(15)
+    assert run_minutes(db, [killed.id]) == pytest.approx(8)
+    assert run_minutes(db, [interrupted.id, killed.id]) == pytest.approx(23)
