@@ -40,6 +40,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -201,18 +202,28 @@ def run_all(paths: list[Path], seeds: str, env: dict, home: Path) -> list[int]:
         kept = f"; seeds {sorted(done)} finished earlier (runs {sorted(done.values())})"
         print(f"== {path.name}, seeds {rest} (store {home}{kept if done else ''})", flush=True)
         if rest:
-            proc = subprocess.run(
-                [whale, "run", str(path), "--seeds", ",".join(map(str, rest)), "--json"],
-                env=env,
-                stdout=subprocess.PIPE,
-                text=True,
+            code, out = run_passing_sigterm(
+                [whale, "run", str(path), "--seeds", ",".join(map(str, rest)), "--json"], env
             )
-            if proc.returncode != 0:
-                sys.exit(f"{path.name} failed (exit {proc.returncode})")
-            runs = json.loads(proc.stdout.strip().splitlines()[-1])["runs"]
+            if code != 0:
+                sys.exit(f"{path.name} ended with exit {code}: the same command resumes the sweep")
+            runs = json.loads(out.strip().splitlines()[-1])["runs"]
             done.update(zip(rest, [r["run_id"] for r in runs], strict=True))
         run_ids += [done[s] for s in wanted]
     return run_ids
+
+
+def run_passing_sigterm(command: list[str], env: dict) -> tuple[int, str]:
+    """Run `command`, its stdout captured; a SIGTERM sent to this script goes to it too and is
+    waited for: `whale run` then records its run as interrupted (the next sitting resumes it),
+    where the default would end this script alone and leave the run going on without it."""
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        previous = signal.signal(signal.SIGTERM, lambda signum, _: proc.send_signal(signum))
+        try:
+            out, _ = proc.communicate()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return proc.returncode, out
 
 
 def finished_runs(home: Path, path: Path, seeds: list[int]) -> dict[int, int]:

@@ -2,7 +2,10 @@
 the table of where each WHALE run's rollouts went, on a store the loop's writer filled."""
 
 import json
+import signal
 import subprocess
+import sys
+import time
 import tomllib
 
 import pytest
@@ -157,3 +160,35 @@ def test_the_wall_time_is_the_runs_own_over_sittings(workbench, store):
     assert run_minutes(db, [interrupted.id]) == pytest.approx(15)
     assert run_minutes(db, [killed.id]) == pytest.approx(8)
     assert run_minutes(db, [interrupted.id, killed.id]) == pytest.approx(23)
+
+
+def test_a_sweep_stopped_with_sigterm_stops_the_run_it_waits_for(tmp_path):
+    """The signal reaches the child (here a stand-in for `whale run` that records it and exits
+    as an interrupted run would), and the sweep waits for it rather than leaving it running."""
+    child = (
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        f"    open({str(tmp_path / 'stopped')!r}, 'w').write('SIGTERM')\n"
+        "    sys.exit(3)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('running', flush=True)\n"
+        f"open({str(tmp_path / 'ready')!r}, 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    sweep = (
+        "import os, sys\n"
+        "from benchmarks.strategies import run_passing_sigterm\n"
+        f"code, out = run_passing_sigterm([sys.executable, '-c', {child!r}], dict(os.environ))\n"
+        "print(code, out.strip())\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", sweep], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():  # the child is started and has set its handler
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert out.strip() == "3 running"  # the child's own exit and output, after it stopped
+    assert (tmp_path / "stopped").read_text() == "SIGTERM"
