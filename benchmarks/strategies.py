@@ -315,16 +315,21 @@ def run_minutes(db: Path, run_ids: list[int]) -> float:
 
 
 def compare(run_ids: list[int], env: dict, figure: Path | None = None) -> tuple[list, dict]:
-    """`whale compare --json` of the runs against the first: its seed groups and runs by id."""
+    """`whale compare --json` of the runs against the first: its seed groups and runs by id.
+    Without `figure`, the plot `whale compare` always draws goes to a temporary folder: as
+    compare.png in the working directory, an untracked file, it made the tree dirty and the
+    section unwritable."""
     whale = str(Path(sys.executable).with_name("whale"))
-    plot = ["--plot", str(figure)] if figure else []
-    proc = subprocess.run(
-        [whale, "compare", *map(str, run_ids), "--baseline", str(run_ids[0]), *plot, "--json"],
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    )
+    with tempfile.TemporaryDirectory() as scratch:
+        plot = figure or Path(scratch) / "compare.png"
+        command = [whale, "compare", *map(str, run_ids), "--baseline", str(run_ids[0])]
+        proc = subprocess.run(
+            [*command, "--plot", str(plot), "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+            check=True,
+        )
     compared = json.loads(proc.stdout)
     return compared["groups"], {r["id"]: r for r in compared["runs"]}
 

@@ -2,6 +2,7 @@
 the table of where each WHALE run's rollouts went, on a store the loop's writer filled."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 from benchmarks.strategies import (
     REPO,
     allocation_table,
+    compare,
     finished_runs,
     pin_store,
     plot_budget_sweep,
@@ -59,6 +61,18 @@ def test_where_the_rollouts_went_is_read_from_the_store(workbench, filled):
     assert cells[0] == f"{whale.id} {whale.name}"
     assert cells[1:3] == [str(n) for n in PHASE_ROLLOUTS["whale"]]
     assert cells[4] == "WH" and cells[5] == "0/0"  # its one RFT step accepted nothing
+
+
+def test_comparing_writes_nothing_where_the_sweep_runs(workbench, filled, tmp_path, monkeypatch):
+    """The tables' `whale compare` draws its figure elsewhere: a compare.png left in the
+    checkout would make the tree dirty, and the sweep's section would not be written."""
+    here = tmp_path / "checkout"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    ids = [r.id for r in filled.runs.values()]
+    _, by_id = compare(ids, {**os.environ, "WHALE_HOME": str(workbench.settings.home)})
+    assert sorted(by_id) == sorted(ids)
+    assert list(here.iterdir()) == []
 
 
 def test_a_sweep_resumed_in_its_store_keeps_the_runs_it_finished(workbench, store, tmp_path):
