@@ -285,7 +285,9 @@ class Loop:
                 await self._test_point()
             if phase.ended_reason == "budget" and not self._final_weight_phase_due(phase):
                 return "budget used up"
-            if phase.ended_reason == "exhausted" and self.exp.strategy == "harness_only":
+            # a harness phase next would find nothing either (harness_only, stagewise's harness
+            # stage); WHALE's weight phase next still uses the budget
+            if phase.ended_reason == "exhausted" and self._next_kind(self._phases()) == "harness":
                 return "the proposer has nothing left to try"
 
     def _phases(self) -> list[Phase]:

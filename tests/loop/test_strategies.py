@@ -48,6 +48,18 @@ def final_of(db, run_id: int) -> dict:
         return final_pair(s, run_id)
 
 
+def ended_reason(db, run_id: int) -> str:
+    """Why the run ended, from its run_end event."""
+    from sqlmodel import select
+
+    from app.db import open_engine, read_session
+    from app.db.schema import Event
+
+    with read_session(open_engine(db)) as s:
+        query = select(Event).where(Event.run_id == run_id, Event.kind == "run_end")
+        return s.exec(query).one().detail["reason"]
+
+
 def run_in_process(text: str, settings) -> int:
     """Start the experiment in `text` on a workbench in this process and run it to its end."""
 
@@ -87,6 +99,31 @@ def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, 
     ).fetchone()[0]
     assert used <= 26
     store_invariants(tmp_path / "home" / "whale.db")
+
+
+@pytest.mark.slow
+def test_stagewise_ends_once_its_proposer_has_nothing_left(tmp_path, model_server, model_cache):
+    """After the weight stage only harness phases follow: once the knobs proposer has tried every
+    choice, the run ends there instead of starting harness phases that can find nothing."""
+    text = quick_toml(
+        "exhaust",
+        "stagewise",
+        rollouts=400,  # far more than the knobs (eight one-knob changes of the seed) can use
+        search={"tasks": "1", "candidates": "8"},
+        switching={"proposing_iterations_per_phase": "5"},
+        test={"at_start": "false", "after_phase": "false"},
+    ).replace("seed = 0\n", "seed = 0\nstagewise_weight_share = 0.02\n")  # one RFT step
+    settings = attached_settings(tmp_path / "home", model_server, model_cache)
+    run_id = run_in_process(text, settings)
+    con = sqlite3.connect(tmp_path / "home" / "whale.db")
+    phases = con.execute(
+        "SELECT kind, ended_reason FROM phase WHERE run_id = ? ORDER BY id", (run_id,)
+    ).fetchall()
+    assert phases[0] == ("weight", "stage") and phases[-1] == ("harness", "exhausted")
+    assert [r for _, r in phases].count("exhausted") == 1, phases
+    assert ended_reason(tmp_path / "home" / "whale.db", run_id) == (
+        "the proposer has nothing left to try"
+    )
 
 
 @pytest.mark.slow
