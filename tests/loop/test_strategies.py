@@ -2,13 +2,14 @@
 
 import asyncio
 import json
+import re
 import sqlite3
 
 import pytest
 
 from app.loop.driver import Loop, start_experiment_run
 from app.loop.experiment_file import config_hash, dry_run, incoming_harness, parse
-from tests.conftest import attached_settings, started_workbench, whale
+from tests.conftest import REPO, attached_settings, started_workbench, whale
 from tests.loop.conftest import logged, quick_toml, store_invariants
 
 
@@ -105,14 +106,21 @@ def test_single_side_and_stagewise_strategies(strategy, tmp_path, model_server, 
 def test_stagewise_ends_once_its_proposer_has_nothing_left(tmp_path, model_server, model_cache):
     """After the weight stage only harness phases follow: once the knobs proposer has tried every
     choice, the run ends there instead of starting harness phases that can find nothing."""
+    seed = (REPO / "harness_archive" / "seeds" / "arith" / "seed.py").read_text()
+    one_knob = re.sub(  # one untried choice in all: the first harness phase uses it up
+        r"(?ms)^PARAMS = \{.*?^\}\n", 'PARAMS = {"PROMPT_STYLE": ["plain", "answer_only"]}\n', seed
+    )
+    (tmp_path / "one_knob.py").write_text(one_knob)
     text = quick_toml(
         "exhaust",
         "stagewise",
-        rollouts=400,  # far more than the knobs (eight one-knob changes of the seed) can use
-        search={"tasks": "1", "candidates": "8"},
-        switching={"proposing_iterations_per_phase": "5"},
+        rollouts=400,  # far more than the one knob can use
+        search={"tasks": "1"},
         test={"at_start": "false", "after_phase": "false"},
-    ).replace("seed = 0\n", "seed = 0\nstagewise_weight_share = 0.02\n")  # one RFT step
+    ).replace(
+        "seed = 0\n",
+        f'seed = 0\nstagewise_weight_share = 0.02\nharness = "{tmp_path / "one_knob.py"}"\n',
+    )  # a weight stage of one RFT step
     settings = attached_settings(tmp_path / "home", model_server, model_cache)
     run_id = run_in_process(text, settings)
     con = sqlite3.connect(tmp_path / "home" / "whale.db")
