@@ -7,6 +7,8 @@ import sqlite3
 
 import pytest
 
+from app.cli.loop import summary
+from app.db import open_engine, read_session
 from app.loop.driver import Loop, start_experiment_run
 from app.loop.experiment_file import config_hash, dry_run, incoming_harness, parse
 from tests.conftest import REPO, attached_settings, started_workbench, whale
@@ -47,18 +49,6 @@ def final_of(db, run_id: int) -> dict:
 
     with read_session(open_engine(db)) as s:
         return final_pair(s, run_id)
-
-
-def ended_reason(db, run_id: int) -> str:
-    """Why the run ended, from its run_end event."""
-    from sqlmodel import select
-
-    from app.db import open_engine, read_session
-    from app.db.schema import Event
-
-    with read_session(open_engine(db)) as s:
-        query = select(Event).where(Event.run_id == run_id, Event.kind == "run_end")
-        return s.exec(query).one().detail["reason"]
 
 
 def run_in_process(text: str, settings) -> int:
@@ -129,9 +119,9 @@ def test_stagewise_ends_once_its_proposer_has_nothing_left(tmp_path, model_serve
     ).fetchall()
     assert phases[0] == ("weight", "stage") and phases[-1] == ("harness", "exhausted")
     assert [r for _, r in phases].count("exhausted") == 1, phases
-    assert ended_reason(tmp_path / "home" / "whale.db", run_id) == (
-        "the proposer has nothing left to try"
-    )
+    with read_session(open_engine(tmp_path / "home" / "whale.db")) as s:
+        ended = summary(s, run_id)["ended"]  # what `whale run` prints as the run's end
+    assert ended == "the proposer has nothing left to try"
 
 
 @pytest.mark.slow
